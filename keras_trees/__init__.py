@@ -1,0 +1,19 @@
+"""keras-trees: differentiable decision trees as Keras 3 layers.
+
+Importing the package loads (and on first use compiles) the custom TensorFlow
+ops when the Keras backend is TensorFlow; this also registers the ops needed to
+``tf.saved_model.load`` a SavedModel exported from a keras-trees model.
+"""
+
+__version__ = "0.1.0"
+
+from keras_trees import ops  # noqa: E402
+from keras_trees.ops._library import load as _load_ops  # noqa: E402
+
+_load_ops()
+
+from keras_trees import layers  # noqa: E402,F401
+from keras_trees import initializers  # noqa: E402,F401
+from keras_trees.export import export_portable  # noqa: E402,F401
+
+__all__ = ["ops", "layers", "initializers", "export_portable", "__version__"]

@@ -1,0 +1,145 @@
+"""Builds and loads the keras-trees custom op library.
+
+The C++ sources in ``custom_ops/`` are compiled against the TensorFlow that is
+installed *when the library is first imported*, never against the copy that a
+PEP 517 build environment might hold. The shared library goes into a cache
+directory keyed by the TensorFlow version, its compile flags, the Python ABI and
+a hash of the sources, so a TensorFlow upgrade or a source change triggers a
+rebuild and two versions can never be mixed.
+
+* Cache directory: ``$KERAS_TREES_CACHE_DIR`` or ``~/.cache/keras_trees``.
+* ``python -m keras_trees.build`` builds ahead of time (``--force`` rebuilds).
+* ``KERAS_TREES_DISABLE_CUSTOM_OPS=1`` skips building and loading; the library
+  then runs on its ``keras.ops`` reference path.
+"""
+
+import contextlib
+import hashlib
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+
+_LIB_NAME = "_keras_trees_ops.so"
+_SOURCE_SUFFIXES = (".cc", ".h")
+
+
+class BuildError(RuntimeError):
+    """The custom op library could not be compiled."""
+
+
+def source_dir():
+    """Returns the folder holding the C++ sources (checkout or installed wheel)."""
+    here = pathlib.Path(__file__).resolve().parent
+    for candidate in (here.parent / "custom_ops", here / "custom_ops"):
+        if candidate.is_dir() and any(candidate.glob("*.cc")):
+            return candidate
+    raise BuildError(
+        f"keras-trees C++ sources not found next to {here} "
+        "(expected custom_ops/*.cc); reinstall the package."
+    )
+
+
+def _sources():
+    src = source_dir()
+    return sorted(p for p in src.iterdir() if p.suffix in _SOURCE_SUFFIXES)
+
+
+def _compiler():
+    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+    if not cxx:
+        raise BuildError("no C++ compiler found (install g++ or set $CXX)")
+    return cxx
+
+
+def _flags():
+    import tensorflow as tf
+
+    compile_flags = list(tf.sysconfig.get_compile_flags())
+    link_flags = list(tf.sysconfig.get_link_flags())
+    common = ["-std=c++17", "-O3", "-fPIC", "-DNDEBUG", "-fvisibility=hidden"]
+    return tf.__version__, common + compile_flags, link_flags
+
+
+def cache_dir():
+    root = os.environ.get("KERAS_TREES_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "keras_trees"
+    )
+    return pathlib.Path(root)
+
+
+def library_path():
+    """Path of the shared library for the current TensorFlow and sources."""
+    tf_version, cflags, lflags = _flags()
+    digest = hashlib.sha256()
+    for path in _sources():
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    digest.update(" ".join(cflags + lflags).encode())
+    digest.update((sysconfig.get_config_var("SOABI") or "").encode())
+    key = f"tf{tf_version}-{digest.hexdigest()[:16]}"
+    return cache_dir() / key / _LIB_NAME
+
+
+@contextlib.contextmanager
+def _file_lock(path):
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def build(force=False, verbose=True):
+    """Compiles the op library if needed and returns its path."""
+    target = library_path()
+    if target.exists() and not force:
+        return target
+    with _file_lock(target.parent / ".lock"):
+        if target.exists() and not force:
+            return target
+        _, cflags, lflags = _flags()
+        cxx = _compiler()
+        units = [p for p in _sources() if p.suffix == ".cc"]
+        if verbose:
+            print(
+                f"keras-trees: compiling {len(units)} custom op sources against "
+                f"TensorFlow into {target.parent} (first import only, about a minute)...",
+                file=sys.stderr,
+                flush=True,
+            )
+        with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+            objects, procs = [], []
+            jobs = max(1, min(len(units), os.cpu_count() or 1))
+            pending = list(units)
+            while pending or procs:
+                while pending and len(procs) < jobs:
+                    unit = pending.pop(0)
+                    obj = os.path.join(tmp, unit.stem + ".o")
+                    cmd = [cxx, *cflags, "-I", str(unit.parent), "-c", str(unit), "-o", obj]
+                    procs.append(
+                        (unit, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+                    )
+                    objects.append(obj)
+                unit, proc = procs.pop(0)
+                out, _ = proc.communicate()
+                if proc.returncode != 0:
+                    for _, other in procs:
+                        other.kill()
+                    raise BuildError(f"compiling {unit.name} failed:\n{out.decode(errors='replace')}")
+            tmp_lib = os.path.join(tmp, _LIB_NAME)
+            cmd = [cxx, "-shared", *objects, "-o", tmp_lib, *lflags]
+            result = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            if result.returncode != 0:
+                raise BuildError("linking failed:\n" + result.stdout.decode(errors="replace"))
+            os.replace(tmp_lib, target)
+        if verbose:
+            print(f"keras-trees: built {target}", file=sys.stderr, flush=True)
+    return target

@@ -1,0 +1,47 @@
+"""Argument checks shared by the tree layers: clear errors before any C++ runs."""
+
+import math
+import numbers
+import os
+
+
+def positive_int(name, value, maximum=None):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, got {value!r}")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be <= {maximum}, got {value}")
+    return int(value)
+
+
+def positive_float(name, value):
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a number, got {value!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a finite number > 0, got {value}")
+    return value
+
+
+def available_memory_bytes():
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 64 * 2**30
+
+
+def check_parameter_memory(num_values, itemsize, what, hint):
+    """Raises MemoryError-like ValueError when parameters could not be held in memory.
+
+    Training keeps about four copies of each weight (value, gradient, two Adam
+    moments), so the limit is a quarter of physical memory.
+    """
+    needed = num_values * itemsize * 4
+    limit = available_memory_bytes()
+    if needed > limit:
+        raise ValueError(
+            f"{what} would need about {needed / 2**30:.1f} GiB to train "
+            f"(this machine has {limit / 2**30:.1f} GiB); {hint}"
+        )

@@ -1,0 +1,238 @@
+"""The Tree Ensemble Layer (Hazimeh et al., ICML 2020)."""
+
+import keras
+from keras import ops
+
+from keras_trees import ops as tree_ops
+from keras_trees.layers import _validation
+
+MAX_DEPTH = 24
+
+
+@keras.saving.register_keras_serializable(package="keras_trees")
+class TreeEnsembleLayer(keras.layers.Layer):
+    """An additive ensemble of soft decision trees with smooth-step routing.
+
+    Each of ``num_trees`` perfect binary trees of depth ``depth`` routes a
+    sample ``x`` left at internal node ``i`` with probability
+    ``S(<w_i, x> + b_i)``, where ``S`` is the smooth-step function of width
+    ``gamma`` (Eq. 4 of the paper). A tree outputs the expectation of its leaf
+    vectors over those routing probabilities, and the layer outputs the sum of
+    its trees (Eq. 1-3). Outside ``[-gamma/2, gamma/2]`` the smooth-step is
+    exactly 0 or 1, so most samples reach only a few leaves; with the
+    TensorFlow backend the layer runs compiled kernels that visit only the
+    reachable nodes in the forward pass and only the fractional tree in the
+    backward pass (Algorithms 1 and 2). Put ``BatchNormalization`` in front of
+    the layer so split inputs stay centred and bounded, as the paper does.
+
+    Weight layout (public, stable):
+
+    * ``node_weights``: ``(num_trees, 2**depth - 1, input_dim)``, internal nodes
+      in heap order: root ``0``, children of ``i`` are ``2*i + 1`` (left) and
+      ``2*i + 2`` (right).
+    * ``node_bias``: ``(num_trees, 2**depth - 1)``, same order (only when
+      ``use_bias=True``; the paper's splits are ``<w_i, x>`` without bias).
+    * ``leaf_weights``: ``(num_trees, 2**depth, units)``, leaves left to right.
+    * ``gamma``: non-trainable scalar variable (callbacks may ``assign`` it).
+
+    Args:
+        num_trees: number of trees ``m`` in the ensemble.
+        depth: depth ``d`` of each perfect tree (``2**d`` leaves).
+        units: output dimension ``k`` (logits or regression targets).
+        gamma: smooth-step width, > 0. Small values give more hard routing
+            (faster, sparser gradients); the paper tunes it in ``[1e-4, 1]``.
+        activation: ``"smooth_step"`` (default) or ``"logistic"``, the rescaled
+            logistic ``sigmoid(6 t / gamma)`` of the paper's comparison. The
+            logistic never routes hard, so it always runs densely.
+        use_bias: add a learned threshold ``b_i`` to every split.
+        node_initializer, leaf_initializer, bias_initializer: Keras initializers.
+        node_regularizer, leaf_regularizer, bias_regularizer: Keras regularizers
+            (the paper tunes an L2 penalty on the node weights).
+        node_constraint, leaf_constraint, bias_constraint: Keras constraints.
+
+    Input shape: ``(..., input_dim)``. Output shape: ``(..., units)``.
+
+    Example:
+
+    >>> import numpy as np, keras
+    >>> from keras_trees.layers import TreeEnsembleLayer
+    >>> model = keras.Sequential([
+    ...     keras.Input((8,)),
+    ...     keras.layers.BatchNormalization(),
+    ...     TreeEnsembleLayer(num_trees=10, depth=3, units=2, gamma=1.0),
+    ... ])
+    >>> model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    >>> x = np.random.rand(64, 8).astype("float32"); y = (x[:, 0] > 0.5).astype("int32")
+    >>> _ = model.fit(x, y, epochs=1, verbose=0)
+    >>> model.predict(x, verbose=0).shape
+    (64, 2)
+    """
+
+    # The layer calls custom TensorFlow ops that XLA cannot compile.
+    supports_jit = False
+
+    def __init__(
+        self,
+        num_trees,
+        depth,
+        units,
+        gamma=1.0,
+        activation="smooth_step",
+        use_bias=True,
+        node_initializer=None,
+        leaf_initializer=None,
+        bias_initializer="zeros",
+        node_regularizer=None,
+        leaf_regularizer=None,
+        bias_regularizer=None,
+        node_constraint=None,
+        leaf_constraint=None,
+        bias_constraint=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_trees = _validation.positive_int("num_trees", num_trees)
+        self.depth = _validation.positive_int("depth", depth, maximum=MAX_DEPTH)
+        self.units = _validation.positive_int("units", units)
+        self.initial_gamma = _validation.positive_float("gamma", gamma)
+        tree_ops.routing.get_activation(activation)
+        self.activation = activation
+        self.use_bias = bool(use_bias)
+        from keras_trees.initializers import SplitUniform
+
+        self.node_initializer = keras.initializers.get(node_initializer or SplitUniform())
+        self.leaf_initializer = keras.initializers.get(
+            leaf_initializer or keras.initializers.RandomNormal(stddev=0.05)
+        )
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.node_regularizer = keras.regularizers.get(node_regularizer)
+        self.leaf_regularizer = keras.regularizers.get(leaf_regularizer)
+        self.bias_regularizer = keras.regularizers.get(bias_regularizer)
+        self.node_constraint = keras.constraints.get(node_constraint)
+        self.leaf_constraint = keras.constraints.get(leaf_constraint)
+        self.bias_constraint = keras.constraints.get(bias_constraint)
+        self.input_spec = keras.layers.InputSpec(min_ndim=2)
+
+    @property
+    def num_internal_nodes(self):
+        return 2**self.depth - 1
+
+    @property
+    def num_leaves(self):
+        return 2**self.depth
+
+    def build(self, input_shape):
+        input_dim = input_shape[-1]
+        if input_dim is None:
+            raise ValueError(
+                "TreeEnsembleLayer needs a known last input dimension, got input shape "
+                f"{tuple(input_shape)}"
+            )
+        itemsize = 8 if keras.backend.standardize_dtype(self.variable_dtype) == "float64" else 4
+        _validation.check_parameter_memory(
+            self.num_trees * (self.num_internal_nodes * (input_dim + 1) + self.num_leaves * self.units),
+            itemsize,
+            f"TreeEnsembleLayer(num_trees={self.num_trees}, depth={self.depth}) over "
+            f"{input_dim} inputs",
+            "use a smaller depth or fewer trees.",
+        )
+        self.node_weights = self.add_weight(
+            name="node_weights",
+            shape=(self.num_trees, self.num_internal_nodes, input_dim),
+            initializer=self.node_initializer,
+            regularizer=self.node_regularizer,
+            constraint=self.node_constraint,
+        )
+        if self.use_bias:
+            self.node_bias = self.add_weight(
+                name="node_bias",
+                shape=(self.num_trees, self.num_internal_nodes),
+                initializer=self.bias_initializer,
+                regularizer=self.bias_regularizer,
+                constraint=self.bias_constraint,
+            )
+        else:
+            self.node_bias = None
+        self.leaf_weights = self.add_weight(
+            name="leaf_weights",
+            shape=(self.num_trees, self.num_leaves, self.units),
+            initializer=self.leaf_initializer,
+            regularizer=self.leaf_regularizer,
+            constraint=self.leaf_constraint,
+        )
+        self.gamma = self.add_weight(
+            name="gamma",
+            shape=(),
+            initializer=keras.initializers.Constant(self.initial_gamma),
+            trainable=False,
+        )
+        self.input_spec = keras.layers.InputSpec(min_ndim=2, axes={-1: input_dim})
+
+    def _flatten(self, inputs):
+        inputs = ops.convert_to_tensor(inputs)
+        if not keras.backend.is_float_dtype(inputs.dtype):
+            inputs = ops.cast(inputs, self.compute_dtype)
+        lead = ops.shape(inputs)[:-1]
+        return ops.reshape(inputs, (-1, inputs.shape[-1])), lead
+
+    def call(self, inputs, training=None):
+        x, lead = self._flatten(inputs)
+        out = tree_ops.soft_tree_ensemble(
+            x,
+            self.node_weights,
+            self.node_bias,
+            self.leaf_weights,
+            self.gamma,
+            activation=self.activation,
+            training=bool(training),
+        )
+        return ops.reshape(out, (*lead, self.units))
+
+    def compute_output_shape(self, input_shape):
+        return (*input_shape[:-1], self.units)
+
+    def leaf_probabilities(self, inputs):
+        """``(batch, num_trees, 2**depth)`` probability of each sample reaching each leaf."""
+        x, _ = self._flatten(inputs)
+        return tree_ops.soft_tree_leaf_probabilities(
+            x, self.node_weights, self.node_bias, self.gamma, self.activation
+        )
+
+    def mean_reachable_leaves(self, inputs):
+        """Mean number of reachable leaves (``P(x -> l) > 0``) per sample and tree.
+
+        This measures conditional computation (the paper's Figure 2): 1.0 means
+        every sample follows a single root-to-leaf path in every tree.
+        """
+        x, _ = self._flatten(inputs)
+        return float(
+            ops.convert_to_numpy(
+                tree_ops.mean_reachable_leaves(
+                    x, self.node_weights, self.node_bias, self.gamma, self.activation
+                )
+            )
+        )
+
+    def get_config(self):
+        config = super().get_config()
+        ser = keras.saving.serialize_keras_object
+        config.update(
+            {
+                "num_trees": self.num_trees,
+                "depth": self.depth,
+                "units": self.units,
+                "gamma": self.initial_gamma,
+                "activation": self.activation,
+                "use_bias": self.use_bias,
+                "node_initializer": ser(self.node_initializer),
+                "leaf_initializer": ser(self.leaf_initializer),
+                "bias_initializer": ser(self.bias_initializer),
+                "node_regularizer": ser(self.node_regularizer),
+                "leaf_regularizer": ser(self.leaf_regularizer),
+                "bias_regularizer": ser(self.bias_regularizer),
+                "node_constraint": ser(self.node_constraint),
+                "leaf_constraint": ser(self.leaf_constraint),
+                "bias_constraint": ser(self.bias_constraint),
+            }
+        )
+        return config

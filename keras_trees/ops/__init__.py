@@ -1,0 +1,39 @@
+"""Tree math shared by every keras-trees family.
+
+Each function is written once in ``keras.ops`` (the reference path and the test
+oracle for the compiled kernels); the public entry points dispatch to the
+custom TensorFlow ops when the backend is TensorFlow and the op library is
+loaded. ``reference_only()`` forces the reference path.
+"""
+
+from keras_trees.ops._library import custom_ops_available, load_error, reference_only
+from keras_trees.ops.routing import (
+    depth_from_internal_nodes,
+    hard_leaf_index,
+    leaf_probabilities,
+    logistic_step,
+    smooth_step,
+)
+from keras_trees.ops.soft_tree import (
+    mean_reachable_leaves,
+    soft_tree_ensemble,
+    soft_tree_ensemble_reference,
+    soft_tree_leaf_probabilities,
+    split_values,
+)
+
+__all__ = [
+    "custom_ops_available",
+    "load_error",
+    "reference_only",
+    "depth_from_internal_nodes",
+    "hard_leaf_index",
+    "leaf_probabilities",
+    "logistic_step",
+    "smooth_step",
+    "mean_reachable_leaves",
+    "soft_tree_ensemble",
+    "soft_tree_ensemble_reference",
+    "soft_tree_leaf_probabilities",
+    "split_values",
+]

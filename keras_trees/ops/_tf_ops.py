@@ -1,0 +1,65 @@
+"""TensorFlow wrappers of the compiled ops and their registered gradients.
+
+Imported only when the Keras backend is TensorFlow and the library is loaded.
+"""
+
+import tensorflow as tf
+
+from keras_trees.ops import _library
+
+_SUPPORTED = (tf.float32, tf.float64)
+
+
+def _as_supported(*tensors):
+    """Casts to float32 unless everything is already float32/float64 (mixed precision)."""
+    dtype = tensors[0].dtype
+    if dtype not in _SUPPORTED:
+        dtype = tf.float32
+    return dtype, [tf.cast(t, dtype) for t in tensors]
+
+
+def _ensemble_inputs(x, node_weights, node_bias, leaf_weights, gamma):
+    x = tf.convert_to_tensor(x)
+    out_dtype = x.dtype
+    if node_bias is None:
+        node_bias = tf.zeros(tf.shape(node_weights)[:2], dtype=node_weights.dtype)
+    dtype, (x, w, b, o) = _as_supported(x, node_weights, node_bias, leaf_weights)
+    g = tf.cast(gamma, dtype)
+    return out_dtype, x, w, b, o, g
+
+
+def soft_tree_ensemble(x, node_weights, node_bias, leaf_weights, gamma, with_trace=True):
+    out_dtype, x, w, b, o, g = _ensemble_inputs(x, node_weights, node_bias, leaf_weights, gamma)
+    out = _library.module().keras_trees_soft_tree_ensemble(x, w, b, o, g, with_trace=bool(with_trace))
+    return tf.cast(out[0], out_dtype)
+
+
+def soft_tree_ensemble_trace(x, node_weights, node_bias, leaf_weights, gamma):
+    """Raw op outputs: ``(output, trace_offsets, trace_index, trace_value)``."""
+    _, x, w, b, o, g = _ensemble_inputs(x, node_weights, node_bias, leaf_weights, gamma)
+    return _library.module().keras_trees_soft_tree_ensemble(x, w, b, o, g, with_trace=True)
+
+
+def mean_reachable_leaves(x, node_weights, node_bias, gamma):
+    trees = tf.shape(node_weights)[0]
+    leaves = tf.shape(node_weights)[1] + 1
+    dummy = tf.zeros(tf.stack([trees, leaves, 1]), dtype=node_weights.dtype)
+    _, _, index, _ = soft_tree_ensemble_trace(x, node_weights, node_bias, dummy, gamma)
+    reached = tf.reduce_sum(tf.cast(index < 0, tf.float32))
+    pairs = tf.cast(tf.shape(x)[0] * trees, tf.float32)
+    return reached / tf.maximum(pairs, 1.0)
+
+
+@tf.RegisterGradient("KerasTrees>SoftTreeEnsemble")
+def _soft_tree_ensemble_grad(op, grad_output, *unused_trace_grads):
+    x, w, b, o, g = op.inputs
+    if op.get_attr("with_trace"):
+        _, offsets, index, value = op.outputs
+    else:  # inference-mode call: record the fractional trees now
+        _, offsets, index, value = _library.module().keras_trees_soft_tree_ensemble(
+            x, w, b, o, g, with_trace=True
+        )
+    gx, gw, gb, go = _library.module().keras_trees_soft_tree_ensemble_grad(
+        grad_output, x, w, o, offsets, index, value
+    )
+    return gx, gw, gb, go, None
