@@ -1,0 +1,69 @@
+"""Shared test fixtures and helpers."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(1234)
+
+
+def run_python(code, cwd, env=None, timeout=600):
+    """Runs `code` in a fresh Python process and returns its stdout.
+
+    Fails the test with the child's output when it exits non-zero.
+    """
+    child_env = dict(os.environ)
+    child_env["PYTHONPATH"] = REPO_ROOT + os.pathsep + child_env.get("PYTHONPATH", "")
+    child_env.update(env or {})
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=cwd,
+        env=child_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if proc.returncode != 0:
+        pytest.fail(f"child process failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc.stdout
+
+
+def finite_difference_check(loss, params, num_coords=12, eps=1e-6, rng=None):
+    """Compares autodiff gradients of a float64 scalar `loss(*params)` with central
+    differences on `num_coords` random coordinates of each parameter.
+
+    Returns a list of (param_index, analytic, numeric) triples.
+    """
+    import tensorflow as tf
+
+    rng = rng or np.random.default_rng(0)
+    tensors = [tf.Variable(p) for p in params]
+    with tf.GradientTape() as tape:
+        value = loss(*tensors)
+    grads = tape.gradient(value, tensors)
+    results = []
+    for i, p in enumerate(params):
+        g = np.zeros_like(p) if grads[i] is None else tf.convert_to_tensor(grads[i]).numpy()
+        flat = p.reshape(-1)
+        if flat.size == 0:
+            continue
+        for j in rng.choice(flat.size, size=min(num_coords, flat.size), replace=False):
+            plus, minus = flat.copy(), flat.copy()
+            plus[j] += eps
+            minus[j] -= eps
+            args_p = [q if k != i else plus.reshape(p.shape) for k, q in enumerate(params)]
+            args_m = [q if k != i else minus.reshape(p.shape) for k, q in enumerate(params)]
+            numeric = (float(loss(*args_p)) - float(loss(*args_m))) / (2 * eps)
+            results.append((i, float(g.reshape(-1)[j]), numeric))
+    return results

@@ -1,0 +1,69 @@
+"""The build-at-import scheme and the reference-path fallback."""
+
+import numpy as np
+
+from keras_trees import _build, ops as tree_ops
+from tests.conftest import run_python
+
+
+def test_library_is_cached_by_tensorflow_version_and_source_hash():
+    path = _build.library_path()
+    assert path.name == "_keras_trees_ops.so"
+    import tensorflow as tf
+
+    assert path.parent.name.startswith(f"tf{tf.__version__}-")
+    if tree_ops.custom_ops_available():
+        assert path.exists()
+
+
+def test_disable_env_var_forces_reference_path(tmp_path):
+    out = run_python(
+        """
+        import warnings
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            import numpy as np
+            from keras_trees import ops
+            from keras_trees.layers import TreeEnsembleLayer
+            assert not ops.custom_ops_available()
+            layer = TreeEnsembleLayer(num_trees=2, depth=3, units=2)
+            print(layer(np.ones((3, 4), "float32")).shape)
+        # Explicitly disabled: no warning.
+        assert not [w for w in caught if "keras-trees" in str(w.message)], caught
+        """,
+        cwd=tmp_path,
+        env={"KERAS_TREES_DISABLE_CUSTOM_OPS": "1"},
+    )
+    assert "(3, 2)" in out
+
+
+def test_failed_build_falls_back_with_one_warning(tmp_path):
+    out = run_python(
+        """
+        import warnings
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            import numpy as np
+            from keras_trees import ops
+            from keras_trees.layers import TreeEnsembleLayer
+            layer = TreeEnsembleLayer(num_trees=2, depth=3, units=2)
+            layer(np.ones((3, 4), "float32"))
+            ops.custom_ops_available()
+        messages = [str(w.message) for w in caught if "keras-trees" in str(w.message)]
+        assert len(messages) == 1, messages
+        print(messages[0])
+        """,
+        cwd=tmp_path,
+        env={"KERAS_TREES_CACHE_DIR": str(tmp_path / "cache"), "CXX": str(tmp_path / "no-compiler")},
+    )
+    assert "reference path" in out
+
+
+def test_reference_only_context_switches_paths(rng=np.random.default_rng(0)):
+    x = rng.normal(size=(5, 3))
+    w = rng.normal(size=(2, 3, 3))
+    o = rng.normal(size=(2, 4, 1))
+    with tree_ops.reference_only():
+        assert not tree_ops.custom_ops_available()
+        ref = np.asarray(tree_ops.soft_tree_ensemble(x, w, None, o, 1.0))
+    np.testing.assert_allclose(np.asarray(tree_ops.soft_tree_ensemble(x, w, None, o, 1.0)), ref, atol=1e-12)

@@ -1,0 +1,101 @@
+"""Saving and exporting round trips, each reloaded in a fresh Python process."""
+
+import numpy as np
+import pytest
+
+from tests.conftest import run_python
+
+BUILD_AND_SAVE = """
+import numpy as np, keras
+from keras_trees.layers import TreeEnsembleLayer
+import keras_trees
+
+rng = np.random.default_rng(0)
+x = rng.normal(size=(300, 16)).astype("float32")
+y = (x[:, 0] + x[:, 1] * x[:, 2] > 0).astype("int32")
+inputs = keras.Input((16,))
+h = keras.layers.BatchNormalization()(inputs)
+h = TreeEnsembleLayer(num_trees=6, depth=4, units=8, gamma=0.7, name="tel_hidden")(h)
+h = keras.layers.Dense(8, activation="relu")(h)
+outputs = TreeEnsembleLayer(num_trees=3, depth=2, units=2, use_bias=False)(h)
+model = keras.Model(inputs, outputs)
+model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+model.fit(x, y, epochs=2, verbose=0)
+model.get_layer("tel_hidden").gamma.assign(0.5)   # as an annealing callback would
+np.save("x.npy", x)
+np.save("pred.npy", model.predict(x, verbose=0))
+model.save("model.keras")
+model.export("savedmodel", verbose=False)
+keras_trees.export_portable(model, "portable", verbose=False)
+"""
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("saved")
+    run_python(BUILD_AND_SAVE, cwd=workdir)
+    return workdir
+
+
+def test_keras_file_round_trip(saved):
+    run_python(
+        """
+        import numpy as np, keras
+        import keras_trees  # registers the serializable classes
+        model = keras.saving.load_model("model.keras")
+        assert float(model.get_layer("tel_hidden").gamma.numpy()) == 0.5
+        pred = model.predict(np.load("x.npy"), verbose=0)
+        np.testing.assert_array_equal(pred, np.load("pred.npy"))
+        # The reloaded model keeps training.
+        model.fit(np.load("x.npy"), np.zeros(300, dtype="int32"), epochs=1, verbose=0)
+        """,
+        cwd=saved,
+    )
+
+
+def test_saved_model_with_custom_ops(saved):
+    out = run_python(
+        """
+        import numpy as np, tensorflow as tf
+        import keras_trees  # registers the KerasTrees ops before loading
+        loaded = tf.saved_model.load("savedmodel")
+        pred = loaded.serve(tf.constant(np.load("x.npy"))).numpy()
+        np.testing.assert_allclose(pred, np.load("pred.npy"), rtol=1e-6, atol=1e-6)
+        ops = {op.type for f in loaded.serve.concrete_functions for op in f.graph.get_operations()}
+        print("custom" if any(t.startswith("KerasTrees") for t in ops) else "stock")
+        """,
+        cwd=saved,
+    )
+    assert out.strip().endswith("custom")
+
+
+def test_portable_saved_model_needs_no_keras_trees(saved):
+    out = run_python(
+        """
+        import sys, numpy as np, tensorflow as tf
+        loaded = tf.saved_model.load("portable")
+        pred = loaded.serve(tf.constant(np.load("x.npy"))).numpy()
+        assert "keras_trees" not in sys.modules
+        np.testing.assert_allclose(pred, np.load("pred.npy"), rtol=1e-4, atol=1e-4)
+        ops = {op.type for f in loaded.serve.concrete_functions for op in f.graph.get_operations()}
+        assert not any(t.startswith("KerasTrees") for t in ops), ops
+        print("ok")
+        """,
+        cwd=saved,
+    )
+    assert out.strip().endswith("ok")
+
+
+def test_weights_reload_into_a_freshly_built_model(saved):
+    run_python(
+        """
+        import numpy as np, keras
+        import keras_trees
+        model = keras.saving.load_model("model.keras")
+        model.save_weights("w.weights.h5")
+        fresh = keras.models.clone_model(model)
+        fresh.load_weights("w.weights.h5")
+        np.testing.assert_array_equal(fresh.predict(np.load("x.npy"), verbose=0), np.load("pred.npy"))
+        """,
+        cwd=saved,
+    )
