@@ -51,25 +51,21 @@ inline void SmoothStep(T t, T gamma, T* s, T* ds) {
   }
 }
 
-// Dot product with four independent partial sums (vectorizes without
-// -ffast-math and gives the same result on every run).
+// Dot product. `omp simd` (compiled with -fopenmp-simd, no OpenMP runtime)
+// lets the compiler vectorize the reduction in a fixed order, so results are
+// the same on every run.
 template <typename T>
 inline T Dot(const T* a, const T* b, int64_t n) {
-  T s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-  int64_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    s0 += a[i] * b[i];
-    s1 += a[i + 1] * b[i + 1];
-    s2 += a[i + 2] * b[i + 2];
-    s3 += a[i + 3] * b[i + 3];
-  }
-  for (; i < n; ++i) s0 += a[i] * b[i];
-  return (s0 + s1) + (s2 + s3);
+  T s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
 }
 
 // y += alpha * x
 template <typename T>
 inline void Axpy(T alpha, const T* x, T* y, int64_t n) {
+#pragma omp simd
   for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
 }
 

@@ -9,6 +9,8 @@ rebuild and two versions can never be mixed.
 
 * Cache directory: ``$KERAS_TREES_CACHE_DIR`` or ``~/.cache/keras_trees``.
 * ``python -m keras_trees.build`` builds ahead of time (``--force`` rebuilds).
+* ``KERAS_TREES_PORTABLE_BUILD=1`` compiles without the AVX2/FMA flags that are
+  otherwise used when the CPU has them.
 * ``KERAS_TREES_DISABLE_CUSTOM_OPS=1`` skips building and loading; the library
   then runs on its ``keras.ops`` reference path.
 """
@@ -60,8 +62,21 @@ def _flags():
 
     compile_flags = list(tf.sysconfig.get_compile_flags())
     link_flags = list(tf.sysconfig.get_link_flags())
-    common = ["-std=c++17", "-O3", "-fPIC", "-DNDEBUG", "-fvisibility=hidden"]
-    return tf.__version__, common + compile_flags, link_flags
+    common = ["-std=c++17", "-O3", "-fPIC", "-DNDEBUG", "-fvisibility=hidden", "-fopenmp-simd"]
+    return tf.__version__, common + _cpu_flags() + compile_flags, link_flags
+
+
+def _cpu_flags():
+    """AVX2/FMA code when this CPU has them. The flags are part of the cache key,
+    so a cache shared with a machine lacking them can never load the wrong build."""
+    if os.environ.get("KERAS_TREES_PORTABLE_BUILD"):
+        return []
+    try:
+        with open("/proc/cpuinfo") as handle:
+            flags = next((line.split(":", 1)[1].split() for line in handle if line.startswith("flags")), [])
+    except OSError:
+        return []
+    return ["-mavx2", "-mfma"] if {"avx2", "fma"} <= set(flags) else []
 
 
 def cache_dir():
