@@ -24,3 +24,10 @@ def test_quickstart(tmp_path):
 def test_cnn_tel_digits(tmp_path):
     out = run_script("examples/cnn_tel_digits.py", "--seeds", "1", "--epochs", "2", tmp_path=tmp_path)
     assert "cnn_tel" in out and "cnn_dense" in out
+
+
+def test_tree_ensemble_layer_tutorial(tmp_path):
+    out = run_script("tutorials/tree_ensemble_layer/tree_ensemble_layer.py", "--quick",
+                     "--out", str(tmp_path / "out"), tmp_path=tmp_path)
+    assert "identical predictions = True" in out
+    assert (tmp_path / "out" / "reachable_leaves.png").exists()
