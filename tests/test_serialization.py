@@ -99,3 +99,20 @@ def test_weights_reload_into_a_freshly_built_model(saved):
         """,
         cwd=saved,
     )
+
+
+def test_saved_model_is_differentiable_after_import(saved):
+    run_python(
+        """
+        import numpy as np, tensorflow as tf
+        import keras_trees
+        loaded = tf.saved_model.load("savedmodel")
+        x = tf.constant(np.load("x.npy")[:5])
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = loaded.serve(x)
+        g = tape.gradient(y, x)
+        assert g is not None and np.abs(g.numpy()).sum() > 0
+        """,
+        cwd=saved,
+    )

@@ -38,6 +38,7 @@ def load():
 
                 path = _build.build()
                 _state["module"] = tf.load_op_library(str(path))
+                _register_gradients()
             except Exception as exc:  # noqa: BLE001 - any failure means fall back
                 _state["error"] = f"{type(exc).__name__}: {exc}"
         _state["loaded"] = _state["module"] is not None
@@ -50,6 +51,19 @@ def load():
                 stacklevel=3,
             )
         return _state["loaded"]
+
+
+def _register_gradients():
+    """Imports every TensorFlow wrapper module so its op gradients are registered
+    (a SavedModel loaded after `import keras_trees` can then be differentiated)."""
+    import importlib
+    import pkgutil
+
+    import keras_trees.ops as package
+
+    for info in pkgutil.iter_modules(package.__path__):
+        if info.name.startswith("_tf_"):
+            importlib.import_module(f"keras_trees.ops.{info.name}")
 
 
 def load_error():

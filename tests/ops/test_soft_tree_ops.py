@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 from keras_trees import ops as tree_ops
-from keras_trees.ops import _tf_ops
+from keras_trees.ops import _tf_soft_tree
 from tests.conftest import finite_difference_check
 
 pytestmark = pytest.mark.skipif(
@@ -88,7 +88,7 @@ def test_batch_sizes(rng, batch):
 def test_trace_records_the_fractional_tree(rng):
     """The trace holds exactly the reachable leaves and |F| = U - 1 fractional nodes."""
     x, w, b, o = make_params(rng, 20, 6, 3, 6, 2, "float64", scale=3.0)
-    _, offsets, index, value = _tf_ops.soft_tree_ensemble_trace(x, w, b, o, 0.5)
+    _, offsets, index, value = _tf_soft_tree.soft_tree_ensemble_trace(x, w, b, o, 0.5)
     offsets, index, value = offsets.numpy(), index.numpy(), value.numpy()
     probs = tree_ops.soft_tree_leaf_probabilities(x, w, b, 0.5).numpy()
     for s in range(20):
@@ -104,7 +104,7 @@ def test_trace_records_the_fractional_tree(rng):
 
 def test_gradients_are_zero_outside_the_fractional_tree(rng):
     x, w, b, o = make_params(rng, 1, 6, 1, 6, 2, "float64", scale=3.0)
-    _, _, index, _ = _tf_ops.soft_tree_ensemble_trace(x, w, b, o, 0.5)
+    _, _, index, _ = _tf_soft_tree.soft_tree_ensemble_trace(x, w, b, o, 0.5)
     fractional = set(index.numpy()[index.numpy() >= 0].tolist())
     tensors = [tf.constant(v) for v in (x, w, b, o)]
     with tf.GradientTape() as tape:
