@@ -31,3 +31,10 @@ def test_tree_ensemble_layer_tutorial(tmp_path):
                      "--out", str(tmp_path / "out"), tmp_path=tmp_path)
     assert "identical predictions = True" in out
     assert (tmp_path / "out" / "reachable_leaves.png").exists()
+
+
+def test_hinge_forests_tutorial(tmp_path):
+    out = run_script("tutorials/hinge_forests/hinge_forests.py", "--quick", "--out",
+                     str(tmp_path / "out"), tmp_path=tmp_path)
+    assert "identical predictions = True" in out
+    assert (tmp_path / "out" / "hinge_tree_1d.png").exists()

@@ -37,3 +37,21 @@ __all__ = [
     "soft_tree_leaf_probabilities",
     "split_values",
 ]
+
+from keras_trees.ops.hinge import (  # noqa: E402
+    hinge_depth,
+    hinge_forest,
+    hinge_forest_dense,
+    hinge_forest_reference,
+    hinge_forest_traversal,
+    hinge_traversal_reference,
+)
+
+__all__ += [
+    "hinge_depth",
+    "hinge_forest",
+    "hinge_forest_dense",
+    "hinge_forest_reference",
+    "hinge_forest_traversal",
+    "hinge_traversal_reference",
+]
