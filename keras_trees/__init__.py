@@ -12,8 +12,20 @@ from keras_trees.ops._library import load as _load_ops  # noqa: E402
 
 _load_ops()
 
-from keras_trees import layers  # noqa: E402,F401
+from keras_trees import callbacks  # noqa: E402,F401
 from keras_trees import initializers  # noqa: E402,F401
+from keras_trees import layers  # noqa: E402,F401
+from keras_trees import regularizers  # noqa: E402,F401
+from keras_trees import topology  # noqa: E402,F401
 from keras_trees.export import export_portable  # noqa: E402,F401
 
-__all__ = ["ops", "layers", "initializers", "export_portable", "__version__"]
+__all__ = [
+    "ops",
+    "layers",
+    "callbacks",
+    "regularizers",
+    "initializers",
+    "topology",
+    "export_portable",
+    "__version__",
+]

@@ -38,3 +38,11 @@ def test_hinge_forests_tutorial(tmp_path):
                      str(tmp_path / "out"), tmp_path=tmp_path)
     assert "identical predictions = True" in out
     assert (tmp_path / "out" / "hinge_tree_1d.png").exists()
+
+
+def test_end_to_end_trees_tutorial(tmp_path):
+    out = run_script("tutorials/end_to_end_trees/end_to_end_trees.py", "--quick", "--out",
+                     str(tmp_path / "out"), tmp_path=tmp_path)
+    assert "identical predictions = True" in out
+    assert (tmp_path / "out" / "posterior_convergence.png").exists()
+    assert (tmp_path / "out" / "split_weights.png").exists()

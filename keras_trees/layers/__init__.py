@@ -1,10 +1,16 @@
 """Keras layers for the keras-trees families."""
 
+from keras_trees.layers.end_to_end_forest import EndToEndForest
+from keras_trees.layers.end_to_end_tree import EndToEndTree
+from keras_trees.layers.hinge_batch_norm import HingeBatchNormalization
+from keras_trees.layers.hinge_forest import HingeFern, HingeForest
 from keras_trees.layers.tree_ensemble import TreeEnsembleLayer
 
-__all__ = ["TreeEnsembleLayer"]
-
-from keras_trees.layers.hinge_batch_norm import HingeBatchNormalization  # noqa: E402
-from keras_trees.layers.hinge_forest import HingeFern, HingeForest  # noqa: E402
-
-__all__ += ["HingeBatchNormalization", "HingeFern", "HingeForest"]
+__all__ = [
+    "TreeEnsembleLayer",
+    "EndToEndTree",
+    "EndToEndForest",
+    "HingeForest",
+    "HingeFern",
+    "HingeBatchNormalization",
+]

@@ -7,6 +7,20 @@ loaded. ``reference_only()`` forces the reference path.
 """
 
 from keras_trees.ops._library import custom_ops_available, load_error, reference_only
+from keras_trees.ops.hard_routing import hard_route, hard_route_reference, path_lengths
+from keras_trees.ops.hinge import (
+    hinge_depth,
+    hinge_forest,
+    hinge_forest_dense,
+    hinge_forest_reference,
+    hinge_forest_traversal,
+    hinge_traversal_reference,
+)
+from keras_trees.ops.path_probabilities import (
+    frontier,
+    heap_leaf_probabilities,
+    soft_leaf_log_probabilities,
+)
 from keras_trees.ops.routing import (
     depth_from_internal_nodes,
     hard_leaf_index,
@@ -23,31 +37,30 @@ from keras_trees.ops.soft_tree import (
 )
 
 __all__ = [
+    # library
     "custom_ops_available",
     "load_error",
     "reference_only",
+    # routing activations and leaf probabilities
     "depth_from_internal_nodes",
     "hard_leaf_index",
     "leaf_probabilities",
     "logistic_step",
     "smooth_step",
+    # soft tree ensembles (Tree Ensemble Layer)
     "mean_reachable_leaves",
     "soft_tree_ensemble",
     "soft_tree_ensemble_reference",
     "soft_tree_leaf_probabilities",
     "split_values",
-]
-
-from keras_trees.ops.hinge import (  # noqa: E402
-    hinge_depth,
-    hinge_forest,
-    hinge_forest_dense,
-    hinge_forest_reference,
-    hinge_forest_traversal,
-    hinge_traversal_reference,
-)
-
-__all__ += [
+    # unbalanced trees on the shared topology (end-to-end, polytope, non-greedy)
+    "frontier",
+    "hard_route",
+    "hard_route_reference",
+    "heap_leaf_probabilities",
+    "path_lengths",
+    "soft_leaf_log_probabilities",
+    # hinge forests and ferns
     "hinge_depth",
     "hinge_forest",
     "hinge_forest_dense",

@@ -1,0 +1,90 @@
+"""Helpers shared by the end-to-end tree callbacks (not public)."""
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_trees.layers._end_to_end import find_layers
+
+
+def end_to_end_layers(model, names=None, classifiers_only=False):
+    layers = find_layers(model)
+    if names is not None:
+        names = [names] if isinstance(names, str) else list(names)
+        layers = [layer for layer in layers if layer.name in names]
+    if classifiers_only:
+        layers = [layer for layer in layers if layer.is_classifier]
+    if not layers:
+        raise ValueError(
+            "found no EndToEndTree/EndToEndForest layer"
+            + (" with num_classes" if classifiers_only else "")
+            + (f" named {names}" if names else "")
+            + " in the model passed to fit()"
+        )
+    return layers
+
+
+def check_data(x, y, name):
+    if x is None or y is None:
+        raise ValueError(f"{name} needs the training data: pass x and y")
+    n = len(x)
+    if len(y) != n:
+        raise ValueError(f"{name}: x has {n} samples but y has {len(y)}")
+    if n == 0:
+        raise ValueError(f"{name}: the training data is empty")
+    return n
+
+
+def check_labels(y, num_classes, name):
+    y = np.asarray(y)
+    y = y.reshape(len(y), -1)
+    if y.shape[1] != 1:
+        raise ValueError(f"{name}: labels must be integer class ids of shape (n,) or (n, 1), got {y.shape}")
+    y = y[:, 0]
+    if not np.all(np.isfinite(y.astype(np.float64))) or np.any(y != np.round(y)):
+        raise ValueError(f"{name}: labels must be integer class ids")
+    y = y.astype(np.int64)
+    if y.min() < 0 or y.max() >= num_classes:
+        raise ValueError(
+            f"{name}: labels must lie in [0, {num_classes}) for num_classes={num_classes}, "
+            f"got values in [{y.min()}, {y.max()}]"
+        )
+    return y.astype(np.int32)
+
+
+def layer_input_fn(model, layer):
+    """Maps model inputs to the layer's inputs (identity when it sits on the input)."""
+    try:
+        inp = layer.input
+        model_inputs = model.inputs
+    except (AttributeError, ValueError):
+        return lambda x: x
+    if any(inp is m for m in model_inputs):
+        return lambda x: x
+    sub = keras.Model(model_inputs, inp)
+    return lambda x: sub(x, training=False)
+
+
+def batches(n, batch_size):
+    for start in range(0, n, batch_size):
+        yield slice(start, min(n, start + batch_size))
+
+
+def compiled(fn):
+    """tf.function on the TensorFlow backend (variables are read at call time)."""
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        return tf.function(fn, reduce_retracing=True)
+    return fn
+
+
+def reset_optimizer(optimizer):
+    """Fresh optimizer state (moments and step count), keeping the learning rate."""
+    if optimizer is None or not getattr(optimizer, "built", False):
+        return
+    lr = getattr(optimizer, "_learning_rate", None)
+    for v in optimizer.variables:
+        if v is lr or "learning_rate" in v.name:
+            continue
+        v.assign(ops.zeros(v.shape, dtype=v.dtype))

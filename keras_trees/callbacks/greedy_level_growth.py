@@ -1,0 +1,402 @@
+"""Greedy growth of end-to-end trees and forests (Hehn et al. 2019, Sections 2.5, 3.4)."""
+
+import warnings
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_trees import topology
+from keras_trees.callbacks._common import (
+    batches, check_data, check_labels, compiled, end_to_end_layers, layer_input_fn, reset_optimizer,
+)
+from keras_trees.layers._end_to_end import (
+    PHASE_DONE, PHASE_FINETUNING, PHASE_GROWING, PHASE_IDLE,
+)
+from keras_trees.ops.hard_routing import hard_route
+
+
+def _entropy(p):
+    p = np.asarray(p, dtype=np.float64)
+    nz = p > 0
+    return float(-(p[nz] * np.log(p[nz])).sum())
+
+
+@keras.saving.register_keras_serializable(package="keras_trees")
+class GreedyLevelGrowth(keras.callbacks.Callback):
+    """Grows trees from a root stump inside ``model.fit``, then finetunes them jointly.
+
+    Greedy phase (Section 2.5). Every candidate node holds a *stump* (one split
+    and two leaves) that is trained for ``epochs_per_level`` epochs on only the
+    samples deterministically routed to it (the layer's growth-time model is
+    hard through committed splits and probabilistic at the stumps). After a
+    level:
+
+    * a stump whose samples all go one way has *failed* and is retrained from a
+      fresh random split (new feature subset, gamma reset) up to ``max_attempts``
+      times in total, after which the node stays a leaf;
+    * a successful stump is committed: the node becomes a split and its two
+      leaves keep the stump's leaf distributions;
+    * each new leaf becomes a candidate unless its data is pure, has fewer than
+      ``min_samples_split`` samples, it is at ``max_depth``, or the tree has
+      ``max_leaves`` leaves.
+
+    With ``best_first=True`` (Section 3.4) every leaf holds a trained candidate
+    stump and only the one with the largest information gain (computed from the
+    stump's leaf distributions and its hard split fractions, as in the authors'
+    code) is committed per round, until ``max_leaves``. Trees of a forest grow
+    at the same time; this equals growing them one by one because a stump's
+    loss only depends on its own parameters and data.
+
+    Finetune phase. When no candidate is left, all splits become probabilistic
+    and the whole model trains end to end for ``finetune_epochs`` (default
+    ``3 * epochs_per_level``, the paper's forest setting); then training stops
+    (``model.stop_training``), so pass ``epochs=callback.max_epochs`` (an upper
+    bound) to ``fit``. Each new level and the finetune phase start with a fresh
+    optimizer state, like the authors' fresh Adam per stump.
+
+    New stumps start with ``gamma = gamma0`` (anneal with
+    :class:`SteepnessAnnealing`), a split direction uniform on the unit sphere
+    and a bias placing the hyperplane through the mean of the node's samples.
+    All progress lives in the layer's variables (``node_state``, ``candidate``,
+    ``attempts``, ``candidate_gain``, ``growing``, ``growth_phase``,
+    ``phase_epoch``).
+
+    Args:
+        x, y: training inputs (as given to ``fit``) and labels (integer classes;
+            float targets for regression layers).
+        epochs_per_level: epochs each stump trains (paper: 20-65; 45 for forests).
+        finetune_epochs: joint finetuning epochs after growth (default 3x).
+        max_leaves: optional leaf limit per tree (required for ``best_first``).
+        min_samples_split: nodes with fewer samples become leaves.
+        max_attempts: tries per split (authors: 5).
+        best_first: grow by largest information gain instead of level by level.
+        batch_size: samples per routing batch.
+        layers: optional layer name(s) to grow.
+
+    Example:
+
+    >>> import numpy as np
+    >>> from keras_trees.callbacks import GreedyLevelGrowth
+    >>> g = GreedyLevelGrowth(np.zeros((4, 2), "float32"), np.array([0, 1, 0, 1]), epochs_per_level=5)
+    >>> g.finetune_epochs
+    15
+    """
+
+    def __init__(self, x, y, epochs_per_level=45, finetune_epochs=None, max_leaves=None,
+                 min_samples_split=2, max_attempts=5, best_first=False, batch_size=4096, layers=None):
+        super().__init__()
+        self.num_samples = check_data(x, y, "GreedyLevelGrowth")
+        self.x, self.y = x, np.asarray(y)
+        self.epochs_per_level = _positive("epochs_per_level", epochs_per_level)
+        if finetune_epochs is None:
+            finetune_epochs = 3 * self.epochs_per_level
+        if int(finetune_epochs) < 0:
+            raise ValueError(f"finetune_epochs must be >= 0, got {finetune_epochs}")
+        self.finetune_epochs = int(finetune_epochs)
+        self.max_leaves = None if max_leaves is None else _positive("max_leaves", max_leaves)
+        self.min_samples_split = _positive("min_samples_split", min_samples_split)
+        self.max_attempts = _positive("max_attempts", max_attempts)
+        self.best_first = bool(best_first)
+        if self.best_first and self.max_leaves is None:
+            raise ValueError("best_first=True needs max_leaves")
+        self.batch_size = _positive("batch_size", batch_size)
+        self.layer_names = layers
+        self._fns = {}
+
+    def max_epochs(self, max_depth):
+        """Upper bound of the epochs growth plus finetuning can take (pass it to ``fit``).
+
+        Growth proceeds in rounds of ``epochs_per_level`` epochs. A node can use
+        up to ``max_attempts`` rounds before it is committed or given up, and its
+        children only start after it is committed, so level by level the last
+        round ends by ``max_depth * max_attempts`` (not ``max_depth +
+        max_attempts``: retries on different levels of one path add up).
+        Best-first commits at most one split per tree and round, and between two
+        commits at most ``max_attempts`` rounds pass (every candidate stump
+        failed in each of them), hence ``max_leaves * max_attempts`` rounds.
+        ``fit`` stops as soon as growth and finetuning are done.
+        """
+        depth = _positive("max_depth", max_depth)
+        rounds = (self.max_leaves if self.best_first else depth) * self.max_attempts
+        return rounds * self.epochs_per_level + self.finetune_epochs
+
+    def get_config(self):  # the data is not part of the config
+        return {k: getattr(self, k) for k in (
+            "epochs_per_level", "finetune_epochs", "max_leaves", "min_samples_split",
+            "max_attempts", "best_first", "batch_size")} | {"layers": self.layer_names}
+
+    def __deepcopy__(self, memo):
+        clone = GreedyLevelGrowth(self.x, self.y, **{k: v for k, v in self.get_config().items()})
+        memo[id(self)] = clone
+        return clone
+
+    # ---------------------------------------------------------------- data
+    def _targets(self, layer):
+        if layer.is_classifier:
+            return check_labels(self.y, layer.num_classes, "GreedyLevelGrowth")
+        y = np.asarray(self.y, dtype=np.float64).reshape(self.num_samples, -1)
+        if y.shape[1] != layer.units:
+            raise ValueError(f"GreedyLevelGrowth: targets have {y.shape[1]} columns, the layer has units={layer.units}")
+        if not np.all(np.isfinite(y)):
+            raise ValueError("GreedyLevelGrowth: targets contain NaN or Inf")
+        return y
+
+    def _features(self, layer):
+        key = id(layer)
+        if key not in self._fns:
+            to_input = layer_input_fn(self.model, layer)
+            self._fns[key] = compiled(lambda x: layer.features(to_input(x), training=False))
+        fn = self._fns[key]
+        out = [ops.convert_to_numpy(fn(ops.convert_to_tensor(self.x[sl])))
+               for sl in batches(self.num_samples, self.batch_size)]
+        feats = np.concatenate(out).astype(np.float64)
+        if not np.all(np.isfinite(feats)):
+            raise ValueError("GreedyLevelGrowth: the split features contain NaN or Inf")
+        return feats
+
+    def _stops(self, layer, feats, is_split):
+        w = ops.convert_to_numpy(layer.effective_kernel())
+        b = ops.convert_to_numpy(layer.split_bias)
+        out = []
+        for sl in batches(len(feats), self.batch_size):
+            node, _ = hard_route(feats[sl].astype(w.dtype), w, b, is_split, with_path_values=False)
+            out.append(ops.convert_to_numpy(node))
+        return np.concatenate(out)  # (n, T)
+
+    def _node_stats(self, layer, stops, targets):
+        """Per position: sample counts (T, N, K) for classes or (T, N, 1) for regression,
+        plus target sums / squared sums for regression."""
+        T, N = layer.num_trees, layer.num_positions
+        flat = (stops + np.arange(T)[None] * N).ravel()
+        if layer.is_classifier:
+            K = layer.num_classes
+            idx = flat * K + np.repeat(targets, T)
+            return np.bincount(idx, minlength=T * N * K).reshape(T, N, K).astype(np.float64), None
+        counts = np.bincount(flat, minlength=T * N).reshape(T, N, 1).astype(np.float64)
+        ys = np.repeat(targets, T, axis=0)
+        sums = np.zeros((T * N, targets.shape[1]))
+        sq = np.zeros(T * N)
+        np.add.at(sums, flat, ys)
+        np.add.at(sq, flat, (ys ** 2).sum(1))
+        return counts, (sums.reshape(T, N, -1), sq.reshape(T, N))
+
+    # ---------------------------------------------------------------- edits
+    def _new_stump(self, layer, arrays, t, n, center, value):
+        """Candidate stump at leaf (t, n): fresh split, gamma0, children inherit ``value``."""
+        mask = layer.draw_feature_mask((1,))[0]
+        kernel, bias = layer.draw_splits(mask[None], center=center[None])
+        arrays["mask"][t, n] = mask
+        arrays["kernel"][t, n] = kernel[0]
+        arrays["bias"][t, n] = bias[0]
+        arrays["gamma"][t, n] = layer.initial_gamma
+        arrays["epochs"][t, n] = 0
+        arrays["candidate"][t, n] = 1
+        arrays["gain"][t, n] = -np.inf
+        arrays["leaves"][t, 2 * n + 1] = value
+        arrays["leaves"][t, 2 * n + 2] = value
+
+    def _eligible(self, layer, state, t, n, counts, regression_stats):
+        if n >= layer.num_internal:
+            return False
+        total = counts[t, n].sum()
+        if total < self.min_samples_split:
+            return False
+        if layer.is_classifier:
+            if np.count_nonzero(counts[t, n]) <= 1:
+                return False  # pure
+        else:
+            sums, sq = regression_stats
+            var = sq[t, n] / total - (sums[t, n] ** 2).sum() / total ** 2
+            if var <= 1e-12 * max(1.0, sq[t, n] / total):
+                return False
+        if self.max_leaves is not None and topology.num_leaves(state)[t] >= self.max_leaves:
+            return False
+        return True
+
+    def _node_value(self, layer, t, n, counts, regression_stats, fallback):
+        total = counts[t, n].sum()
+        if total == 0:
+            return fallback
+        if layer.is_classifier:
+            return counts[t, n] / total
+        return regression_stats[0][t, n] / total
+
+    def _read(self, layer):
+        get = lambda v: np.array(ops.convert_to_numpy(v))  # noqa: E731
+        return {
+            "state": get(layer.node_state), "candidate": get(layer.candidate), "mask": get(layer.feature_mask),
+            "kernel": get(layer.split_kernel), "bias": get(layer.split_bias), "gamma": get(layer.gamma),
+            "epochs": get(layer.node_epochs), "attempts": get(layer.attempts), "gain": get(layer.candidate_gain),
+            "leaves": get(layer.leaf_values),
+        }
+
+    def _write(self, layer, a):
+        topology.validate(a["state"])
+        for var, key in ((layer.node_state, "state"), (layer.candidate, "candidate"),
+                         (layer.feature_mask, "mask"), (layer.split_kernel, "kernel"),
+                         (layer.split_bias, "bias"), (layer.gamma, "gamma"), (layer.node_epochs, "epochs"),
+                         (layer.attempts, "attempts"), (layer.candidate_gain, "gain"),
+                         (layer.leaf_values, "leaves")):
+            var.assign(a[key].astype(var.dtype))
+
+    # ------------------------------------------------------------ callbacks
+    def on_train_begin(self, logs=None):
+        self._fns = {}
+        for layer in end_to_end_layers(self.model, self.layer_names):
+            if int(ops.convert_to_numpy(layer.growth_phase)) in (PHASE_GROWING, PHASE_FINETUNING):
+                continue  # resume where a previous fit stopped
+            targets = self._targets(layer)
+            feats = self._features(layer)
+            a = self._read(layer)
+            T = layer.num_trees
+            a["state"] = topology.root_leaf(T, layer.max_depth)
+            a["candidate"][:] = 0
+            a["attempts"][:] = 0
+            a["epochs"][:] = 0
+            a["gain"][:] = -np.inf
+            stops = np.zeros((self.num_samples, T), dtype=np.int64)
+            counts, reg = self._node_stats(layer, stops, targets)
+            center = feats.mean(0)
+            for t in range(T):
+                value = self._node_value(layer, t, 0, counts, reg, a["leaves"][t, 0])
+                a["leaves"][t, 0] = value
+                if self._eligible(layer, a["state"], t, 0, counts, reg):
+                    self._new_stump(layer, a, t, 0, center, value)
+            self._write(layer, a)
+            layer.growing.assign(1)
+            layer.growth_phase.assign(PHASE_GROWING)
+            layer.phase_epoch.assign(0)
+            if not a["candidate"].any():
+                self._start_finetune(layer)
+
+    def on_epoch_end(self, epoch, logs=None):
+        layers = end_to_end_layers(self.model, self.layer_names)
+        for layer in layers:
+            phase = int(ops.convert_to_numpy(layer.growth_phase))
+            if phase not in (PHASE_GROWING, PHASE_FINETUNING):
+                continue
+            done = int(ops.convert_to_numpy(layer.phase_epoch)) + 1
+            layer.phase_epoch.assign(done)
+            if phase == PHASE_GROWING and done >= self.epochs_per_level:
+                layer.phase_epoch.assign(0)
+                self._end_level(layer)
+            elif phase == PHASE_FINETUNING and done >= self.finetune_epochs:
+                layer.growth_phase.assign(PHASE_DONE)
+        phases = [int(ops.convert_to_numpy(layer.growth_phase)) for layer in layers]
+        if all(p in (PHASE_DONE, PHASE_IDLE) for p in phases):
+            self.model.stop_training = True
+
+    def on_train_end(self, logs=None):
+        for layer in end_to_end_layers(self.model, self.layer_names):
+            if int(ops.convert_to_numpy(layer.growth_phase)) == PHASE_GROWING:
+                warnings.warn(
+                    f"GreedyLevelGrowth: fit() ended while {layer.name} was still growing (the "
+                    "layer stays in its greedy-growth mode, where only candidate stumps train). "
+                    "Call fit() again with this callback to resume, and pass "
+                    "epochs=callback.max_epochs(max_depth) to fit.",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+
+    def _start_finetune(self, layer):
+        layer.candidate.assign(np.zeros(layer.candidate.shape, "int32"))
+        layer.growing.assign(0)
+        layer.phase_epoch.assign(0)
+        layer.growth_phase.assign(PHASE_FINETUNING if self.finetune_epochs > 0 else PHASE_DONE)
+        reset_optimizer(getattr(self.model, "optimizer", None))
+
+    def _end_level(self, layer):
+        targets = self._targets(layer)
+        feats = self._features(layer)
+        a = self._read(layer)
+        state, I = a["state"], layer.num_internal
+        training = (a["candidate"] == 1) & (state[:, :I] == topology.LEAF)
+        # Best-first: stumps trained in earlier rounds that succeeded but were not
+        # committed yet wait (finite gain, no longer trained).
+        waiting = (state[:, :I] == topology.LEAF) & np.isfinite(a["gain"]) & ~training
+        # Route with the candidate (and waiting) stumps acting as splits, so the
+        # counts at their children are the data each child would receive.
+        stops = self._stops(layer, feats, (state[:, :I] == topology.SPLIT) | training | waiting)
+        counts, reg = self._node_stats(layer, stops, targets)
+        T = layer.num_trees
+        flat_stops = stops + np.arange(T)[None] * layer.num_positions
+
+        flat_ids = flat_stops.ravel()
+        sums = np.stack([np.bincount(flat_ids, weights=np.repeat(feats[:, j], T), minlength=T * layer.num_positions)
+                         for j in range(feats.shape[1])], axis=1).reshape(T, layer.num_positions, -1)
+        sizes = counts.sum(-1)
+
+        def center_of(t, nodes):
+            total = sum(sizes[t, c] for c in nodes)
+            return sum(sums[t, c] for c in nodes) / total if total > 0 else feats.mean(0)
+
+        committed = []
+        for t, n in zip(*np.nonzero(training)):
+            nl, nr = counts[t, 2 * n + 1].sum(), counts[t, 2 * n + 2].sum()
+            a["candidate"][t, n] = 0
+            if nl == 0 or nr == 0:  # failed: all samples on one side
+                a["attempts"][t, n] += 1
+                if a["attempts"][t, n] < self.max_attempts:
+                    self._new_stump(layer, a, t, n, center_of(t, [2 * n + 1, 2 * n + 2]), a["leaves"][t, n])
+                continue
+            if self.best_first:
+                if layer.is_classifier:
+                    parent = a["leaves"][t, n]
+                    gain = _entropy(parent) - (nl * _entropy(a["leaves"][t, 2 * n + 1])
+                                               + nr * _entropy(a["leaves"][t, 2 * n + 2])) / (nl + nr)
+                else:
+                    # (not `sums`: that name holds the feature sums center_of uses)
+                    ysum, ysq = reg
+                    tot = nl + nr
+                    var = lambda c, s, q: q / c - (s ** 2).sum() / c ** 2  # noqa: E731
+                    l, r = 2 * n + 1, 2 * n + 2
+                    parent_var = var(tot, ysum[t, l] + ysum[t, r], ysq[t, l] + ysq[t, r])
+                    gain = parent_var - (nl * var(nl, ysum[t, l], ysq[t, l])
+                                         + nr * var(nr, ysum[t, r], ysq[t, r])) / tot
+                a["gain"][t, n] = gain
+            else:
+                committed.append((t, n))
+
+        def commit(t, n):
+            if self.max_leaves is not None and topology.num_leaves(a["state"])[t] >= self.max_leaves:
+                return  # leaf budget used up: the node stays a leaf
+            a["state"] = topology.split_leaf(a["state"], t, n)
+            a["gain"][t, n] = -np.inf
+            # New candidates: the children of the committed split.
+            for c in (2 * n + 1, 2 * n + 2):
+                if c < I and a["attempts"][t, c] == 0 and self._eligible(layer, a["state"], t, c, counts, reg):
+                    self._new_stump(layer, a, t, c, center_of(t, [c]), a["leaves"][t, c])
+
+        def best_waiting(t):
+            if topology.num_leaves(a["state"])[t] >= self.max_leaves:
+                return None
+            gains = np.where(a["state"][t, :I] == topology.LEAF, a["gain"][t], -np.inf)
+            return int(np.argmax(gains)) if np.isfinite(gains.max()) else None
+
+        for t, n in committed:
+            commit(t, n)
+        if self.best_first:
+            for t in range(T):
+                # One commit per round; while the tree has no stump to train, the
+                # next best already-trained stump is committed right away (a round
+                # training nothing would only waste epochs, and stopping would
+                # leave trained stumps and leaf budget unused).
+                n = best_waiting(t)
+                while n is not None:
+                    commit(t, n)
+                    if (a["candidate"][t] == 1).any():
+                        break
+                    n = best_waiting(t)
+        self._write(layer, a)
+        if not a["candidate"].any():
+            self._start_finetune(layer)
+        else:
+            reset_optimizer(getattr(self.model, "optimizer", None))
+
+
+def _positive(name, value):
+    value = int(value)
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+    return value

@@ -1,0 +1,503 @@
+"""Shared machinery of EndToEndTree and EndToEndForest (Hehn et al., IJCV 2019).
+
+Not public: use :class:`keras_trees.layers.EndToEndTree` or
+:class:`keras_trees.layers.EndToEndForest`.
+"""
+
+import math
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_trees import topology
+from keras_trees.layers import _validation
+from keras_trees.ops import hard_routing, path_probabilities
+
+# Heaps of this depth hold 2**25 - 1 positions per tree: already far beyond memory
+# for realistic inputs; the memory check refuses much earlier.
+MAX_DEPTH = 24
+TOPOLOGIES = ("perfect", "stump", "leaf")
+SPLIT_TYPES = ("oblique", "axis_aligned")
+ROUTINGS = ("hard", "soft")
+# Growth phases stored in the layer (written by GreedyLevelGrowth).
+PHASE_IDLE, PHASE_GROWING, PHASE_FINETUNING, PHASE_DONE = 0, 1, 2, 3
+
+
+def _const(value):
+    """An initializer returning a fixed array (for topology and masks)."""
+
+    def init(shape, dtype=None):
+        arr = np.asarray(value)
+        if tuple(arr.shape) != tuple(shape):
+            arr = np.broadcast_to(arr, shape)
+        return ops.convert_to_tensor(np.array(arr), dtype=dtype)
+
+    return init
+
+
+class EndToEndTreesBase(keras.layers.Layer):
+    """Probabilistic-at-train-time, deterministic-at-test-time trees (see subclasses)."""
+
+    supports_jit = False  # the inference path calls the KerasTrees>HardRouting op
+
+    def __init__(
+        self,
+        num_trees=1,
+        max_depth=6,
+        num_classes=None,
+        units=None,
+        initial_topology="perfect",
+        split_type="oblique",
+        features_per_split=None,
+        patch_size=None,
+        split_features=None,
+        gamma=1.0,
+        inference_routing="hard",
+        split_regularizer=None,
+        leaf_smoothing=1e-6,
+        seed=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_trees = _validation.positive_int("num_trees", num_trees)
+        self.max_depth = _validation.positive_int("max_depth", max_depth, maximum=MAX_DEPTH)
+        if (num_classes is None) == (units is None):
+            raise ValueError(
+                "pass exactly one of num_classes (classification, categorical leaves) or units "
+                f"(regression leaves), got num_classes={num_classes!r}, units={units!r}"
+            )
+        if num_classes is not None:
+            self.num_classes = _validation.positive_int("num_classes", num_classes)
+            if self.num_classes < 2:
+                raise ValueError(f"num_classes must be >= 2, got {num_classes}")
+            self.units = None
+        else:
+            self.units = _validation.positive_int("units", units)
+            self.num_classes = None
+        if initial_topology not in TOPOLOGIES:
+            raise ValueError(f"initial_topology must be one of {TOPOLOGIES}, got {initial_topology!r}")
+        self.initial_topology = initial_topology
+        if split_type not in SPLIT_TYPES:
+            raise ValueError(f"split_type must be one of {SPLIT_TYPES}, got {split_type!r}")
+        self.split_type = split_type
+        if features_per_split is not None:
+            features_per_split = _validation.positive_int("features_per_split", features_per_split)
+        self.features_per_split = features_per_split
+        if patch_size is not None:
+            if isinstance(patch_size, int):
+                patch_size = (patch_size, patch_size)
+            patch_size = tuple(_validation.positive_int("patch_size", int(v)) for v in patch_size)
+            if len(patch_size) != 2:
+                raise ValueError(f"patch_size must be an int or (height, width), got {patch_size}")
+            if features_per_split is not None or split_type == "axis_aligned":
+                raise ValueError("patch_size excludes features_per_split and split_type='axis_aligned'")
+        self.patch_size = patch_size
+        if split_features is not None and not isinstance(split_features, keras.layers.Layer):
+            raise TypeError(
+                f"split_features must be a Keras layer or model, got {type(split_features).__name__}"
+            )
+        self.split_features = split_features
+        gamma = float(gamma)
+        if not (math.isfinite(gamma) and gamma > 0):
+            raise ValueError(f"gamma must be a finite number > 0, got {gamma}")
+        self.initial_gamma = gamma
+        if inference_routing not in ROUTINGS:
+            raise ValueError(f"inference_routing must be one of {ROUTINGS}, got {inference_routing!r}")
+        self.inference_routing = inference_routing
+        self.split_regularizer = keras.regularizers.get(split_regularizer)
+        self.leaf_smoothing = float(leaf_smoothing)
+        if not (self.leaf_smoothing >= 0):
+            raise ValueError(f"leaf_smoothing must be >= 0, got {leaf_smoothing}")
+        self.seed = seed
+        self._rng = np.random.default_rng(seed)
+        self.input_spec = keras.layers.InputSpec(min_ndim=2)
+
+    # ------------------------------------------------------------------ sizes
+    @property
+    def is_classifier(self):
+        return self.num_classes is not None
+
+    @property
+    def output_dim(self):
+        return self.num_classes if self.is_classifier else self.units
+
+    @property
+    def num_internal(self):
+        return topology.num_internal(self.max_depth)
+
+    @property
+    def num_positions(self):
+        return topology.num_positions(self.max_depth)
+
+    # ------------------------------------------------------------------ build
+    def build(self, input_shape):
+        input_shape = tuple(input_shape)
+        if self.split_features is not None:
+            self.split_features.build(input_shape)
+            feat_shape = tuple(self.split_features.compute_output_shape(input_shape))
+        else:
+            feat_shape = input_shape
+        if any(d is None for d in feat_shape[1:]):
+            raise ValueError(
+                f"{type(self).__name__} needs known feature dimensions, got shape {feat_shape}"
+            )
+        self.feature_shape = tuple(int(d) for d in feat_shape[1:])
+        q = int(np.prod(self.feature_shape))
+        self.feature_dim = q
+        if self.features_per_split is not None and self.features_per_split > q:
+            raise ValueError(f"features_per_split={self.features_per_split} exceeds the {q} input features")
+        if self.patch_size is not None:
+            if len(self.feature_shape) not in (2, 3):
+                raise ValueError(
+                    "patch_size needs image-shaped inputs (height, width[, channels]), got feature "
+                    f"shape {self.feature_shape}"
+                )
+            if any(p > s for p, s in zip(self.patch_size, self.feature_shape[:2])):
+                raise ValueError(f"patch_size {self.patch_size} exceeds the image size {self.feature_shape[:2]}")
+        itemsize = 8 if keras.backend.standardize_dtype(self.variable_dtype) == "float64" else 4
+        T, I, N = self.num_trees, self.num_internal, self.num_positions
+        _validation.check_parameter_memory(
+            T * (2 * I * (q + 2) + N * (self.output_dim + 1)),
+            itemsize,
+            f"{type(self).__name__}(num_trees={T}, max_depth={self.max_depth}) over {q} features",
+            "use a smaller max_depth or fewer trees.",
+        )
+        mask = self.draw_feature_mask((T, I))
+        kernel, bias = self.draw_splits(mask)
+        # split_regularizer is applied in call() to the splits being trained only:
+        # committed (frozen) splits of a growing tree must not move.
+        self.split_kernel = self.add_weight(name="split_kernel", shape=(T, I, q), initializer=_const(kernel))
+        self.split_bias = self.add_weight(name="split_bias", shape=(T, I), initializer=_const(bias))
+        self.feature_mask = self.add_weight(
+            name="feature_mask", shape=(T, I, q), initializer=_const(mask), trainable=False
+        )
+        self.gamma = self.add_weight(
+            name="gamma", shape=(T, I), initializer=keras.initializers.Constant(self.initial_gamma),
+            trainable=False,
+        )
+        if self.initial_topology == "perfect":
+            state = topology.perfect(T, self.max_depth)
+        elif self.initial_topology == "stump":
+            state = topology.stump(T, self.max_depth)
+        else:
+            state = topology.root_leaf(T, self.max_depth)
+        int_var = dict(dtype="int32", trainable=False)
+        self.node_state = self.add_weight(name="node_state", shape=(T, N), initializer=_const(state), **int_var)
+        self.candidate = self.add_weight(name="candidate", shape=(T, I), initializer="zeros", **int_var)
+        self.node_epochs = self.add_weight(name="node_epochs", shape=(T, I), initializer="zeros", **int_var)
+        self.attempts = self.add_weight(name="attempts", shape=(T, I), initializer="zeros", **int_var)
+        self.candidate_gain = self.add_weight(
+            name="candidate_gain", shape=(T, I), initializer=keras.initializers.Constant(-np.inf),
+            trainable=False,
+        )
+        self.growing = self.add_weight(name="growing", shape=(), initializer="zeros", **int_var)
+        self.growth_phase = self.add_weight(name="growth_phase", shape=(), initializer="zeros", **int_var)
+        self.phase_epoch = self.add_weight(name="phase_epoch", shape=(), initializer="zeros", **int_var)
+        K = self.output_dim
+        if self.is_classifier:
+            self.leaf_values = self.add_weight(
+                name="leaf_values", shape=(T, N, K), initializer=keras.initializers.Constant(1.0 / K),
+                trainable=False,
+            )
+        else:
+            self.leaf_values = self.add_weight(name="leaf_values", shape=(T, N, K), initializer="zeros")
+        self.input_spec = keras.layers.InputSpec(min_ndim=2, axes={-1: input_shape[-1]})
+
+    # ------------------------------------------------- random split parameters
+    def draw_feature_mask(self, shape):
+        """Random feature subsets (Section 2.7) as 0/1 masks of shape ``shape + (q,)``."""
+        q = self.feature_dim
+        mask = np.zeros(tuple(shape) + (q,), dtype=np.float32)
+        flat = mask.reshape(-1, q)
+        if self.split_type == "axis_aligned":
+            flat[np.arange(flat.shape[0]), self._rng.integers(0, q, flat.shape[0])] = 1.0
+        elif self.features_per_split is not None:
+            for row in flat:
+                row[self._rng.choice(q, self.features_per_split, replace=False)] = 1.0
+        elif self.patch_size is not None:
+            h, w = self.feature_shape[:2]
+            ph, pw = self.patch_size
+            img = flat.reshape(flat.shape[0], h, w, -1)
+            for row in img:
+                r, c = self._rng.integers(0, h - ph + 1), self._rng.integers(0, w - pw + 1)
+                row[r: r + ph, c: c + pw, :] = 1.0
+        else:
+            flat[:] = 1.0
+        return mask
+
+    def draw_splits(self, mask, center=None):
+        """Split directions uniform on the unit sphere of each feature subset.
+
+        The bias is small and random (as in the authors' code) or, when
+        ``center`` (the mean of the samples a new stump will see) is given,
+        ``-<w, center>`` so the initial hyperplane cuts through that data.
+        """
+        direction = self._rng.normal(size=mask.shape).astype(np.float32) * mask
+        norm = np.linalg.norm(direction, axis=-1, keepdims=True)
+        direction = direction / np.maximum(norm, 1e-12)
+        active = np.maximum(mask.sum(-1), 1.0)
+        if center is None:
+            limit = np.sqrt(3.0 / active)
+            bias = self._rng.uniform(-1, 1, size=mask.shape[:-1]) * limit
+        else:
+            bias = -np.sum(direction * center, axis=-1)
+        return direction.astype(np.float32), bias.astype(np.float32)
+
+    # ------------------------------------------------------------------ call
+    def features(self, inputs, training=None):
+        """Split features ``(batch, q)``: the extractor's output (if any), flattened."""
+        x = inputs
+        if self.split_features is not None:
+            x = self.split_features(x, training=training)
+        x = ops.convert_to_tensor(x)
+        if not keras.backend.is_float_dtype(x.dtype):
+            x = ops.cast(x, self.compute_dtype)
+        return ops.reshape(x, (-1, self.feature_dim))
+
+    def effective_kernel(self):
+        return self.split_kernel * ops.cast(self.feature_mask, self.split_kernel.dtype)
+
+    def trained_kernel(self):
+        """Effective kernels of the splits the optimizer trains now (others zeroed):
+        candidate stumps while growing, every split otherwise."""
+        state = self.node_state[:, : self.num_internal]
+        candidate = ops.logical_and(ops.equal(state, topology.LEAF), ops.equal(self.candidate, 1))
+        trained = ops.where(self.growing > 0, candidate, ops.equal(state, topology.SPLIT))
+        return self.effective_kernel() * ops.cast(trained, self.split_kernel.dtype)[..., None]
+
+    def _flat_leaves(self, dtype):
+        return ops.cast(ops.reshape(self.leaf_values, (self.num_trees * self.num_positions, -1)), dtype)
+
+    # Heaps up to this many positions per tree use the dense level-by-level
+    # computation; deeper (typically sparse) trees evaluate present nodes only.
+    DENSE_POSITIONS = 4095
+
+    @property
+    def _dense_soft(self):
+        return self.num_positions <= self.DENSE_POSITIONS
+
+    def soft_posterior(self, feats):
+        """Eq. 2 / Eq. 20 with probabilistic routing through all present splits."""
+        if self._dense_soft:
+            mu = path_probabilities.heap_leaf_probabilities(
+                feats, self.effective_kernel(), self.split_bias, self.gamma, self.node_state
+            )
+            return ops.einsum("btn,tnk->bk", mu, ops.cast(self.leaf_values, feats.dtype)) / self.num_trees
+        leaf_ids, log_mu = path_probabilities.soft_leaf_log_probabilities(
+            feats, self.effective_kernel(), self.split_bias, self.gamma, self.node_state
+        )
+        values = ops.take(self._flat_leaves(feats.dtype), leaf_ids, axis=0)
+        return ops.matmul(ops.exp(log_mu), values) / self.num_trees
+
+    def _growth_parts(self, feats):
+        node, is_stump, s = path_probabilities.frontier(
+            feats, self.effective_kernel(), self.split_bias, self.gamma, self.node_state, self.candidate
+        )
+        N, I = self.num_positions, self.num_internal
+        base = ops.arange(self.num_trees, dtype="int32")[None] * N
+        child = ops.minimum(node, I - 1)
+        own_idx = node + base
+        left_idx = 2 * child + 1 + base
+        right_idx = 2 * child + 2 + base
+        return node, is_stump, s, own_idx, left_idx, right_idx
+
+    def growth_posterior(self, feats):
+        """Greedy-growth model: hard through committed splits, soft at candidate stumps."""
+        _, is_stump, s, own_idx, left_idx, right_idx = self._growth_parts(feats)
+        leaves = self._flat_leaves(feats.dtype)
+        own, left, right = (ops.take(leaves, i, axis=0) for i in (own_idx, left_idx, right_idx))
+        s = ops.cast(s, feats.dtype)[..., None]
+        per_tree = ops.where(is_stump[..., None], (1.0 - s) * left + s * right, own)
+        return ops.mean(per_tree, axis=1)
+
+    def route(self, inputs):
+        """``(batch, num_trees)`` leaf position reached by deterministic routing."""
+        feats = self.features(inputs, training=False)
+        is_split = ops.equal(self.node_state[:, : self.num_internal], topology.SPLIT)
+        node, _ = hard_routing.hard_route(
+            feats, self.effective_kernel(), self.split_bias, is_split, with_path_values=False
+        )
+        return node
+
+    def hard_posterior(self, feats):
+        is_split = ops.equal(self.node_state[:, : self.num_internal], topology.SPLIT)
+        node, _ = hard_routing.hard_route(
+            feats, self.effective_kernel(), self.split_bias, is_split, with_path_values=False
+        )
+        idx = node + ops.arange(self.num_trees, dtype="int32")[None] * self.num_positions
+        return ops.mean(ops.take(self._flat_leaves(feats.dtype), idx, axis=0), axis=1)
+
+    def call(self, inputs, training=None, routing=None):
+        """Training: probabilistic routing (greedy-growth model while growing).
+
+        Inference: ``routing="hard"`` (default: ``inference_routing``) follows one
+        path per tree through the hard-routing op (gamma -> infinity);
+        ``routing="soft"`` returns the probabilistic posterior of Eq. 2 / 20.
+        """
+        feats = self.features(inputs, training=training)
+        if training and self.split_regularizer is not None:
+            self.add_loss(self.split_regularizer(self.trained_kernel()))
+        if training:
+            return ops.cond(
+                self.growing > 0,
+                lambda: self.growth_posterior(feats),
+                lambda: self.soft_posterior(feats),
+            )
+        routing = routing or self.inference_routing
+        if routing not in ROUTINGS:
+            raise ValueError(f"routing must be one of {ROUTINGS}, got {routing!r}")
+        if routing == "soft":
+            return self.soft_posterior(feats)
+        return self.hard_posterior(feats)
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], self.output_dim)
+
+    def posterior(self, inputs, routing="soft"):
+        """Predicted class distribution (or regression value) with the given routing."""
+        return self(inputs, training=False, routing=routing)
+
+    # ------------------------------------------------------------ statistics
+    def em_statistics(self, inputs, labels):
+        """E-step (Eq. 10) for a batch: ``sum_n 1(y_n = k) h_{n,l}`` per leaf position.
+
+        Uses the training-time model (the greedy-growth model while growing).
+        Returns a ``(num_trees * positions, num_classes)`` tensor; responsibilities
+        are normalized over all leaves of all trees (the forest's likelihood,
+        Eq. 20 inside Eq. 4; for a single tree this is exactly Eq. 10).
+        """
+        if not self.is_classifier:
+            raise ValueError("EM leaf updates need a classification layer (num_classes=...)")
+        feats = self.features(inputs, training=False)
+        y = ops.cast(ops.reshape(labels, (-1,)), "int32")
+        onehot = ops.one_hot(y, self.num_classes, dtype=feats.dtype)
+        total = self.num_trees * self.num_positions
+        T = float(self.num_trees)
+        leaves = self._flat_leaves(feats.dtype)
+
+        def soft_dense():
+            mu = path_probabilities.heap_leaf_probabilities(
+                feats, self.effective_kernel(), self.split_bias, self.gamma, self.node_state
+            )
+            values = ops.cast(self.leaf_values, feats.dtype)
+            pi_y = ops.einsum("tnk,bk->btn", values, onehot)
+            p_y = ops.sum(mu * pi_y, axis=(1, 2)) / T
+            h = mu * pi_y / (T * ops.maximum(p_y, 1e-30))[:, None, None]
+            return ops.reshape(ops.einsum("btn,bk->tnk", h, onehot), (total, self.num_classes))
+
+        def soft():
+            if self._dense_soft:
+                return soft_dense()
+            leaf_ids, log_mu = path_probabilities.soft_leaf_log_probabilities(
+                feats, self.effective_kernel(), self.split_bias, self.gamma, self.node_state
+            )
+            values = ops.take(leaves, leaf_ids, axis=0)  # (L, K)
+            mu = ops.exp(log_mu)
+            p_y = ops.sum(ops.matmul(mu, values) * onehot, axis=1) / T
+            pi_y = ops.transpose(ops.take(ops.transpose(values), y, axis=0))  # (L, B)
+            h = ops.transpose(pi_y) * mu / (T * ops.maximum(p_y, 1e-30)[:, None])
+            counts = ops.matmul(ops.transpose(h), onehot)
+            return ops.scatter(leaf_ids[:, None], counts, (total, self.num_classes))
+
+        def growth():
+            _, is_stump, s, own_idx, left_idx, right_idx = self._growth_parts(feats)
+            s = ops.cast(s, feats.dtype)
+            pick = lambda idx: ops.sum(ops.take(leaves, idx, axis=0) * onehot[:, None, :], -1)  # noqa: E731
+            own_y, left_y, right_y = pick(own_idx), pick(left_idx), pick(right_idx)
+            stump = ops.cast(is_stump, feats.dtype)
+            h_left = stump * (1.0 - s) * left_y
+            h_right = stump * s * right_y
+            h_own = (1.0 - stump) * own_y
+            p_y = ops.sum(h_left + h_right + h_own, axis=1) / T
+            norm = 1.0 / (T * ops.maximum(p_y, 1e-30))[:, None]
+            idx = ops.concatenate([ops.reshape(i, (-1, 1)) for i in (left_idx, right_idx, own_idx)], 0)
+            val = ops.concatenate(
+                [ops.reshape((h * norm)[..., None] * onehot[:, None, :], (-1, self.num_classes))
+                 for h in (h_left, h_right, h_own)], 0,
+            )
+            return ops.scatter(idx, val, (total, self.num_classes))
+
+        return ops.cond(self.growing > 0, growth, soft)
+
+    def em_update_mask(self):
+        """Leaf positions the M-step may change: all leaves, or while growing the
+        children of candidate stumps (committed leaves keep their distributions)."""
+        state = ops.convert_to_numpy(self.node_state)
+        if int(ops.convert_to_numpy(self.growing)) == 0:
+            return state == topology.LEAF
+        cand = np.zeros_like(state, dtype=bool)
+        c = ops.convert_to_numpy(self.candidate).astype(bool) & (state[:, : self.num_internal] == topology.LEAF)
+        t, n = np.nonzero(c)
+        cand[t, 2 * n + 1] = True
+        cand[t, 2 * n + 2] = True
+        return cand
+
+    def set_leaf_distributions(self, counts, mask=None):
+        """M-step (Eq. 13): leaves where ``mask`` holds and data arrived become
+        ``counts / counts.sum()`` (with ``leaf_smoothing`` pseudo-counts)."""
+        counts = np.asarray(counts, dtype=np.float64).reshape(self.num_trees, self.num_positions, -1)
+        mask = self.em_update_mask() if mask is None else np.asarray(mask, bool)
+        total = counts.sum(-1, keepdims=True)
+        ok = mask & (total[..., 0] > 0)
+        smoothed = counts + self.leaf_smoothing * total / self.num_classes
+        new = smoothed / np.maximum(smoothed.sum(-1, keepdims=True), 1e-300)
+        values = np.array(ops.convert_to_numpy(self.leaf_values), dtype=np.float64)
+        values[ok] = new[ok]
+        self.leaf_values.assign(values.astype(self.leaf_values.dtype))
+        return int(ok.sum())
+
+    def num_leaves(self):
+        """Leaves per tree (NumPy array)."""
+        return topology.num_leaves(ops.convert_to_numpy(self.node_state))
+
+    def num_splits(self):
+        return (ops.convert_to_numpy(self.node_state) == topology.SPLIT).sum(axis=1)
+
+    def tree_depths(self):
+        state = ops.convert_to_numpy(self.node_state)
+        return np.array([topology.tree_depth(state, t) for t in range(self.num_trees)])
+
+    def split_evaluations(self, inputs):
+        """Mean number of split functions evaluated per sample at inference (all trees)."""
+        node = ops.convert_to_numpy(self.route(inputs))
+        return float(topology.position_depth(node).sum(axis=1).mean())
+
+    # ------------------------------------------------------------------ config
+    def get_config(self):
+        config = super().get_config()
+        ser = keras.saving.serialize_keras_object
+        config.update(
+            {
+                "max_depth": self.max_depth,
+                "num_classes": self.num_classes,
+                "units": self.units,
+                "initial_topology": self.initial_topology,
+                "split_type": self.split_type,
+                "features_per_split": self.features_per_split,
+                "patch_size": self.patch_size,
+                "split_features": ser(self.split_features) if self.split_features is not None else None,
+                "gamma": self.initial_gamma,
+                "inference_routing": self.inference_routing,
+                "split_regularizer": ser(self.split_regularizer),
+                "leaf_smoothing": self.leaf_smoothing,
+                "seed": self.seed,
+            }
+        )
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if config.get("split_features") is not None:
+            config["split_features"] = keras.saving.deserialize_keras_object(config["split_features"])
+        return cls(**config)
+
+
+def find_layers(model):
+    """All end-to-end tree layers inside ``model`` (recursively)."""
+    found = []
+    for layer in model._flatten_layers(include_self=True, recursive=True):
+        if isinstance(layer, EndToEndTreesBase):
+            found.append(layer)
+    return found

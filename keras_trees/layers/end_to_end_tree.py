@@ -1,0 +1,83 @@
+"""End-to-end learned deterministic decision tree (Hehn, Kooij & Hamprecht, IJCV 2019)."""
+
+import keras
+
+from keras_trees.layers._end_to_end import EndToEndTreesBase
+
+
+@keras.saving.register_keras_serializable(package="keras_trees")
+class EndToEndTree(EndToEndTreesBase):
+    """A decision tree that is probabilistic while training and deterministic at test time.
+
+    Split ``i`` computes the split feature ``f_i(x) = (x, 1) . beta_i`` (oblique
+    by default; ``split_type="axis_aligned"`` uses one input feature per split;
+    ``split_features`` puts any Keras layer or model in front, trained end to
+    end, e.g. a small CNN, Section 3.4) and sends a sample right with probability
+    ``sigmoid(gamma_i f_i(x))`` during training (Eq. 3, 5). At inference
+    (``predict``, ``call(training=False)``) every sample follows a single path
+    (gamma -> infinity: right iff ``f_i(x) > 0``) through the compiled
+    hard-routing op, so at most ``max_depth`` splits are evaluated; the
+    probabilistic posterior of Eq. 2 is available with ``posterior(x)`` or
+    ``call(x, routing="soft")``.
+
+    Classification leaves hold categorical distributions (outputs are class
+    probabilities; train with ``SparseCategoricalCrossentropy()``) learned by
+    the closed-form EM update of Eq. 13 (:class:`keras_trees.callbacks.EMLeafUpdate`),
+    while the optimizer updates the splits (Eq. 14: the gradient of the
+    log-likelihood with respect to the splits equals the gradient of Eq. 14 at
+    the current responsibilities). Regression leaves (``units=...``) are
+    trained by the optimizer. The topology (:mod:`keras_trees.topology`) is a
+    heap of maximum depth ``max_depth`` held in Keras variables;
+    :class:`keras_trees.callbacks.GreedyLevelGrowth` grows it from a root stump
+    (Section 2.5) and :class:`keras_trees.callbacks.SteepnessAnnealing` raises
+    each split's ``gamma`` (Table 1).
+
+    Variables (per position of the heap, see :mod:`keras_trees.topology`):
+    ``split_kernel`` ``(1, 2**D - 1, q)``, ``split_bias`` ``(1, 2**D - 1)``,
+    ``feature_mask`` (which features each split may use), ``gamma`` (steepness
+    per split), ``node_state`` (topology), ``leaf_values``
+    ``(1, 2**(D+1) - 1, K)``, and growth bookkeeping (``candidate``,
+    ``node_epochs``, ``attempts``, ``candidate_gain``, ``growing``,
+    ``growth_phase``, ``phase_epoch``). All are allocated when the layer is built;
+    growth only assigns values.
+
+    Args:
+        max_depth: maximum depth ``D`` (the heap holds ``2**D`` leaves).
+        num_classes: number of classes (categorical leaves); or
+        units: regression output size (exactly one of the two).
+        initial_topology: ``"perfect"`` (balanced tree of ``max_depth``, for
+            plain end-to-end training, "Finetune"), ``"stump"`` or ``"leaf"``;
+            ``GreedyLevelGrowth`` resets it to a root stump.
+        split_type: ``"oblique"`` or ``"axis_aligned"`` (one random feature per
+            split, redrawn on every growth attempt).
+        split_features: optional Keras layer/model computing split features
+            from the input (shared by all splits, trained end to end).
+        gamma: initial steepness of every split (paper: 1.0).
+        inference_routing: ``"hard"`` (default) or ``"soft"`` for ``call(training=False)``.
+        split_regularizer: regularizer of ``split_kernel``, e.g.
+            :class:`keras_trees.regularizers.SpatialLaplacian` (Eq. 15).
+        leaf_smoothing: pseudo-count (relative to a leaf's data mass) that keeps
+            EM leaf probabilities away from exactly 0.
+        seed: seed of the random split directions (unit sphere) and feature subsets.
+
+    Example:
+
+    >>> import numpy as np, keras
+    >>> from keras_trees.layers import EndToEndTree
+    >>> from keras_trees.callbacks import EMLeafUpdate, SteepnessAnnealing
+    >>> rng = np.random.default_rng(0)
+    >>> x = rng.normal(size=(256, 4)).astype("float32"); y = (x[:, 0] > 0).astype("int32")
+    >>> model = keras.Sequential([keras.Input((4,)), EndToEndTree(max_depth=2, num_classes=2, seed=0)])
+    >>> model.compile(keras.optimizers.Adam(0.01), keras.losses.SparseCategoricalCrossentropy())
+    >>> _ = model.fit(x, y, batch_size=64, epochs=3, verbose=0,
+    ...               callbacks=[EMLeafUpdate(x, y), SteepnessAnnealing(0.1)])
+    >>> model.predict(x, verbose=0).shape
+    (256, 2)
+    """
+
+    def __init__(self, max_depth=6, num_classes=None, units=None, **kwargs):
+        kwargs.pop("num_trees", None)
+        super().__init__(num_trees=1, max_depth=max_depth, num_classes=num_classes, units=units, **kwargs)
+
+    def get_config(self):
+        return super().get_config()

@@ -1,0 +1,120 @@
+"""Hard (deterministic) routing through forests of possibly unbalanced trees.
+
+Topology and layout: :mod:`keras_trees.topology` (heap positions, ``is_split``
+over the internal positions). ``hard_route`` dispatches to the compiled
+``KerasTrees>HardRouting`` op (only the splits on each sample's path are
+evaluated: at most ``depth`` dot products per sample and tree) and to
+``hard_route_reference`` (``keras.ops``; evaluates every split densely) otherwise.
+Routing is piecewise constant, so it has no gradient.
+"""
+
+from keras import ops
+
+from keras_trees.ops import _library
+
+
+def _validate(x, split_weights, split_bias, is_split):
+    if len(x.shape) != 2:
+        raise ValueError(f"x must have rank 2 (batch, input_dim), got shape {tuple(x.shape)}")
+    if len(split_weights.shape) != 3:
+        raise ValueError(
+            "split_weights must have shape (num_trees, 2**depth - 1, input_dim), "
+            f"got {tuple(split_weights.shape)}"
+        )
+    trees, internal, dim = split_weights.shape
+    leaves = internal + 1
+    if internal < 1 or leaves & (leaves - 1):
+        raise ValueError(f"split_weights.shape[1] must be 2**depth - 1, got {internal}")
+    if x.shape[1] is not None and x.shape[1] != dim:
+        raise ValueError(f"x has {x.shape[1]} features but split_weights expects input_dim={dim}")
+    for name, t in (("split_bias", split_bias), ("is_split", is_split)):
+        if tuple(t.shape) != (trees, internal):
+            raise ValueError(f"{name} must have shape ({trees}, {internal}), got {tuple(t.shape)}")
+
+
+def _check_finite_eager(x):
+    try:
+        xv = ops.convert_to_numpy(x)
+    except Exception:  # symbolic: the op checks
+        return
+    import numpy as np
+
+    if not np.all(np.isfinite(xv)):
+        raise ValueError("x contains NaN or Inf; hard routing needs finite inputs")
+
+
+def hard_route_reference(x, split_weights, split_bias, is_split):
+    """Dense ``keras.ops`` reference: evaluates all splits, then walks the heap.
+
+    Returns:
+        ``(node, path_values)``: ``(batch, num_trees)`` int32 heap position where
+        each sample stops, and ``(batch, num_trees, depth)`` split values along
+        the path (0 after its end).
+    """
+    x = ops.convert_to_tensor(x)
+    split_weights = ops.convert_to_tensor(split_weights)
+    split_bias = ops.convert_to_tensor(split_bias, dtype=split_weights.dtype)
+    is_split = ops.convert_to_tensor(is_split)
+    _validate(x, split_weights, split_bias, is_split)
+    trees, internal, _ = split_weights.shape
+    depth = (internal + 1).bit_length() - 1
+    values = ops.einsum("bp,tip->bti", x, split_weights) + split_bias[None]
+    mask = ops.broadcast_to(ops.cast(is_split, "bool")[None], ops.shape(values))
+    node = ops.zeros(ops.shape(values)[:2], dtype="int32")
+    path = []
+    for _ in range(depth):
+        at = ops.minimum(node, internal - 1)[..., None]
+        v = ops.take_along_axis(values, at, axis=-1)[..., 0]
+        active = ops.logical_and(node < internal, ops.take_along_axis(mask, at, axis=-1)[..., 0])
+        path.append(ops.where(active, v, ops.zeros_like(v)))
+        node = ops.where(active, 2 * node + 1 + ops.cast(v > 0, "int32"), node)
+    return node, ops.stack(path, axis=-1)
+
+
+def hard_route(x, split_weights, split_bias, is_split, with_path_values=True):
+    """Routes every sample down one path per tree (compiled op where available).
+
+    Args:
+        x: ``(batch, input_dim)`` finite inputs.
+        split_weights: ``(num_trees, 2**depth - 1, input_dim)`` oblique split
+            weights in heap order (zero entries give axis-aligned or
+            feature-subset splits).
+        split_bias: ``(num_trees, 2**depth - 1)``.
+        is_split: ``(num_trees, 2**depth - 1)`` booleans (``node_state == SPLIT``
+            over the internal positions). A sample goes right iff
+            ``<w, x> + b > 0`` and stops at the first non-split position.
+        with_path_values: also return the split values along the path.
+
+    Returns:
+        ``(node, path_values)`` as in :func:`hard_route_reference`;
+        ``path_values`` has last dimension 0 when ``with_path_values`` is false.
+
+    >>> import numpy as np
+    >>> w = np.array([[[1.0], [0.0], [0.0]]], "float32"); b = np.zeros((1, 3), "float32")
+    >>> node, _ = hard_route(np.array([[-1.0], [2.0]], "float32"), w, b, np.array([[True, False, False]]))
+    >>> np.asarray(node).ravel().tolist()
+    [1, 2]
+    """
+    x = ops.convert_to_tensor(x)
+    split_weights = ops.convert_to_tensor(split_weights)
+    split_bias = ops.convert_to_tensor(split_bias)
+    is_split = ops.convert_to_tensor(is_split)
+    _validate(x, split_weights, split_bias, is_split)
+    if _library.custom_ops_available():
+        from keras_trees.ops import _tf_hard_routing
+
+        return _tf_hard_routing.hard_route(x, split_weights, split_bias, is_split, with_path_values)
+    _check_finite_eager(x)
+    node, path = hard_route_reference(x, split_weights, split_bias, is_split)
+    if not with_path_values:
+        path = path[..., :0]
+    return node, path
+
+
+def path_lengths(node):
+    """Number of splits evaluated on each path: the depth of the stop position."""
+    node = ops.cast(ops.convert_to_tensor(node), "float32")
+    return ops.cast(ops.floor(ops.log2(node + 1.0) + 1e-6), "int32")
+
+
+__all__ = ["hard_route", "hard_route_reference", "path_lengths"]

@@ -1,0 +1,134 @@
+"""Probabilistic routing through forests of unbalanced trees (Hehn et al. 2019).
+
+The probability that a sample reaches leaf ``l`` (Eq. 1 with ``s = sigma_gamma``,
+Eq. 5) is the product, over the splits on the path, of ``sigma(gamma_i f_i)`` for
+right turns and ``1 - sigma(gamma_i f_i)`` for left turns. Everything is written
+in ``keras.ops`` and works on the heap topology of :mod:`keras_trees.topology`;
+only the splits and leaves that are present are evaluated (the index sets have a
+data-dependent size), so deep unbalanced trees cost what they contain, not
+``2**max_depth``.
+"""
+
+from keras import ops
+
+from keras_trees import topology
+
+
+def _tree_sizes(split_weights):
+    trees, internal, _ = split_weights.shape
+    depth = (internal + 1).bit_length() - 1
+    return trees, internal, 2 * internal + 1, depth
+
+
+def present(node_state, kind):
+    """Flat indices into ``(num_trees * positions)`` of the positions in state ``kind``."""
+    flat = ops.reshape(node_state, (-1,))
+    return ops.cast(ops.nonzero(ops.equal(flat, kind))[0], "int32")
+
+
+def soft_leaf_log_probabilities(x, split_weights, split_bias, gamma, node_state):
+    """Log path probabilities of every present leaf of every tree.
+
+    Args:
+        x: ``(batch, input_dim)`` split features.
+        split_weights: ``(num_trees, 2**D - 1, input_dim)``.
+        split_bias, gamma: ``(num_trees, 2**D - 1)``; gamma is the steepness.
+        node_state: ``(num_trees, 2**(D+1) - 1)`` int topology.
+
+    Returns:
+        ``(leaf_ids, log_mu)``: ``(L,)`` int32 flat leaf indices into
+        ``num_trees * (2**(D+1) - 1)`` (tree-major) and ``(batch, L)``
+        ``log mu_l(x)``; ``sum_l mu_l = 1`` within each tree.
+    """
+    x = ops.convert_to_tensor(x)
+    trees, internal, positions, depth = _tree_sizes(split_weights)
+    state = ops.cast(node_state, "int32")
+    split_ids_pos = present(state[:, :internal], topology.SPLIT)  # into trees * internal
+    w = ops.take(ops.reshape(split_weights, (trees * internal, -1)), split_ids_pos, axis=0)
+    b = ops.take(ops.reshape(split_bias, (-1,)), split_ids_pos, axis=0)
+    g = ops.take(ops.reshape(ops.cast(gamma, x.dtype), (-1,)), split_ids_pos, axis=0)
+    # Rows are splits / leaves, columns samples: gathering whole rows (and the
+    # segment sums of their gradients) is far cheaper than gathering columns.
+    z = (ops.matmul(w, ops.transpose(x)) + b[:, None]) * g[:, None]  # (S, batch)
+    edges = ops.stack([ops.log_sigmoid(-z), ops.log_sigmoid(z)], axis=1)
+    edges = ops.reshape(edges, (-1, ops.shape(x)[0]))
+    edges = ops.concatenate([edges, ops.zeros((1, ops.shape(x)[0]), dtype=edges.dtype)], axis=0)
+    num_splits = ops.shape(z)[0]
+
+    is_split = ops.cast(ops.equal(ops.reshape(state[:, :internal], (-1,)), topology.SPLIT), "int32")
+    remap = ops.cumsum(is_split) - 1  # position -> column of z
+    leaf_ids = present(state, topology.LEAF)
+    tree = leaf_ids // positions
+    h1 = leaf_ids % positions + 1  # 1-based heap index
+    leaf_depth = ops.zeros_like(h1)
+    for d in range(1, depth + 1):
+        leaf_depth = leaf_depth + ops.cast(h1 >= 2**d, "int32")
+    pow2 = ops.convert_to_tensor([2**k for k in range(depth + 1)], dtype="int32")
+    log_mu = None
+    for d in range(depth):
+        valid = leaf_depth > d
+        shift = ops.maximum(leaf_depth - d, 1)
+        ancestor = h1 // ops.take(pow2, shift) - 1
+        direction = (h1 // ops.take(pow2, shift - 1)) % 2
+        pos = tree * internal + ops.minimum(ancestor, internal - 1)
+        col = ops.where(valid, 2 * ops.take(remap, pos) + direction, 2 * num_splits)
+        term = ops.take(edges, col, axis=0)
+        log_mu = term if log_mu is None else log_mu + term
+    return leaf_ids, ops.transpose(log_mu)
+
+
+def frontier(x, split_weights, split_bias, gamma, node_state, candidate):
+    """Greedy-growth routing: hard through committed splits, soft at candidate stumps.
+
+    Every sample is routed deterministically through the present splits to a
+    leaf ``n`` (``node``); when ``candidate[n]`` is set, the stump stored at
+    ``n`` (split parameters at ``n``, leaf predictions at ``2n+1`` and
+    ``2n+2``) is evaluated probabilistically. Each stump therefore only sees the
+    samples routed to it (Section 2.5).
+
+    Returns:
+        ``(node, is_stump, right_prob)``, each ``(batch, num_trees)``.
+    """
+    from keras_trees.ops.hard_routing import hard_route
+
+    x = ops.convert_to_tensor(x)
+    trees, internal, positions, _ = _tree_sizes(split_weights)
+    state = ops.cast(node_state, "int32")
+    is_split = ops.equal(state[:, :internal], topology.SPLIT)
+    node, _ = hard_route(x, split_weights, split_bias, is_split, with_path_values=False)
+    at = ops.minimum(node, internal - 1)
+    flat = at + ops.arange(trees, dtype="int32")[None] * internal  # (batch, trees)
+    cand = ops.take(ops.reshape(ops.cast(candidate, "bool"), (-1,)), flat)
+    is_stump = ops.logical_and(node < internal, cand)
+    w = ops.take(ops.reshape(split_weights, (trees * internal, -1)), flat, axis=0)  # (b, t, p)
+    b = ops.take(ops.reshape(split_bias, (-1,)), flat)
+    g = ops.take(ops.reshape(ops.cast(gamma, x.dtype), (-1,)), flat)
+    f = ops.sum(w * x[:, None, :], axis=-1) + b
+    return node, is_stump, ops.sigmoid(g * f)
+
+
+__all__ = ["soft_leaf_log_probabilities", "heap_leaf_probabilities", "frontier", "present"]
+
+
+def heap_leaf_probabilities(x, split_weights, split_bias, gamma, node_state):
+    """Dense level-by-level variant for shallow heaps: ``(batch, num_trees, positions)``.
+
+    Evaluates every heap position (``2**(D+1) - 1`` per tree) with elementwise
+    products instead of gathers; entries at positions that are not leaves are 0.
+    Equal to :func:`soft_leaf_log_probabilities` (exponentiated and scattered);
+    faster when trees are nearly full and ``D`` is small (forests of depth 10).
+    """
+    x = ops.convert_to_tensor(x)
+    trees, internal, positions, depth = _tree_sizes(split_weights)
+    f = ops.einsum("bq,tiq->bti", x, split_weights) + split_bias[None]
+    s = ops.sigmoid(f * ops.cast(gamma, x.dtype)[None])
+    probs = ops.ones_like(f[:, :, :1])
+    levels = [probs]
+    batch = ops.shape(x)[0]
+    for d in range(depth):
+        sd = s[:, :, 2**d - 1: 2 ** (d + 1) - 1]
+        probs = ops.reshape(ops.stack([probs * (1.0 - sd), probs * sd], axis=-1), (batch, trees, 2 ** (d + 1)))
+        levels.append(probs)
+    mu = ops.concatenate(levels, axis=-1)
+    is_leaf = ops.cast(ops.equal(ops.cast(node_state, "int32"), topology.LEAF), x.dtype)
+    return mu * is_leaf[None]

@@ -1,0 +1,57 @@
+"""Callback mechanics: per-split annealing, state in variables, optimizer reset, deep copies."""
+
+import copy
+
+import keras
+import numpy as np
+
+from keras_trees.callbacks import EMLeafUpdate, GreedyLevelGrowth, SteepnessAnnealing
+from keras_trees.callbacks._common import reset_optimizer
+from keras_trees.layers import EndToEndTree
+
+
+def test_each_new_stump_anneals_on_its_own(rng):
+    x = rng.normal(size=(200, 2)).astype("float32")
+    y = ((x[:, 0] > 0) ^ (x[:, 1] > 0)).astype("int32")
+    tree = EndToEndTree(max_depth=2, num_classes=2, seed=0, name="t")
+    model = keras.Sequential([keras.Input((2,)), tree])
+    model.compile(keras.optimizers.Adam(0.05), keras.losses.SparseCategoricalCrossentropy())
+    g = GreedyLevelGrowth(x, y, epochs_per_level=3, finetune_epochs=2)
+    model.fit(x, y, batch_size=50, epochs=20, verbose=0,
+              callbacks=[SteepnessAnnealing(0.5, layers="t"), g, EMLeafUpdate(x, y)])
+    gamma, epochs = np.asarray(tree.gamma)[0], np.asarray(tree.node_epochs)[0]
+    # root: 3 growth epochs + 2 finetune; children: 3 + 2; gamma = 1 + 0.5 * (epochs - 1)
+    assert epochs.tolist() == [5, 5, 5]
+    np.testing.assert_allclose(gamma, 1.0 + 0.5 * 4)
+
+
+def test_gamma_schedules_of_table_1(rng):
+    x = rng.normal(size=(64, 2)).astype("float32")
+    y = (x[:, 0] > 0).astype("int32")
+    for increment in (0.0, 0.01, 0.1):
+        tree = EndToEndTree(max_depth=1, num_classes=2)
+        model = keras.Sequential([keras.Input((2,)), tree])
+        model.compile("adam", keras.losses.SparseCategoricalCrossentropy())
+        model.fit(x, y, epochs=4, verbose=0, callbacks=[SteepnessAnnealing(increment)])
+        np.testing.assert_allclose(np.asarray(tree.gamma), 1.0 + 3 * increment, rtol=1e-6)
+
+
+def test_deep_copied_callbacks_find_layers_through_model(rng):
+    x = rng.normal(size=(64, 2)).astype("float32")
+    y = (x[:, 0] > 0).astype("int32")
+    callbacks = [copy.deepcopy(c) for c in (EMLeafUpdate(x, y), SteepnessAnnealing(0.1))]
+    tree = EndToEndTree(max_depth=1, num_classes=2)
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(2), tree])
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy())
+    model.fit(x, y, epochs=2, verbose=0, callbacks=callbacks)
+    assert not np.allclose(np.asarray(tree.leaf_values)[0, 1:3], 0.5)
+
+
+def test_reset_optimizer_keeps_learning_rate(rng):
+    v = keras.Variable(np.ones(3, "float32"))
+    opt = keras.optimizers.Adam(0.123)
+    opt.apply_gradients([(np.ones(3, "float32"), v)])
+    reset_optimizer(opt)
+    assert int(opt.iterations.numpy()) == 0
+    assert float(opt.learning_rate.numpy()) == np.float32(0.123)
+    assert all(np.all(np.asarray(m) == 0) for m in opt._momentums + opt._velocities)
