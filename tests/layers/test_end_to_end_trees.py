@@ -192,6 +192,25 @@ def test_best_first_growth_respects_max_leaves(rng):
     assert tree.num_leaves().tolist() == [3]
 
 
+def test_best_first_commits_the_split_with_the_largest_information_gain(rng):
+    # Left of x0 = 0 the label is decided by x1 (one bit of gain); right of it
+    # labels are coin flips (near zero gain). With a budget of 3 leaves the
+    # second split must go to the left child.
+    x = rng.uniform(-1, 1, size=(600, 2)).astype("float32")
+    y = np.where(x[:, 0] < 0, (x[:, 1] > 0).astype(int), 2 + rng.integers(0, 2, 600)).astype("int32")
+    tree = EndToEndTree(max_depth=3, num_classes=4, seed=0)
+    model = model_for(tree, 2, lr=0.05)
+    g = GreedyLevelGrowth(x, y, epochs_per_level=8, finetune_epochs=0, max_leaves=3, best_first=True)
+    model.fit(x, y, batch_size=100, epochs=g.max_epochs(3), verbose=0,
+              callbacks=[g, EMLeafUpdate(x, y), SteepnessAnnealing(0.1)])
+    state = np.asarray(tree.node_state)[0]
+    w, b = np.asarray(tree.effective_kernel())[0, 0], np.asarray(tree.split_bias)[0, 0]
+    informative_goes_right = float(w @ np.array([-0.5, 0.0]) + b) > 0  # where x0 < 0 is sent
+    informative, noisy = (2, 1) if informative_goes_right else (1, 2)
+    assert state[0] == topology.SPLIT and tree.num_leaves().tolist() == [3]
+    assert state[informative] == topology.SPLIT and state[noisy] == topology.LEAF, state[:7]
+
+
 def test_forest_feature_subsets_and_patches(rng):
     forest = EndToEndForest(num_trees=4, max_depth=3, num_classes=3, features_per_split=2, seed=0)
     model_for(forest, 6)
