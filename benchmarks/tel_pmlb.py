@@ -83,46 +83,20 @@ def accuracy(y_true, scores):
 
 
 def make_hypermodel(input_dim, num_classes):
-    import keras
-    import keras_tuner as kt
+    """The library's TEL search space (keras_trees.tuner), recording each trial's history."""
+    from keras_trees.tuner import TreeEnsembleHyperModel
 
-    from keras_trees.layers import TreeEnsembleLayer
-
-    class TELHyperModel(kt.HyperModel):
+    class RecordingHyperModel(TreeEnsembleHyperModel):
         def __init__(self):
-            super().__init__()
+            super().__init__((input_dim,), num_classes=num_classes, batch_sizes=(32, 64, 128, 256))
             self.histories = []  # (hyperparameter values, History.history) per trial
 
-        def build(self, hp):
-            num_trees = hp.Int("num_trees", 1, 100, sampling="log")
-            depth = hp.Int("depth", 2, 8)
-            gamma = hp.Float("gamma", 1e-2, 1.0, sampling="log")
-            learning_rate = hp.Float("learning_rate", 1e-3, 1e-1, sampling="log")
-            node_l2 = 0.0
-            if hp.Boolean("use_node_l2"):
-                with hp.conditional_scope("use_node_l2", [True]):
-                    node_l2 = hp.Float("node_l2", 1e-6, 1e-1, sampling="log")
-            hp.Choice("batch_size", [32, 64, 128, 256])
-            model = keras.Sequential([
-                keras.Input((input_dim,)),
-                keras.layers.BatchNormalization(),
-                TreeEnsembleLayer(
-                    num_trees, depth, num_classes, gamma=gamma,
-                    node_regularizer=keras.regularizers.L2(node_l2) if node_l2 else None,
-                ),
-            ])
-            model.compile(
-                optimizer=keras.optimizers.Adam(learning_rate),
-                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            )
-            return model
-
         def fit(self, hp, model, *args, **kwargs):
-            history = model.fit(*args, batch_size=hp.get("batch_size"), **kwargs)
+            history = super().fit(hp, model, *args, **kwargs)
             self.histories.append((dict(hp.values), history.history))
             return history
 
-    return TELHyperModel()
+    return RecordingHyperModel()
 
 
 def make_val_auc_callback(x_val, y_val, num_classes):

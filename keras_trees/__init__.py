@@ -14,6 +14,7 @@ _load_ops()
 
 from keras_trees import callbacks  # noqa: E402,F401
 from keras_trees import initializers  # noqa: E402,F401
+from keras_trees import inspection  # noqa: E402,F401
 from keras_trees import layers  # noqa: E402,F401
 from keras_trees import regularizers  # noqa: E402,F401
 from keras_trees import topology  # noqa: E402,F401
@@ -25,6 +26,7 @@ __all__ = [
     "callbacks",
     "regularizers",
     "initializers",
+    "inspection",
     "topology",
     "export_portable",
     "__version__",

@@ -1,0 +1,95 @@
+"""Every family's HyperModel runs two trials on tiny data with each tuner kind."""
+
+import os
+
+import keras
+import numpy as np
+import pytest
+
+kt = pytest.importorskip("keras_tuner")
+
+from keras_trees.tuner import (  # noqa: E402
+    EndToEndTreeHyperModel,
+    HingeForestHyperModel,
+    TreeEnsembleHyperModel,
+)
+from tests.conftest import run_python  # noqa: E402
+
+
+def tiny(rng, n=120, d=4, classes=3):
+    x = rng.normal(size=(n, d)).astype("float32")
+    y = (np.digitize(x[:, 0], [-0.4, 0.4])).astype("int32") % classes
+    return x, y
+
+
+HYPERMODELS = {
+    "tree_ensemble": lambda: TreeEnsembleHyperModel((4,), num_classes=3, max_trees=4, max_depth=3),
+    "hinge": lambda: HingeForestHyperModel((4,), num_classes=3, max_trees=10, max_depth=3),
+    "end_to_end_tree": lambda: EndToEndTreeHyperModel((4,), num_classes=3, max_depth=2,
+                                                      epochs_per_level=1, batch_sizes=60),
+    "end_to_end_forest": lambda: EndToEndTreeHyperModel((4,), num_classes=3, max_depth=2, forest=True,
+                                                        max_trees=5, epochs_per_level=1, batch_sizes=60),
+}
+
+
+def completed(tuner):
+    return [t for t in tuner.oracle.trials.values() if t.status == "COMPLETED"]
+
+
+@pytest.mark.parametrize("family", sorted(HYPERMODELS))
+def test_random_search_two_trials(rng, tmp_path, family):
+    x, y = tiny(rng)
+    tuner = kt.RandomSearch(HYPERMODELS[family](), objective="val_accuracy", max_trials=2, seed=0,
+                            directory=str(tmp_path), project_name=family)
+    tuner.search(x[:90], y[:90], validation_data=(x[90:], y[90:]), epochs=2, verbose=0)
+    assert len(completed(tuner)) == 2
+    best = tuner.get_best_models(1)[0]
+    probs = best.predict(x, verbose=0)
+    assert probs.shape == (120, 3) and np.all(np.isfinite(probs))
+
+
+@pytest.mark.parametrize("kind", ["hyperband", "bayesian"])
+def test_hyperband_and_bayesian_optimization(rng, tmp_path, kind):
+    x, y = tiny(rng)
+    hypermodel = TreeEnsembleHyperModel((4,), num_classes=3, max_trees=4, max_depth=3)
+    common = dict(objective="val_loss", seed=0, directory=str(tmp_path), project_name=kind)
+    if kind == "hyperband":
+        tuner = kt.Hyperband(hypermodel, max_epochs=2, factor=2, hyperband_iterations=1, **common)
+    else:
+        tuner = kt.BayesianOptimization(hypermodel, max_trials=2, num_initial_points=1, **common)
+    tuner.search(x[:90], y[:90], validation_data=(x[90:], y[90:]), epochs=2, verbose=0)
+    assert len(completed(tuner)) >= 2
+
+
+def test_hypermodel_arguments_are_checked():
+    with pytest.raises(ValueError, match="exactly one of num_classes"):
+        TreeEnsembleHyperModel((4,))
+    with pytest.raises(ValueError, match="learning_rate"):
+        TreeEnsembleHyperModel((4,), num_classes=2, learning_rate=(0.1, 0.01))
+    hp = kt.HyperParameters()
+    hp.Fixed("depth", 5)
+    model = TreeEnsembleHyperModel((4,), units=1).build(hp)
+    assert model.layers[-1].depth == 5 and model.loss.name == "mean_squared_error"
+
+
+def test_best_model_reloads_from_the_tuner_directory_in_a_fresh_process(rng, tmp_path):
+    x, y = tiny(rng)
+    np.save(tmp_path / "x.npy", x)
+    tuner = kt.RandomSearch(HYPERMODELS["end_to_end_tree"](), objective="val_accuracy", max_trials=2,
+                            seed=0, directory=str(tmp_path), project_name="reload")
+    tuner.search(x[:90], y[:90], validation_data=(x[90:], y[90:]), verbose=0)
+    expected = tuner.get_best_models(1)[0].predict(x, verbose=0)
+    np.save(tmp_path / "expected.npy", expected)
+    code = f"""
+import numpy as np, keras_tuner as kt
+import keras_trees
+from keras_trees.tuner import EndToEndTreeHyperModel
+hm = EndToEndTreeHyperModel((4,), num_classes=3, max_depth=2, epochs_per_level=1, batch_sizes=60)
+tuner = kt.RandomSearch(hm, objective="val_accuracy", max_trials=2, seed=0,
+                        directory={str(tmp_path)!r}, project_name="reload", overwrite=False)
+model = tuner.get_best_models(1)[0]
+x = np.load({os.path.join(str(tmp_path), "x.npy")!r})
+same = np.array_equal(model.predict(x, verbose=0), np.load({os.path.join(str(tmp_path), "expected.npy")!r}))
+print("identical predictions =", same)
+"""
+    assert "identical predictions = True" in run_python(code, cwd=tmp_path)
