@@ -46,3 +46,18 @@ def test_end_to_end_trees_tutorial(tmp_path):
     assert "identical predictions = True" in out
     assert (tmp_path / "out" / "posterior_convergence.png").exists()
     assert (tmp_path / "out" / "split_weights.png").exists()
+
+
+def test_deployment_tutorial(tmp_path):
+    out = run_script("tutorials/deployment/deployment.py", "--quick", "--out", str(tmp_path / "out"),
+                     tmp_path=tmp_path)
+    assert "1. .keras file, reloaded in a fresh process: identical predictions = True" in out
+    assert "2. SavedModel (custom ops), fresh process: max |difference| = 0.0" in out
+    assert "without keras_trees: max |difference|" in out
+    assert "4. tree.json" in out and out.rstrip().endswith("identical predictions = True")
+
+
+def test_tuning_tutorial(tmp_path):
+    out = run_script("tutorials/tuning/tuning.py", "--quick", "--out", str(tmp_path / "out"), tmp_path=tmp_path)
+    assert "fresh process: identical predictions = True" in out
+    assert (tmp_path / "out" / "best_tree.png").exists() and (tmp_path / "out" / "trials.png").exists()
