@@ -40,3 +40,7 @@ class PolytopeLeafUpdate(keras.callbacks.Callback):
     def on_train_end(self, logs=None):
         if not self.every_epoch:
             self._update()
+
+    def get_config(self):
+        # The training data is not part of the config (like EMLeafUpdate).
+        return {"every_epoch": self.every_epoch, "layers": self.layer_names}

@@ -335,11 +335,12 @@ class ConvexPolytopeTree(keras.layers.Layer):
             self.build((None,) + tuple(np.shape(x)[1:]))
 
     def _check_xy(self, x, y, where):
-        x = np.asarray(x, dtype=np.float32).reshape(len(x), -1)
+        x = np.asarray(x, dtype=np.float32)
+        if x.ndim < 2 or len(x) == 0:
+            raise ValueError(f"{where}: x must be a non-empty array of shape (n, features), got {x.shape} (empty)")
+        x = x.reshape(len(x), -1)
         if x.shape[1] != self.feature_dim:
             raise ValueError(f"{where}: x has {x.shape[1]} features, the layer expects {self.feature_dim}")
-        if len(x) == 0:
-            raise ValueError(f"{where}: x is empty")
         if not np.all(np.isfinite(x)):
             raise ValueError(f"{where}: x contains NaN or Inf")
         y = np.asarray(y)
