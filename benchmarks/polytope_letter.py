@@ -52,26 +52,28 @@ def run_cart(split, depth, seed):
 def main():
     parser = _data.arg_parser(__doc__.splitlines()[0])
     parser.add_argument("--depth", type=int, default=None, help="maximum depth (default 11; quick 8)")
-    parser.add_argument("--experts", type=int, default=10, help="K experts per node")
-    parser.add_argument("--epochs", type=int, default=None, help="epochs per level (default 20; quick 8)")
+    parser.add_argument("--experts", type=int, default=20, help="K experts per node")
+    parser.add_argument("--epochs", type=int, default=None, help="epochs per level (default 30; quick 8)")
     parser.add_argument("--batch-size", type=int, default=512)
     parser.add_argument("--lr", type=float, default=0.02)
     parser.add_argument("--increment", type=float, default=0.1)
-    parser.add_argument("--refine-epochs", type=int, default=0)
+    parser.add_argument("--refine-epochs", type=int, default=None, help="joint refinement epochs (default 10; quick 0)")
     parser.add_argument("--seeds", type=int, nargs="+", default=None)
     args = parser.parse_args()
     depth = args.depth or (8 if args.quick else 11)
-    epochs = args.epochs or (8 if args.quick else 20)
+    epochs = args.epochs or (8 if args.quick else 30)
+    refine_epochs = args.refine_epochs if args.refine_epochs is not None else (0 if args.quick else 10)
     seeds = args.seeds or ([0] if args.quick else list(_data.SEEDS))
-    results = {"cart": [], "cpt_k1": [], f"cpt_k{args.experts}": []}
+    results = {"cart": [], "cart_unlimited": [], "cpt_k1": [], f"cpt_k{args.experts}": []}
     for seed, split in _data.splits("letter", seeds):
         results["cart"].append(run_cart(split, depth, seed))
+        results["cart_unlimited"].append(run_cart(split, None, seed))
         for name, k in (("cpt_k1", 1), (f"cpt_k{args.experts}", args.experts)):
             results[name].append(run_cpt(split, k, depth, epochs, args.batch_size, args.lr, args.increment,
-                                         args.refine_epochs, seed))
+                                         refine_epochs, seed))
         for name, rows in results.items():
             r = rows[-1]
-            print(f"seed {seed} {name:8s} acc {r['accuracy']:.4f} leaves {r['leaves']:4d} depth {r['depth']:2d}"
+            print(f"seed {seed} {name:14s} acc {r['accuracy']:.4f} leaves {r['leaves']:4d} depth {r['depth']:2d}"
                   + (f" time {r['train_seconds']:.0f}s facets {r['active_facets_mean']:.1f}" if "train_seconds" in r else ""),
                   flush=True)
     summary = {}
@@ -82,7 +84,7 @@ def main():
         print(f"{name:8s} accuracy {100 * acc[0]:.2f} +- {100 * acc[1]:.2f}  leaves {leaves[0]:.0f}")
     print(f"target (paper): CPT 90.51% with 463 leaves (depth 11); CPT K=1 84.13%; CART 86.07%")
     _data.write_json(args.json, {"benchmark": "polytope_letter", "depth": depth, "experts": args.experts,
-                                 "epochs": epochs, "seeds": seeds, "results": results, "summary": summary})
+                                 "epochs": epochs, "refine_epochs": refine_epochs, "seeds": seeds, "results": results, "summary": summary})
 
 
 if __name__ == "__main__":
