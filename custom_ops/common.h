@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
@@ -86,6 +87,70 @@ inline void ParallelFor(tensorflow::OpKernelContext* ctx, int64_t total,
   auto* workers = ctx->device()->tensorflow_cpu_worker_threads();
   tensorflow::Shard(workers->num_threads, workers->workers, total,
                     std::max<int64_t>(cost_per_unit, 1), fn);
+}
+
+// Numerically stable softplus log(1 + exp(z)): no overflow for large |z|.
+template <typename T>
+inline T Softplus(T z) {
+  return z > T(0) ? z + std::log1p(std::exp(-z)) : std::log1p(std::exp(z));
+}
+
+// Checks shared by the hard-routing kernels (plain oblique and experts form):
+// x is a finite [batch, input_dim] matrix, split parameters have
+// [num_trees, 2**depth - 1, ...] leading dimensions and is_split matches them.
+// Sets *depth; returns false (with the error set on ctx) otherwise.
+inline bool ValidateRoutingInputs(tensorflow::OpKernelContext* ctx,
+                                  const tensorflow::Tensor& x,
+                                  const tensorflow::Tensor& w, int weight_rank,
+                                  const tensorflow::Tensor& is_split, int* depth) {
+  using ::tensorflow::errors::InvalidArgument;
+  if (x.dims() != 2) {
+    ctx->CtxFailure(InvalidArgument("x must have rank 2 [batch, input_dim], got shape ",
+                                    x.shape().DebugString()));
+    return false;
+  }
+  if (w.dims() != weight_rank) {
+    ctx->CtxFailure(InvalidArgument(
+        "split_weights must have rank ", weight_rank,
+        weight_rank == 3 ? " [num_trees, 2**depth - 1, input_dim]"
+                         : " [num_trees, 2**depth - 1, num_experts, input_dim]",
+        ", got shape ", w.shape().DebugString()));
+    return false;
+  }
+  const int64_t trees = w.dim_size(0), num_internal = w.dim_size(1);
+  *depth = DepthFromInternalNodes(num_internal);
+  if (*depth < 1 || *depth > kMaxDepth) {
+    ctx->CtxFailure(InvalidArgument("split_weights.shape[1] must be 2**depth - 1 with 1 <= depth <= ",
+                                    kMaxDepth, ", got ", num_internal));
+    return false;
+  }
+  const int64_t p = x.dim_size(1);
+  if (w.dim_size(weight_rank - 1) != p) {
+    ctx->CtxFailure(InvalidArgument("split_weights.shape[", weight_rank - 1, "] (",
+                                    w.dim_size(weight_rank - 1),
+                                    ") must equal the input dimension x.shape[1] (", p, ")"));
+    return false;
+  }
+  if (!(is_split.dims() == 2 && is_split.dim_size(0) == trees &&
+        is_split.dim_size(1) == num_internal)) {
+    ctx->CtxFailure(InvalidArgument("is_split must have shape [", trees, ", ", num_internal,
+                                    "], got ", is_split.shape().DebugString()));
+    return false;
+  }
+  return true;
+}
+
+// Checks that `t` has exactly the shape `dims` (error names the argument).
+inline bool ValidateShape(tensorflow::OpKernelContext* ctx, const tensorflow::Tensor& t,
+                          const char* name, std::initializer_list<int64_t> dims) {
+  tensorflow::TensorShape want(dims);
+  if (t.shape() != want) {
+    ctx->CtxFailure(tensorflow::errors::InvalidArgument(name, " must have shape ",
+                                                        want.DebugString(), ", got ",
+                                                        t.shape().DebugString()));
+    return false;
+  }
+  return true;
 }
 
 inline int NumThreads(tensorflow::OpKernelContext* ctx) {

@@ -1,5 +1,7 @@
-// CPU kernel of KerasTrees>HardRouting: every sample follows one root-to-leaf
-// path per tree, so a tree of depth d costs at most d dot products per sample.
+// CPU kernels of KerasTrees>HardRouting (oblique splits) and
+// KerasTrees>HardRoutingExperts (noisy-OR / convex polytope splits with K
+// experts), one routing engine: every sample follows one root-to-leaf path per
+// tree, so a tree of depth d costs at most d split evaluations per sample.
 // Parallel over samples; each output element is written by exactly one shard,
 // so results do not depend on the thread count.
 #include <algorithm>
@@ -47,6 +49,81 @@ inline void Dot4(const T* const* w, const T* const* x, int64_t n, T* out) {
   out[3] = s3;
 }
 
+// The routing engine shared by both split forms. `split_values(t, node, xr, v)`
+// writes the split values of four (sample, node) pairs of tree t:
+// v[q] = value of split node[q] at input row xr[q]; a sample goes right iff
+// v > 0. Loop order for cache locality: each shard takes a range of samples
+// and, chunk by chunk, routes all of them through one tree before the next, so
+// the tree's split weights (the rows its paths visit) are reused from cache by
+// every sample of the chunk while the chunk's inputs stay in L1/L2. Within a
+// tree, samples advance level by level through a compact list of those still
+// at a split, four at a time (independent accumulators, so the CPU overlaps
+// four dot products instead of waiting on one chain of dependent FMAs; every
+// split value goes through the same code, so a sample's result does not depend
+// on which samples share its group).
+template <typename T, typename SplitValues>
+void RouteForest(OpKernelContext* ctx, const T* xd, int64_t batch, int64_t p, int64_t trees,
+                 int64_t num_internal, int depth, const bool* md, int64_t cost_per_split,
+                 bool with_path_values, const SplitValues& split_values) {
+  Tensor* node_t = nullptr;
+  Tensor* path_t = nullptr;
+  OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({batch, trees}), &node_t));
+  const int64_t levels = with_path_values ? depth : 0;
+  OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({batch, trees, levels}), &path_t));
+  int32_t* nd = node_t->flat<int32_t>().data();
+  T* pd = path_t->flat<T>().data();
+  const int64_t chunk_size = kChunk;
+  const int64_t cost = trees * depth * (cost_per_split + 16);
+  ParallelFor(ctx, batch, cost, [&](int64_t begin, int64_t end) {
+    std::vector<int32_t> node(chunk_size), active(chunk_size), next(chunk_size);
+    for (int64_t c0 = begin; c0 < end; c0 += chunk_size) {
+      const int64_t count = std::min(chunk_size, end - c0);
+      const T* xc = xd + c0 * p;
+      for (int64_t t = 0; t < trees; ++t) {
+        const bool* mt = md + t * num_internal;
+        if (levels) {
+          for (int64_t i = 0; i < count; ++i) {
+            std::fill_n(pd + ((c0 + i) * trees + t) * levels, levels, T(0));
+          }
+        }
+        int64_t num_active = 0;
+        for (int64_t i = 0; i < count; ++i) {
+          node[i] = 0;
+          if (mt[0]) active[num_active++] = static_cast<int32_t>(i);
+        }
+        for (int level = 0; level < depth && num_active > 0; ++level) {
+          int64_t num_next = 0;
+          for (int64_t j = 0; j < num_active; j += 4) {
+            const int64_t valid = std::min<int64_t>(4, num_active - j);
+            int32_t idx[4], at[4];
+            const T* xr[4];
+            for (int q = 0; q < 4; ++q) {
+              idx[q] = active[j + std::min<int64_t>(q, valid - 1)];  // pad with the last
+              at[q] = node[idx[q]];
+              xr[q] = xc + static_cast<int64_t>(idx[q]) * p;
+            }
+            T v[4];
+            split_values(t, at, xr, v);
+            for (int q = 0; q < valid; ++q) {
+              const int32_t i = idx[q];
+              const int32_t n = node[i];
+              const T value = v[q];
+              if (levels) pd[((c0 + i) * trees + t) * levels + level] = value;
+              const int32_t child = value > T(0) ? 2 * n + 2 : 2 * n + 1;
+              node[i] = child;
+              if (child < num_internal && mt[child]) next[num_next++] = i;
+            }
+          }
+          std::swap(active, next);
+          num_active = num_next;
+        }
+        for (int64_t i = 0; i < count; ++i) nd[(c0 + i) * trees + t] = node[i];
+      }
+    }
+  });
+}
+
+// Oblique splits: v = <split_weights[t, n], x> + split_bias[t, n].
 template <typename T>
 class HardRoutingOp : public OpKernel {
  public:
@@ -59,104 +136,88 @@ class HardRoutingOp : public OpKernel {
     const Tensor& w = ctx->input(1);
     const Tensor& b = ctx->input(2);
     const Tensor& m = ctx->input(3);
-    OP_REQUIRES(ctx, x.dims() == 2,
-                InvalidArgument("x must have rank 2 [batch, input_dim], got shape ",
-                                x.shape().DebugString()));
-    OP_REQUIRES(ctx, w.dims() == 3,
-                InvalidArgument("split_weights must have rank 3 [num_trees, 2**depth - 1, "
-                                "input_dim], got shape ", w.shape().DebugString()));
+    int depth = 0;
+    if (!ValidateRoutingInputs(ctx, x, w, 3, m, &depth)) return;
     const int64_t batch = x.dim_size(0), p = x.dim_size(1);
     const int64_t trees = w.dim_size(0), num_internal = w.dim_size(1);
-    const int depth = DepthFromInternalNodes(num_internal);
-    OP_REQUIRES(ctx, depth >= 1 && depth <= kMaxDepth,
-                InvalidArgument("split_weights.shape[1] must be 2**depth - 1 with 1 <= depth <= ",
-                                kMaxDepth, ", got ", num_internal));
-    OP_REQUIRES(ctx, w.dim_size(2) == p,
-                InvalidArgument("split_weights.shape[2] (", w.dim_size(2),
-                                ") must equal the input dimension x.shape[1] (", p, ")"));
-    OP_REQUIRES(ctx, b.dims() == 2 && b.dim_size(0) == trees && b.dim_size(1) == num_internal,
-                InvalidArgument("split_bias must have shape [", trees, ", ", num_internal,
-                                "], got ", b.shape().DebugString()));
-    OP_REQUIRES(ctx, m.dims() == 2 && m.dim_size(0) == trees && m.dim_size(1) == num_internal,
-                InvalidArgument("is_split must have shape [", trees, ", ", num_internal,
-                                "], got ", m.shape().DebugString()));
+    if (!ValidateShape(ctx, b, "split_bias", {trees, num_internal})) return;
     const T* xd = x.flat<T>().data();
     OP_REQUIRES(ctx, AllFinite(xd, x.NumElements()),
                 InvalidArgument("x contains NaN or Inf; hard routing needs finite inputs"));
-
-    Tensor* node_t = nullptr;
-    Tensor* path_t = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({batch, trees}), &node_t));
-    const int64_t levels = with_path_values_ ? depth : 0;
-    OP_REQUIRES_OK(ctx,
-                   ctx->allocate_output(1, TensorShape({batch, trees, levels}), &path_t));
-    int32_t* nd = node_t->flat<int32_t>().data();
-    T* pd = path_t->flat<T>().data();
     const T* wd = w.flat<T>().data();
     const T* bd = b.flat<T>().data();
-    const bool* md = m.flat<bool>().data();
+    auto split_values = [&](int64_t t, const int32_t* at, const T* const* xr, T* v) {
+      const T* wt = wd + t * num_internal * p;
+      const T* wr[4];
+      for (int q = 0; q < 4; ++q) wr[q] = wt + static_cast<int64_t>(at[q]) * p;
+      Dot4(wr, xr, p, v);
+      for (int q = 0; q < 4; ++q) v[q] += bd[t * num_internal + at[q]];
+    };
+    RouteForest<T>(ctx, xd, batch, p, trees, num_internal, depth, m.flat<bool>().data(), 2 * p,
+                   with_path_values_, split_values);
+  }
 
-    // Loop order for cache locality: each shard takes a range of samples and,
-    // chunk by chunk, routes all of them through one tree before the next, so
-    // the tree's split weights (the rows its paths visit) are reused from cache
-    // by every sample of the chunk while the chunk's inputs stay in L1/L2.
-    // Within a tree, samples advance level by level through a compact list of
-    // those still at a split, four at a time (Dot4: independent accumulators,
-    // so the CPU overlaps four dot products instead of waiting on one chain of
-    // dependent FMAs; every split value goes through the same Dot4 code, so a
-    // sample's result does not depend on which samples share its group).
-    const int64_t chunk_size = kChunk;
-    const int64_t cost = trees * depth * (2 * p + 16);
-    ParallelFor(ctx, batch, cost, [&](int64_t begin, int64_t end) {
-      std::vector<int32_t> node(chunk_size), active(chunk_size), next(chunk_size);
-      for (int64_t c0 = begin; c0 < end; c0 += chunk_size) {
-        const int64_t count = std::min(chunk_size, end - c0);
-        const T* xc = xd + c0 * p;
-        for (int64_t t = 0; t < trees; ++t) {
-          const T* wt = wd + t * num_internal * p;
-          const T* bt = bd + t * num_internal;
-          const bool* mt = md + t * num_internal;
-          if (levels) {
-            for (int64_t i = 0; i < count; ++i) {
-              std::fill_n(pd + ((c0 + i) * trees + t) * levels, levels, T(0));
-            }
-          }
-          int64_t num_active = 0;
-          for (int64_t i = 0; i < count; ++i) {
-            node[i] = 0;
-            if (mt[0]) active[num_active++] = static_cast<int32_t>(i);
-          }
-          for (int level = 0; level < depth && num_active > 0; ++level) {
-            int64_t num_next = 0;
-            for (int64_t j = 0; j < num_active; j += 4) {
-              const int64_t valid = std::min<int64_t>(4, num_active - j);
-              int32_t idx[4];
-              const T* wr[4];
-              const T* xr[4];
-              for (int q = 0; q < 4; ++q) {
-                idx[q] = active[j + std::min<int64_t>(q, valid - 1)];  // pad with the last
-                wr[q] = wt + static_cast<int64_t>(node[idx[q]]) * p;
-                xr[q] = xc + static_cast<int64_t>(idx[q]) * p;
-              }
-              T v[4];
-              Dot4(wr, xr, p, v);
-              for (int q = 0; q < valid; ++q) {
-                const int32_t i = idx[q];
-                const int32_t n = node[i];
-                const T value = v[q] + bt[n];
-                if (levels) pd[((c0 + i) * trees + t) * levels + level] = value;
-                const int32_t child = value > T(0) ? 2 * n + 2 : 2 * n + 1;
-                node[i] = child;
-                if (child < num_internal && mt[child]) next[num_next++] = i;
-              }
-            }
-            std::swap(active, next);
-            num_active = num_next;
-          }
-          for (int64_t i = 0; i < count; ++i) nd[(c0 + i) * trees + t] = node[i];
+ private:
+  bool with_path_values_;
+};
+
+// Noisy-OR (convex polytope) splits with K experts:
+// v = sum_k r[t, n, k] * softplus(<w[t, n, k], x> + b[t, n, k]) - threshold[t, n].
+template <typename T>
+class HardRoutingExpertsOp : public OpKernel {
+ public:
+  explicit HardRoutingExpertsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("with_path_values", &with_path_values_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& x = ctx->input(0);
+    const Tensor& w = ctx->input(1);
+    const Tensor& b = ctx->input(2);
+    const Tensor& r = ctx->input(3);
+    const Tensor& c = ctx->input(4);
+    const Tensor& m = ctx->input(5);
+    int depth = 0;
+    if (!ValidateRoutingInputs(ctx, x, w, 4, m, &depth)) return;
+    const int64_t batch = x.dim_size(0), p = x.dim_size(1);
+    const int64_t trees = w.dim_size(0), num_internal = w.dim_size(1), k = w.dim_size(2);
+    OP_REQUIRES(ctx, k >= 1,
+                InvalidArgument("split_weights.shape[2] (the number of experts) must be >= 1"));
+    if (!ValidateShape(ctx, b, "split_bias", {trees, num_internal, k})) return;
+    if (!ValidateShape(ctx, r, "expert_weights", {trees, num_internal, k})) return;
+    if (!ValidateShape(ctx, c, "threshold", {trees, num_internal})) return;
+    const T* xd = x.flat<T>().data();
+    OP_REQUIRES(ctx, AllFinite(xd, x.NumElements()),
+                InvalidArgument("x contains NaN or Inf; hard routing needs finite inputs"));
+    const T* rd = r.flat<T>().data();
+    for (int64_t i = 0; i < r.NumElements(); ++i) {
+      OP_REQUIRES(ctx, rd[i] >= T(0),
+                  InvalidArgument("expert_weights must be >= 0 (noisy-OR rates), got ", rd[i]));
+    }
+    const T* wd = w.flat<T>().data();
+    const T* bd = b.flat<T>().data();
+    const T* cd = c.flat<T>().data();
+    auto split_values = [&](int64_t t, const int32_t* at, const T* const* xr, T* v) {
+      for (int q = 0; q < 4; ++q) {
+        const int64_t split = t * num_internal + at[q];
+        const T* ws = wd + split * k * p;
+        const T* bs = bd + split * k;
+        const T* rs = rd + split * k;
+        T s = 0;
+        int64_t e = 0;
+        for (; e + 4 <= k; e += 4) {  // four experts at once
+          const T* wr[4] = {ws + e * p, ws + (e + 1) * p, ws + (e + 2) * p, ws + (e + 3) * p};
+          const T* xs[4] = {xr[q], xr[q], xr[q], xr[q]};
+          T z[4];
+          Dot4(wr, xs, p, z);
+          for (int u = 0; u < 4; ++u) s += rs[e + u] * Softplus(z[u] + bs[e + u]);
         }
+        for (; e < k; ++e) s += rs[e] * Softplus(Dot(ws + e * p, xr[q], p) + bs[e]);
+        v[q] = s - cd[split];
       }
-    });
+    };
+    RouteForest<T>(ctx, xd, batch, p, trees, num_internal, depth, m.flat<bool>().data(),
+                   k * (2 * p + 40), with_path_values_, split_values);
   }
 
  private:
@@ -171,5 +232,14 @@ class HardRoutingOp : public OpKernel {
 
 REGISTER_HARD_ROUTING(float);
 REGISTER_HARD_ROUTING(double);
+
+#define REGISTER_HARD_ROUTING_EXPERTS(T)                                         \
+  REGISTER_KERNEL_BUILDER(Name("KerasTrees>HardRoutingExperts")                  \
+                              .Device(::tensorflow::DEVICE_CPU)                  \
+                              .TypeConstraint<T>("T"),                           \
+                          HardRoutingExpertsOp<T>);
+
+REGISTER_HARD_ROUTING_EXPERTS(float);
+REGISTER_HARD_ROUTING_EXPERTS(double);
 
 }  // namespace keras_trees

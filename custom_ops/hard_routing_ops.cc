@@ -59,4 +59,60 @@ path_values: [batch, num_trees, depth], the split values along the path (level
   with_path_values is false.
 )doc");
 
+REGISTER_OP("KerasTrees>HardRoutingExperts")
+    .Input("x: T")
+    .Input("split_weights: T")
+    .Input("split_bias: T")
+    .Input("expert_weights: T")
+    .Input("threshold: T")
+    .Input("is_split: bool")
+    .Output("node: int32")
+    .Output("path_values: T")
+    .Attr("T: {float, double}")
+    .Attr("with_path_values: bool = true")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle x, w, b, r, thr, m;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 2, &x));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 4, &w));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(2), 3, &b));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(3), 3, &r));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(4), 2, &thr));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(5), 2, &m));
+      DimensionHandle unused;
+      TF_RETURN_IF_ERROR(c->Merge(c->Dim(x, 1), c->Dim(w, 3), &unused));
+      for (ShapeHandle s : {b, r}) {
+        for (int i = 0; i < 3; ++i) {
+          TF_RETURN_IF_ERROR(c->Merge(c->Dim(w, i), c->Dim(s, i), &unused));
+        }
+      }
+      for (ShapeHandle s : {thr, m}) {
+        for (int i = 0; i < 2; ++i) {
+          TF_RETURN_IF_ERROR(c->Merge(c->Dim(w, i), c->Dim(s, i), &unused));
+        }
+      }
+      c->set_output(0, c->Matrix(c->Dim(x, 0), c->Dim(w, 0)));
+      c->set_output(1, c->MakeShape({c->UnknownDim(), c->Dim(w, 0), c->UnknownDim()}));
+      return Status();
+    })
+    .Doc(R"doc(
+Hard routing through forests of noisy-OR (convex polytope) splits, with the
+same topology, traversal and outputs as KerasTrees>HardRouting (shared engine).
+The split value at position i of tree t is
+  v = sum_k expert_weights[t, i, k] * softplus(<split_weights[t, i, k], x> + split_bias[t, i, k])
+      - threshold[t, i]
+(softplus computed stably), and a sample goes right iff v > 0, i.e. iff the
+noisy-OR probability 1 - exp(-sum_k r_k softplus(.)) exceeds
+1 - exp(-threshold). The left region {v <= 0} is convex (Armandpour & Zhou
+2021, Theorem 1).
+
+x: [batch, input_dim], finite.
+split_weights: [num_trees, 2**depth - 1, num_experts, input_dim].
+split_bias: [num_trees, 2**depth - 1, num_experts].
+expert_weights: [num_trees, 2**depth - 1, num_experts], >= 0.
+threshold: [num_trees, 2**depth - 1].
+is_split: [num_trees, 2**depth - 1].
+node: [batch, num_trees].
+path_values: [batch, num_trees, depth] (or [batch, num_trees, 0]).
+)doc");
+
 }  // namespace keras_trees

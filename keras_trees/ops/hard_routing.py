@@ -6,11 +6,44 @@ over the internal positions). ``hard_route`` dispatches to the compiled
 evaluated: at most ``depth`` dot products per sample and tree) and to
 ``hard_route_reference`` (``keras.ops``; evaluates every split densely) otherwise.
 Routing is piecewise constant, so it has no gradient.
+
+Two split forms share the engine: oblique splits ``<w, x> + b`` (weights
+``(num_trees, internal, input_dim)``) and noisy-OR / convex polytope splits with
+an experts axis (weights ``(num_trees, internal, K, input_dim)``, per-expert
+bias, nonnegative per-expert weights ``r`` and a per-node ``threshold``):
+``sum_k r_k softplus(<w_k, x> + b_k) - threshold`` (``KerasTrees>HardRoutingExperts``).
 """
 
 from keras import ops
 
 from keras_trees.ops import _library
+
+
+def _validate_experts(x, split_weights, split_bias, is_split, expert_weights, threshold):
+    if len(x.shape) != 2:
+        raise ValueError(f"x must have rank 2 (batch, input_dim), got shape {tuple(x.shape)}")
+    if expert_weights is None or threshold is None:
+        raise ValueError(
+            "split_weights of rank 4 (num_trees, 2**depth - 1, num_experts, input_dim) are noisy-OR "
+            "splits: pass expert_weights (num_trees, 2**depth - 1, num_experts) and threshold "
+            "(num_trees, 2**depth - 1)"
+        )
+    trees, internal, k, dim = split_weights.shape
+    leaves = internal + 1
+    if internal < 1 or leaves & (leaves - 1):
+        raise ValueError(f"split_weights.shape[1] must be 2**depth - 1, got {internal}")
+    if k < 1:
+        raise ValueError("split_weights.shape[2] (the number of experts) must be >= 1")
+    if x.shape[1] is not None and x.shape[1] != dim:
+        raise ValueError(f"x has {x.shape[1]} features but split_weights expects input_dim={dim}")
+    for name, t, shape in (
+        ("split_bias", split_bias, (trees, internal, k)),
+        ("expert_weights", expert_weights, (trees, internal, k)),
+        ("threshold", threshold, (trees, internal)),
+        ("is_split", is_split, (trees, internal)),
+    ):
+        if tuple(t.shape) != shape:
+            raise ValueError(f"{name} must have shape {shape}, got {tuple(t.shape)}")
 
 
 def _validate(x, split_weights, split_bias, is_split):
@@ -43,8 +76,22 @@ def _check_finite_eager(x):
         raise ValueError("x contains NaN or Inf; hard routing needs finite inputs")
 
 
-def hard_route_reference(x, split_weights, split_bias, is_split):
+def _check_nonnegative_eager(r):
+    try:
+        rv = ops.convert_to_numpy(r)
+    except Exception:  # symbolic: the op checks
+        return
+    import numpy as np
+
+    if np.any(rv < 0):
+        raise ValueError("expert_weights must be >= 0 (noisy-OR rates r_k)")
+
+
+def hard_route_reference(x, split_weights, split_bias, is_split, expert_weights=None, threshold=None):
     """Dense ``keras.ops`` reference: evaluates all splits, then walks the heap.
+
+    With rank-4 ``split_weights`` (noisy-OR splits) the split value is
+    ``sum_k expert_weights[..., k] * softplus(<w_k, x> + b_k) - threshold``.
 
     Returns:
         ``(node, path_values)``: ``(batch, num_trees)`` int32 heap position where
@@ -55,10 +102,22 @@ def hard_route_reference(x, split_weights, split_bias, is_split):
     split_weights = ops.convert_to_tensor(split_weights)
     split_bias = ops.convert_to_tensor(split_bias, dtype=split_weights.dtype)
     is_split = ops.convert_to_tensor(is_split)
-    _validate(x, split_weights, split_bias, is_split)
-    trees, internal, _ = split_weights.shape
+    if len(split_weights.shape) == 4:
+        expert_weights = None if expert_weights is None else ops.convert_to_tensor(expert_weights, split_weights.dtype)
+        threshold = None if threshold is None else ops.convert_to_tensor(threshold, split_weights.dtype)
+        _validate_experts(x, split_weights, split_bias, is_split, expert_weights, threshold)
+        z = ops.einsum("bp,tikp->btik", x, split_weights) + split_bias[None]
+        values = ops.sum(expert_weights[None] * ops.softplus(z), axis=-1) - threshold[None]
+    else:
+        _validate(x, split_weights, split_bias, is_split)
+        values = ops.einsum("bp,tip->bti", x, split_weights) + split_bias[None]
+    return _walk(values, is_split)
+
+
+def _walk(values, is_split):
+    """Follows ``values`` (``(batch, num_trees, internal)``, right iff > 0) down the heap."""
+    internal = values.shape[-1]
     depth = (internal + 1).bit_length() - 1
-    values = ops.einsum("bp,tip->bti", x, split_weights) + split_bias[None]
     mask = ops.broadcast_to(ops.cast(is_split, "bool")[None], ops.shape(values))
     node = ops.zeros(ops.shape(values)[:2], dtype="int32")
     path = []
@@ -71,7 +130,8 @@ def hard_route_reference(x, split_weights, split_bias, is_split):
     return node, ops.stack(path, axis=-1)
 
 
-def hard_route(x, split_weights, split_bias, is_split, with_path_values=True):
+def hard_route(x, split_weights, split_bias, is_split, with_path_values=True, expert_weights=None,
+               threshold=None):
     """Routes every sample down one path per tree (compiled op where available).
 
     Args:
@@ -84,6 +144,12 @@ def hard_route(x, split_weights, split_bias, is_split, with_path_values=True):
             over the internal positions). A sample goes right iff
             ``<w, x> + b > 0`` and stops at the first non-split position.
         with_path_values: also return the split values along the path.
+        expert_weights, threshold: only for noisy-OR (convex polytope) splits,
+            given by rank-4 ``split_weights`` ``(num_trees, 2**depth - 1, K,
+            input_dim)`` and ``split_bias`` ``(num_trees, 2**depth - 1, K)``:
+            ``expert_weights`` ``(num_trees, 2**depth - 1, K)`` (``r_k >= 0``)
+            and ``threshold`` ``(num_trees, 2**depth - 1)``; a sample goes right
+            iff ``sum_k r_k softplus(<w_k, x> + b_k) > threshold``.
 
     Returns:
         ``(node, path_values)`` as in :func:`hard_route_reference`;
@@ -99,6 +165,24 @@ def hard_route(x, split_weights, split_bias, is_split, with_path_values=True):
     split_weights = ops.convert_to_tensor(split_weights)
     split_bias = ops.convert_to_tensor(split_bias)
     is_split = ops.convert_to_tensor(is_split)
+    if len(split_weights.shape) == 4:
+        expert_weights = None if expert_weights is None else ops.convert_to_tensor(expert_weights)
+        threshold = None if threshold is None else ops.convert_to_tensor(threshold)
+        _validate_experts(x, split_weights, split_bias, is_split, expert_weights, threshold)
+        _check_nonnegative_eager(expert_weights)
+        if _library.custom_ops_available():
+            from keras_trees.ops import _tf_hard_routing
+
+            return _tf_hard_routing.hard_route_experts(
+                x, split_weights, split_bias, expert_weights, threshold, is_split, with_path_values
+            )
+        _check_finite_eager(x)
+        node, path = hard_route_reference(x, split_weights, split_bias, is_split, expert_weights, threshold)
+        if not with_path_values:
+            path = path[..., :0]
+        return node, path
+    if expert_weights is not None or threshold is not None:
+        raise ValueError("expert_weights and threshold need rank-4 split_weights (noisy-OR splits)")
     _validate(x, split_weights, split_bias, is_split)
     if _library.custom_ops_available():
         from keras_trees.ops import _tf_hard_routing

@@ -1,0 +1,62 @@
+"""Annealing of convex polytope trees' split functions (Armandpour & Zhou 2021, Appendix B)."""
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_trees import topology
+
+
+def polytope_layers(model, names=None):
+    from keras_trees.layers.convex_polytope_tree import ConvexPolytopeTree
+
+    layers = [l for l in model._flatten_layers(include_self=True, recursive=True) if isinstance(l, ConvexPolytopeTree)]
+    if names is not None:
+        names = [names] if isinstance(names, str) else list(names)
+        layers = [l for l in layers if l.name in names]
+    if not layers:
+        raise ValueError("found no ConvexPolytopeTree layer" + (f" named {names}" if names else "")
+                         + " in the model passed to fit()")
+    return layers
+
+
+@keras.saving.register_keras_serializable(package="keras_trees")
+class PolytopeAnnealing(keras.callbacks.Callback):
+    """Raises ``lambda`` of ``f_lambda = 1 / (1 + ((1 - f) / (1 - p0))**lambda)`` per epoch.
+
+    At the start of epoch ``e`` every split of every
+    :class:`~keras_trees.layers.convex_polytope_tree.ConvexPolytopeTree` in the
+    model gets ``lambda = steepness + increment * e`` (capped at
+    ``max_steepness``), written into the layer's non-trainable ``steepness``
+    variable, so the compiled training step sees it. ``fit_greedy`` and
+    ``refine`` apply the same schedule internally.
+
+    Args:
+        increment: ``lambda`` increase per epoch (>= 0).
+        max_steepness: optional cap.
+        layers: optional layer name(s).
+
+    >>> PolytopeAnnealing(0.1).increment
+    0.1
+    """
+
+    def __init__(self, increment=0.1, max_steepness=None, layers=None):
+        super().__init__()
+        increment = float(increment)
+        if not (np.isfinite(increment) and increment >= 0):
+            raise ValueError(f"increment must be a finite number >= 0, got {increment}")
+        if max_steepness is not None and not float(max_steepness) > 0:
+            raise ValueError(f"max_steepness must be > 0, got {max_steepness}")
+        self.increment = increment
+        self.max_steepness = None if max_steepness is None else float(max_steepness)
+        self.layer_names = layers
+
+    def on_epoch_begin(self, epoch, logs=None):
+        from keras_trees.layers._polytope_training import anneal
+
+        for layer in polytope_layers(self.model, self.layer_names):
+            splits = np.asarray(ops.convert_to_numpy(layer.node_state))[:, : layer.num_internal] == topology.SPLIT
+            anneal(layer, epoch, self.increment, splits, self.max_steepness)
+
+    def get_config(self):
+        return {"increment": self.increment, "max_steepness": self.max_steepness, "layers": self.layer_names}

@@ -1,0 +1,459 @@
+"""Convex polytope trees (Armandpour & Zhou, AISTATS 2021)."""
+
+import math
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_trees import topology
+from keras_trees.layers import _validation
+from keras_trees.layers._end_to_end import _const
+from keras_trees.losses.conditional_entropy import conditional_entropy_from_counts
+from keras_trees.losses.gamma_process_prior import GammaProcessPrior
+from keras_trees.losses.leaf_variance import leaf_variance_from_moments
+from keras_trees.ops import hard_routing
+from keras_trees.ops import polytope as poly
+
+MAX_DEPTH = 16
+# Floor of log r_k. The gamma-process density of r_k (shape gamma0 / K < 1) is
+# unbounded at 0, so the MAP objective would push unused experts to r = 0 forever;
+# clipping at exp(-10) keeps the penalty bounded while making them negligible.
+MIN_LOG_EXPERT_WEIGHT = -10.0
+MAX_LOG_EXPERT_WEIGHT = 10.0
+
+
+@keras.saving.register_keras_serializable(package="keras_trees")
+class ClipValues(keras.constraints.Constraint):
+    """Clips a variable into ``[min_value, max_value]`` after each optimizer step."""
+
+    def __init__(self, min_value, max_value):
+        self.min_value, self.max_value = float(min_value), float(max_value)
+
+    def __call__(self, w):
+        return ops.clip(w, self.min_value, self.max_value)
+
+    def get_config(self):
+        return {"min_value": self.min_value, "max_value": self.max_value}
+
+
+def _softplus_inverse(y):
+    y = np.maximum(np.asarray(y, dtype=np.float64), 1e-12)
+    return np.where(y > 30, y, np.log(np.expm1(np.minimum(y, 30))))
+
+
+@keras.saving.register_keras_serializable(package="keras_trees")
+class ConvexPolytopeTree(keras.layers.Layer):
+    """A decision tree whose splits are noisy-ORs of ``K`` linear experts (convex polytopes).
+
+    Node ``v`` sends ``x`` right with probability ``f(x) = 1 - exp(-S(x))``,
+    ``S(x) = sum_k r_k softplus(beta_k . x + b_k)`` (Eq. 2; ``K`` is the
+    truncation of the gamma process, ``r_k = exp(log_r_k) > 0``), annealed
+    during training to ``f_lambda = sigmoid(lambda (S - S0))`` with learnable
+    ``p0 = 1 - exp(-S0)`` (Appendix B). At inference each node is a threshold
+    ``S(x) > c`` (one side of a convex region bounded by at most ``K`` facets,
+    Theorem 1), served by the compiled hard-routing engine
+    (``KerasTrees>HardRoutingExperts``): one path per sample, at most
+    ``max_depth`` split evaluations.
+
+    Training follows the paper (Section 3.3): :meth:`fit_greedy` grows the
+    topology from a root stump (each stump trained on its node's samples with
+    the conditional-entropy objective, Eq. 13, or the variance objective,
+    Eq. 15-16, plus the gamma-process prior of Eq. 14; the threshold on the
+    stump's probabilities that maximizes the information gain / variance
+    reduction becomes the split), chooses the depth on validation data and can
+    refine all splits jointly. Leaves hold the empirical class distribution
+    (mean response) of the training data routed to them
+    (:meth:`set_leaves_from_data`, also as the callback
+    :class:`keras_trees.callbacks.polytope_leaves.PolytopeLeafUpdate`).
+    ``K = 1`` gives oblique trees.
+
+    ``call(x, training=True)`` is the probabilistic tree (leaf values mixed by
+    the annealed path probabilities, Eq. 7), so the layer can also be trained
+    inside ``model.fit`` with any Keras loss; ``call(x)`` at inference routes
+    deterministically.
+
+    Variables (heap layout of :mod:`keras_trees.topology`, one tree):
+    ``expert_kernel`` ``(1, 2**D - 1, K, d)``, ``expert_bias`` and
+    ``log_expert_weight`` ``(1, 2**D - 1, K)``, ``p0_logit`` ``(1, 2**D - 1)``
+    (trainable); ``steepness`` (lambda), ``threshold`` (``c``),
+    ``trained_splits``, ``node_state`` and ``leaf_values`` ``(1, 2**(D+1) - 1,
+    C)`` (non-trainable, assigned by training).
+
+    Args:
+        max_depth: maximum depth ``D``.
+        num_experts: ``K`` experts (polytope facets) per node.
+        num_classes: classes (categorical leaves), or
+        units: regression outputs (exactly one of the two).
+        prior: :class:`keras_trees.losses.GammaProcessPrior` or ``None``
+            (default: ``GammaProcessPrior()``); its ``weight`` is multiplied by
+            ``1 / number of training samples`` during training.
+        steepness: initial annealing steepness ``lambda``.
+        annealing: use ``f_lambda`` (True, Appendix B) or the raw ``f`` (False)
+            for training-time probabilities.
+        facet_tolerance: an expert is an active facet when
+            ``r_k >= facet_tolerance * max_k r_k``.
+        seed: seed of the initial expert directions.
+
+    Example:
+
+    >>> import numpy as np, keras
+    >>> from keras_trees.layers.convex_polytope_tree import ConvexPolytopeTree
+    >>> rng = np.random.default_rng(0)
+    >>> x = rng.uniform(-1, 1, size=(400, 2)).astype("float32")
+    >>> y = (np.linalg.norm(x, axis=1) < 0.6).astype("int32")
+    >>> tree = ConvexPolytopeTree(max_depth=2, num_experts=8, num_classes=2, seed=0)
+    >>> model = keras.Sequential([keras.Input((2,)), tree])
+    >>> _ = tree.fit_greedy(x, y, epochs=5, batch_size=200)
+    >>> model.predict(x, verbose=0).shape
+    (400, 2)
+    """
+
+    supports_jit = False  # inference calls the KerasTrees>HardRoutingExperts op
+
+    def __init__(
+        self,
+        max_depth=4,
+        num_experts=10,
+        num_classes=None,
+        units=None,
+        prior="default",
+        steepness=1.0,
+        annealing=True,
+        facet_tolerance=1e-2,
+        seed=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.max_depth = _validation.positive_int("max_depth", max_depth, maximum=MAX_DEPTH)
+        self.num_experts = _validation.positive_int("num_experts", num_experts, maximum=4096)
+        if (num_classes is None) == (units is None):
+            raise ValueError(
+                "pass exactly one of num_classes (classification) or units (regression), "
+                f"got num_classes={num_classes!r}, units={units!r}"
+            )
+        if num_classes is not None:
+            self.num_classes = _validation.positive_int("num_classes", num_classes)
+            if self.num_classes < 2:
+                raise ValueError(f"num_classes must be >= 2, got {num_classes}")
+            self.units = None
+        else:
+            self.units = _validation.positive_int("units", units)
+            self.num_classes = None
+        if isinstance(prior, str) and prior == "default":
+            prior = GammaProcessPrior()
+        elif isinstance(prior, dict):
+            prior = GammaProcessPrior.from_config(prior)
+        if prior is not None and not isinstance(prior, GammaProcessPrior):
+            raise TypeError(f"prior must be a GammaProcessPrior or None, got {type(prior).__name__}")
+        self.prior = prior
+        self.initial_steepness = _validation.positive_float("steepness", steepness)
+        self.annealing = bool(annealing)
+        facet_tolerance = float(facet_tolerance)
+        if not 0 <= facet_tolerance < 1:
+            raise ValueError(f"facet_tolerance must be in [0, 1), got {facet_tolerance}")
+        self.facet_tolerance = facet_tolerance
+        self.seed = seed
+        self._rng = np.random.default_rng(seed)
+        self.input_spec = keras.layers.InputSpec(min_ndim=2)
+
+    # ------------------------------------------------------------------ sizes
+    @property
+    def is_classifier(self):
+        return self.num_classes is not None
+
+    @property
+    def output_dim(self):
+        return self.num_classes if self.is_classifier else self.units
+
+    @property
+    def num_internal(self):
+        return topology.num_internal(self.max_depth)
+
+    @property
+    def num_positions(self):
+        return topology.num_positions(self.max_depth)
+
+    def build(self, input_shape):
+        input_shape = tuple(input_shape)
+        if any(d is None for d in input_shape[1:]):
+            raise ValueError(f"ConvexPolytopeTree needs known feature dimensions, got {input_shape}")
+        d = int(np.prod(input_shape[1:]))
+        self.feature_dim = d
+        I, N, K = self.num_internal, self.num_positions, self.num_experts
+        _validation.check_parameter_memory(
+            I * K * (d + 2) + N * (self.output_dim + 1), 4,
+            f"ConvexPolytopeTree(max_depth={self.max_depth}, num_experts={K}) over {d} features",
+            "use a smaller max_depth or fewer experts.",
+        )
+        kernel, bias = self._draw_experts(I, np.zeros(d), np.ones(d))
+        self.expert_kernel = self.add_weight(name="expert_kernel", shape=(1, I, K, d), initializer=_const(kernel[None]))
+        self.expert_bias = self.add_weight(name="expert_bias", shape=(1, I, K), initializer=_const(bias[None]))
+        self.log_expert_weight = self.add_weight(
+            name="log_expert_weight", shape=(1, I, K), initializer=keras.initializers.Constant(-math.log(K)),
+            constraint=ClipValues(MIN_LOG_EXPERT_WEIGHT, MAX_LOG_EXPERT_WEIGHT),
+        )
+        self.p0_logit = self.add_weight(name="p0_logit", shape=(1, I), initializer="zeros")
+        fixed = dict(trainable=False)
+        self.steepness = self.add_weight(
+            name="steepness", shape=(1, I), initializer=keras.initializers.Constant(self.initial_steepness), **fixed
+        )
+        self.threshold = self.add_weight(
+            name="threshold", shape=(1, I), initializer=keras.initializers.Constant(math.log(2.0)), **fixed
+        )
+        self.trained_splits = self.add_weight(name="trained_splits", shape=(1, I), initializer="zeros", **fixed)
+        self.node_state = self.add_weight(
+            name="node_state", shape=(1, N), initializer=_const(topology.root_leaf(1, self.max_depth)),
+            dtype="int32", **fixed,
+        )
+        init = keras.initializers.Constant(1.0 / self.output_dim) if self.is_classifier else "zeros"
+        self.leaf_values = self.add_weight(name="leaf_values", shape=(1, N, self.output_dim), initializer=init, **fixed)
+        self.input_spec = keras.layers.InputSpec(min_ndim=2, axes={-1: input_shape[-1]})
+
+    # --------------------------------------------------------- parameters
+    def _draw_experts(self, count, center, scale, sharpness=2.0):
+        """``count`` nodes of K experts whose facets sit one projected standard
+        deviation from ``center`` in random directions (a random polytope around
+        the node's data); ``z_k = sharpness * (u_k . (x - center) / sd_k - 1)``."""
+        K, d = self.num_experts, len(center)
+        u = self._rng.normal(size=(count, K, d))
+        u /= np.maximum(np.linalg.norm(u, axis=-1, keepdims=True), 1e-12)
+        sd = np.sqrt(np.maximum((u * u * np.asarray(scale) ** 2).sum(-1), 1e-12))
+        kernel = sharpness * u / sd[..., None]
+        bias = -(kernel * np.asarray(center)).sum(-1) - sharpness
+        return kernel.astype(np.float32), bias.astype(np.float32)
+
+    def expert_weights(self):
+        """``r_k = exp(log_r_k)`` of every node, ``(1, 2**D - 1, K)``."""
+        return ops.exp(self.log_expert_weight)
+
+    def rate0(self):
+        """``S0 = -log(1 - p0) = softplus(p0_logit)`` (``p0 = sigmoid(p0_logit)``)."""
+        return ops.softplus(self.p0_logit)
+
+    # ------------------------------------------------------------ routing
+    def features(self, inputs):
+        x = ops.convert_to_tensor(inputs)
+        if not keras.backend.is_float_dtype(x.dtype):
+            x = ops.cast(x, self.compute_dtype)
+        return ops.reshape(x, (-1, self.feature_dim))
+
+    def split_values(self, inputs):
+        """``(batch, 2**D - 1)`` rates ``S(x)`` of every node (dense, for analysis)."""
+        x = self.features(inputs)
+        z = ops.einsum("bd,ikd->bik", x, self.expert_kernel[0]) + self.expert_bias[0][None]
+        return poly.noisy_or_rate(z, self.expert_weights()[0][None])
+
+    def route(self, inputs):
+        """``(batch,)`` heap position of the leaf each sample reaches (deterministic)."""
+        x = self.features(inputs)
+        is_split = ops.equal(self.node_state[:, : self.num_internal], topology.SPLIT)
+        node, _ = hard_routing.hard_route(
+            x, self.expert_kernel, self.expert_bias, is_split, with_path_values=False,
+            expert_weights=self.expert_weights(), threshold=self.threshold,
+        )
+        return node[:, 0]
+
+    def leaf_log_probabilities(self, inputs):
+        """``(batch, 2**(D+1) - 1)`` log path probabilities (Eq. 7) of the
+        probabilistic tree; ``-inf``-like values (``-1e30``) where no leaf is."""
+        x = self.features(inputs)
+        I = self.num_internal
+        # Only present splits are evaluated (deep heaps are mostly empty).
+        ids = ops.cast(ops.nonzero(ops.equal(self.node_state[0, :I], topology.SPLIT))[0], "int32")
+        kernel = ops.take(self.expert_kernel[0], ids, axis=0)
+        z = ops.einsum("bd,skd->bsk", x, kernel) + ops.take(self.expert_bias[0], ids, axis=0)[None]
+        rate = poly.noisy_or_rate(z, ops.take(self.expert_weights()[0], ids, axis=0)[None])
+        if self.annealing:
+            log_r, log_l = poly.annealed_log_probabilities(
+                rate, ops.take(self.rate0()[0], ids)[None], ops.take(self.steepness[0], ids)[None]
+            )
+        else:
+            log_r, log_l = poly.noisy_or_log_probabilities(rate)
+        dense = lambda v: ops.transpose(ops.scatter(ids[:, None], ops.transpose(v), (I, ops.shape(x)[0])))  # noqa: E731
+        log_r, log_l = dense(log_r), dense(log_l)
+        levels = [ops.zeros_like(x[:, :1])]
+        logp = levels[0]
+        batch = ops.shape(x)[0]
+        for d in range(self.max_depth):
+            sl = slice(2**d - 1, 2 ** (d + 1) - 1)
+            logp = ops.reshape(ops.stack([logp + log_l[:, sl], logp + log_r[:, sl]], axis=-1), (batch, 2 ** (d + 1)))
+            levels.append(logp)
+        logp = ops.concatenate(levels, axis=-1)
+        is_leaf = ops.equal(self.node_state[0], topology.LEAF)[None]
+        return ops.where(is_leaf, logp, ops.cast(-1e30, logp.dtype))
+
+    def call(self, inputs, training=None):
+        if training:
+            p = ops.exp(self.leaf_log_probabilities(inputs))
+            return ops.matmul(p, ops.cast(self.leaf_values[0], p.dtype))
+        node = self.route(inputs)
+        return ops.take(self.leaf_values[0], node, axis=0)
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], self.output_dim)
+
+    # ------------------------------------------------------------ leaves
+    def _leaf_statistics(self, node, y):
+        """Per-position sums (subtree totals for internal positions): counts
+        ``(N, C)`` or ``(mass (N,), sum y (N, units))``."""
+        N = self.num_positions
+        if self.is_classifier:
+            stats = np.zeros((N, self.num_classes))
+            np.add.at(stats, (node, y), 1.0)
+        else:
+            stats = np.zeros((N, self.units + 1))
+            np.add.at(stats, node, np.concatenate([np.ones((len(y), 1)), y.reshape(len(y), -1)], 1))
+        for i in range(self.num_internal - 1, -1, -1):  # children before parents
+            stats[i] += stats[2 * i + 1] + stats[2 * i + 2]
+        return stats
+
+    def _values_from_stats(self, stats, old):
+        if self.is_classifier:
+            total = stats.sum(-1, keepdims=True)
+            return np.where(total > 0, stats / np.maximum(total, 1e-300), old)
+        mass = stats[:, :1]
+        return np.where(mass > 0, stats[:, 1:] / np.maximum(mass, 1e-300), old)
+
+    def set_leaves_from_data(self, x, y, batch_size=4096):
+        """Sets every position's value to the empirical class distribution (or
+        mean response) of the training samples routed deterministically through
+        it (Section 3.3.1); positions no sample reaches keep their value.
+        Internal positions get the value of their subtree, so pruning needs no
+        new statistics. Returns the number of samples per position."""
+        self._ensure_built(x)
+        x, y = self._check_xy(x, y, "set_leaves_from_data")
+        node = self._route_numpy(x, batch_size)
+        stats = self._leaf_statistics(node, y)
+        old = np.asarray(ops.convert_to_numpy(self.leaf_values))[0].astype(np.float64)
+        self.leaf_values.assign(self._values_from_stats(stats, old)[None].astype(np.float32))
+        return stats.sum(-1) if self.is_classifier else stats[:, 0]
+
+    # ------------------------------------------------------------ checks
+    def _ensure_built(self, x):
+        if not self.built:
+            self.build((None,) + tuple(np.shape(x)[1:]))
+
+    def _check_xy(self, x, y, where):
+        x = np.asarray(x, dtype=np.float32)
+        if x.ndim < 2 or len(x) == 0:
+            raise ValueError(f"{where}: x must be a non-empty array of shape (n, features), got {x.shape} (empty)")
+        x = x.reshape(len(x), -1)
+        if x.shape[1] != self.feature_dim:
+            raise ValueError(f"{where}: x has {x.shape[1]} features, the layer expects {self.feature_dim}")
+        if not np.all(np.isfinite(x)):
+            raise ValueError(f"{where}: x contains NaN or Inf")
+        y = np.asarray(y)
+        if len(y) != len(x):
+            raise ValueError(f"{where}: x has {len(x)} samples but y has {len(y)}")
+        if self.is_classifier:
+            y = y.reshape(len(y), -1)
+            if y.shape[1] != 1:
+                raise ValueError(f"{where}: y must hold integer class ids of shape (n,) or (n, 1), got {y.shape}")
+            y = y[:, 0]
+            if not np.all(np.isfinite(y.astype(np.float64))) or np.any(y != np.round(y)):
+                raise ValueError(f"{where}: y must hold integer class ids")
+            y = y.astype(np.int64)
+            if y.min() < 0 or y.max() >= self.num_classes:
+                raise ValueError(
+                    f"{where}: labels must lie in [0, {self.num_classes}) for num_classes={self.num_classes}, "
+                    f"got values in [{y.min()}, {y.max()}]"
+                )
+        else:
+            y = y.astype(np.float64).reshape(len(y), -1)
+            if y.shape[1] != self.units:
+                raise ValueError(f"{where}: y has {y.shape[1]} outputs, the layer has units={self.units}")
+            if not np.all(np.isfinite(y)):
+                raise ValueError(f"{where}: y contains NaN or Inf")
+        return x, y
+
+    def _route_numpy(self, x, batch_size=4096):
+        out = [np.asarray(ops.convert_to_numpy(self.route(x[i: i + batch_size]))) for i in range(0, len(x), batch_size)]
+        return np.concatenate(out).astype(np.int64)
+
+    # ------------------------------------------------------- interpretation
+    def num_leaves(self):
+        return int(topology.num_leaves(ops.convert_to_numpy(self.node_state))[0])
+
+    def depth(self):
+        return topology.tree_depth(ops.convert_to_numpy(self.node_state), 0)
+
+    def polytopes(self):
+        """One dict per split node: the active facets and Theorem 1's inequalities.
+
+        ``left`` (``S(x) <= c``) is a convex set inside the polytope
+        ``{x : weights[k] . x + bias[k] <= offsets[k] for the active k}``;
+        ``right`` is its complement. ``active`` lists experts with
+        ``r_k >= facet_tolerance * max r``. ``p_threshold = 1 - exp(-c)`` is the
+        threshold on the noisy-OR probability ``f``.
+        """
+        state = np.asarray(ops.convert_to_numpy(self.node_state))[0]
+        kernel = np.asarray(ops.convert_to_numpy(self.expert_kernel))[0]
+        bias = np.asarray(ops.convert_to_numpy(self.expert_bias))[0]
+        r = np.exp(np.asarray(ops.convert_to_numpy(self.log_expert_weight), dtype=np.float64))[0]
+        c = np.asarray(ops.convert_to_numpy(self.threshold), dtype=np.float64)[0]
+        out = []
+        for n in topology.splits(state[None], 0):
+            active = np.flatnonzero(r[n] >= self.facet_tolerance * r[n].max())
+            offsets = poly.facet_offsets(r[n], c[n])
+            out.append({
+                "node": int(n),
+                "depth": int(topology.position_depth(n)),
+                "threshold": float(c[n]),
+                "p_threshold": float(-np.expm1(-c[n])),
+                "active": active.tolist(),
+                "expert_weights": r[n].tolist(),
+                "weights": kernel[n][active],
+                "bias": bias[n][active],
+                "offsets": offsets[active],
+            })
+        return out
+
+    def describe(self):
+        """A readable summary: the topology with facets per split."""
+        lines = []
+        info = {p["node"]: p for p in self.polytopes()}
+        state = np.asarray(ops.convert_to_numpy(self.node_state))
+        values = np.asarray(ops.convert_to_numpy(self.leaf_values))[0]
+        for n in np.flatnonzero(state[0] != topology.ABSENT):
+            pad = "  " * int(topology.position_depth(n))
+            if n in info:
+                p = info[n]
+                lines.append(f"{pad}{n}: split, {len(p['active'])}/{self.num_experts} active facets, "
+                             f"right iff f(x) > {p['p_threshold']:.4g}")
+            else:
+                v = values[n]
+                desc = f"class {int(np.argmax(v))} (p={v.max():.3f})" if self.is_classifier else f"value {np.round(v, 4).tolist()}"
+                lines.append(f"{pad}{n}: leaf, {desc}")
+        return "\n".join(lines)
+
+    # ------------------------------------------------------------ config
+    def get_config(self):
+        config = super().get_config()
+        config.update({
+            "max_depth": self.max_depth,
+            "num_experts": self.num_experts,
+            "num_classes": self.num_classes,
+            "units": self.units,
+            "prior": None if self.prior is None else self.prior.get_config(),
+            "steepness": self.initial_steepness,
+            "annealing": self.annealing,
+            "facet_tolerance": self.facet_tolerance,
+            "seed": self.seed,
+        })
+        return config
+
+    # ------------------------------------------------------------ training
+    def fit_greedy(self, x, y, validation_data=None, **kwargs):
+        """Greedy topology learning (Section 3.3.2); see
+        :func:`keras_trees.layers._polytope_training.fit_greedy` for the arguments."""
+        from keras_trees.layers import _polytope_training
+
+        return _polytope_training.fit_greedy(self, x, y, validation_data=validation_data, **kwargs)
+
+    def refine(self, x, y, validation_data=None, **kwargs):
+        """Joint refinement of all splits (Section 3.3.1, Algorithm 1); see
+        :func:`keras_trees.layers._polytope_training.refine`."""
+        from keras_trees.layers import _polytope_training
+
+        return _polytope_training.refine(self, x, y, validation_data=validation_data, **kwargs)
