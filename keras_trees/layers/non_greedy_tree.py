@@ -171,6 +171,8 @@ class NonGreedyTree(keras.Model):
 
     def _inputs(self, x):
         x = ops.convert_to_tensor(x)
+        if not self.built:  # fit/evaluate trace train_step before any call()
+            self.build(tuple(x.shape))
         if not keras.backend.is_float_dtype(x.dtype):
             x = ops.cast(x, self.compute_dtype)
         if len(x.shape) != 2 or x.shape[1] != self.input_dim:
