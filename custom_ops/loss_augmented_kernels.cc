@@ -124,24 +124,33 @@ class LossAugmentedInferenceOp : public OpKernel {
     T* sd = s_t->flat<T>().data();
     if (batch == 0) return;
 
-    // Log loss of leaf j for label c is lse_j - theta[j, c]: the log-sum-exp of
-    // every leaf is computed once per call (O(2**d K)), then each leaf costs O(1).
+    // Log loss of leaf j for label c is lse_j - theta[j, c]. The exact search
+    // scores every leaf of every sample, so the log-sum-exp of every leaf is
+    // computed once per call (O(2**d K)) and each leaf then costs O(1); the fast
+    // search visits d + 1 leaves per sample and computes theirs on the fly
+    // (O(d K)) when that is less work than all 2**d leaves (small batches on
+    // deep trees: a training step then does not depend on 2**d). Both paths
+    // use row_lse, so the results are the same either way.
     std::vector<T> lse;
-    if (log_loss_) {
+    auto row_lse = [&](const T* row) -> T {
+      const T m = *std::max_element(row, row + k);
+      T s = 0;
+      for (int64_t c = 0; c < k; ++c) s += std::exp(row[c] - m);
+      return m + std::log(s);
+    };
+    const bool precompute = log_loss_ && (!fast_ || num_leaves <= batch * (depth + 1));
+    if (precompute) {
       lse.resize(num_leaves);
       ParallelFor(ctx, num_leaves, 8 * k + 20, [&](int64_t begin, int64_t end) {
-        for (int64_t j = begin; j < end; ++j) {
-          const T* row = td + j * k;
-          const T m = *std::max_element(row, row + k);
-          T s = 0;
-          for (int64_t c = 0; c < k; ++c) s += std::exp(row[c] - m);
-          lse[j] = m + std::log(s);
-        }
+        for (int64_t j = begin; j < end; ++j) lse[j] = row_lse(td + j * k);
       });
     }
     auto leaf_loss = [&](int64_t sample, int64_t leaf) -> T {
       const T* row = td + leaf * k;
-      if (log_loss_) return lse[leaf] - row[static_cast<int64_t>(yd[sample])];
+      if (log_loss_) {
+        const T l = precompute ? lse[leaf] : row_lse(row);
+        return l - row[static_cast<int64_t>(yd[sample])];
+      }
       const TL* target = yd + sample * k;
       T s = 0;
       for (int64_t c = 0; c < k; ++c) {
@@ -158,7 +167,7 @@ class LossAugmentedInferenceOp : public OpKernel {
       // Eq. 13: the h path (d dot products), then for each level the leaf
       // reached by flipping that bit and following sgn(v) below (d - level - 1
       // more dot products): O(d**2 p) per sample.
-      const int64_t cost = (depth * (depth + 1) / 2) * (2 * p + 8) + (depth + 1) * (log_loss_ ? 4 : 3 * k);
+      const int64_t cost = (depth * (depth + 1) / 2) * (2 * p + 8) + (depth + 1) * (log_loss_ ? 20 * k : 3 * k);
       ParallelFor(ctx, batch, cost, [&](int64_t begin, int64_t end) {
         std::vector<int64_t> path(depth);
         std::vector<T> values(depth);

@@ -257,3 +257,14 @@ def test_topology_of_leaf_indices():
     # leaf j of a perfect tree of depth d is heap position 2**d - 1 + j
     state = topology.perfect(1, 3)
     np.testing.assert_array_equal(topology.leaves(state, 0) - (2**3 - 1), np.arange(8))
+
+
+@needs_op
+def test_op_small_batch_on_deep_tree_computes_leaf_losses_on_the_fly(rng):
+    # 512 leaves > batch * (depth + 1): the fast kernel skips the per-leaf
+    # log-sum-exp table; results must not change
+    x, w, b, theta, y = random_problem(rng, 9, "log", batch=20)
+    got = [np.asarray(t) for t in loss_augmented_inference(x, w, b, theta, y, "log", True)]
+    ref = [np.asarray(t) for t in loss_augmented_inference_reference(x, w, b, theta, y, "log", True)]
+    np.testing.assert_array_equal(got[0], ref[0])
+    np.testing.assert_allclose(got[2], ref[2], rtol=1e-10, atol=1e-10)
