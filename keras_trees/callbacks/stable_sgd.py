@@ -1,0 +1,85 @@
+"""Stable SGD (SSGD) for non-greedy trees (Norouzi et al. 2015, Section 6, Eq. 14)."""
+
+import math
+
+import keras
+
+
+@keras.saving.register_keras_serializable(package="keras_trees")
+class StableSGD(keras.callbacks.Callback):
+    """Keeps the leaf assignments of the training data fixed between rounds.
+
+    At the start of training and of every round the callback freezes the
+    current splits (:meth:`NonGreedyTree.update_assignments`): the bound then
+    constrains ``h`` to the frozen leaf ``a(x)`` (Eq. 14), which changes the
+    assignment of samples to leaves more conservatively than SGD. A new round
+    starts when the epoch's bound (``monitor``, the training ``loss``) has not
+    improved by more than ``min_delta`` (relative) for ``patience`` epochs, or
+    after ``max_round_epochs`` epochs. The assignments are kept per sample as a
+    function of ``x`` (routing by the frozen splits), so no per-sample state is
+    stored and shuffling is harmless. At the end of training the model returns
+    to plain SGD.
+
+    Args:
+        min_delta: relative improvement of the bound below which a round ends.
+        patience: epochs without such improvement before a new round.
+        max_round_epochs: optional cap on the length of a round.
+        monitor: the logged quantity to watch (default ``"loss"``, the bound).
+    """
+
+    def __init__(self, min_delta=1e-3, patience=1, max_round_epochs=None, monitor="loss"):
+        super().__init__()
+        self.min_delta = float(min_delta)
+        if not self.min_delta >= 0:
+            raise ValueError(f"min_delta must be >= 0, got {min_delta}")
+        self.patience = int(patience)
+        if self.patience < 1:
+            raise ValueError(f"patience must be >= 1, got {patience}")
+        if max_round_epochs is not None and int(max_round_epochs) < 1:
+            raise ValueError(f"max_round_epochs must be >= 1 or None, got {max_round_epochs}")
+        self.max_round_epochs = None if max_round_epochs is None else int(max_round_epochs)
+        self.monitor = monitor
+        self.rounds = 0
+
+    def _tree(self):
+        model = self.model
+        if not hasattr(model, "update_assignments"):
+            raise TypeError(f"StableSGD needs a NonGreedyTree model, got {type(model).__name__}")
+        return model
+
+    def _new_round(self):
+        self._tree().update_assignments()
+        self.rounds += 1
+        self._best = math.inf
+        self._wait = 0
+        self._round_epochs = 0
+
+    def on_train_begin(self, logs=None):
+        self.rounds = 0
+        self._new_round()
+
+    def on_epoch_end(self, epoch, logs=None):
+        value = (logs or {}).get(self.monitor)
+        if value is None:
+            raise KeyError(f"StableSGD monitors {self.monitor!r}, which is not in the logs {sorted(logs or {})}")
+        self._round_epochs += 1
+        if value < self._best - self.min_delta * abs(self._best if math.isfinite(self._best) else value):
+            self._best = value
+            self._wait = 0
+        else:
+            self._wait += 1
+        if self._wait >= self.patience or (
+            self.max_round_epochs is not None and self._round_epochs >= self.max_round_epochs
+        ):
+            self._new_round()
+
+    def on_train_end(self, logs=None):
+        self._tree().release_assignments()
+
+    def get_config(self):
+        return {
+            "min_delta": self.min_delta,
+            "patience": self.patience,
+            "max_round_epochs": self.max_round_epochs,
+            "monitor": self.monitor,
+        }

@@ -1,0 +1,390 @@
+"""Non-greedy oblique decision trees (Norouzi, Collins, Johnson, Fleet & Kohli,
+*Efficient Non-greedy Optimization of Decision Trees*, NIPS 2015)."""
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_trees import topology
+from keras_trees.constraints import RowNorm
+from keras_trees.layers import _validation
+from keras_trees.ops import loss_augmented
+from keras_trees.ops.hard_routing import hard_route
+
+MAX_DEPTH = 20
+INFERENCES = ("fast", "exact")
+
+
+def _const(value):
+    def init(shape, dtype=None):
+        arr = np.broadcast_to(np.asarray(value), shape)
+        return ops.convert_to_tensor(np.array(arr), dtype=dtype)
+
+    return init
+
+
+@keras.saving.register_keras_serializable(package="keras_trees")
+class NonGreedyTree(keras.Model):
+    """A perfect oblique decision tree trained jointly by SGD on the convex-concave
+    upper bound of its empirical loss.
+
+    The tree has ``2**depth - 1`` split rows ``[w_i, b_i]`` (one trainable
+    ``split_weights`` matrix of shape ``(2**depth - 1, p + 1)``, the bias in the
+    last column, heap order of :mod:`keras_trees.topology`) and ``2**depth``
+    leaf parameter rows ``Theta`` (``leaf_values``, ``(2**depth, K)``; leaf ``j``
+    is heap position ``2**depth - 1 + j``). A sample goes right at split ``i``
+    iff ``w_i . x + b_i > 0``; prediction (``predict``, ``call``) follows one
+    path through the compiled hard-routing op and returns
+    ``softmax(Theta[leaf])`` (classification, log loss, Eq. 1-2) or
+    ``Theta[leaf]`` (regression, squared loss, Eq. 3).
+
+    Training (``fit``) is a custom ``train_step`` (TensorFlow backend): for each
+    mini-batch the compiled ``KerasTrees>LossAugmentedInference`` op finds the
+    loss-augmented leaf ``f(g)`` of every sample (fast Hamming-ball search of
+    Eq. 13 by default, ``inference="exact"`` for Eq. 10), then the optimizer
+    (the paper: SGD with momentum) takes a step on the surrogate of Eq. 9,
+    whose gradient is Algorithm 1's ``(g - h) x^T`` for the splits and the
+    gradient of the loss at ``Theta[f(g)]`` for the leaves; the
+    :class:`keras_trees.constraints.RowNorm` constraint then projects every row
+    back to ``||[w_i, b_i]|| <= nu`` (line 8; the bias is part of the row
+    because the paper appends a constant to ``x``). Stable SGD (Eq. 14) is
+    enabled by the :class:`keras_trees.callbacks.stable_sgd.StableSGD`
+    callback, which freezes the leaf assignments ``a(x)`` (routing by a
+    snapshot ``assignment_weights`` of the splits) between rounds.
+
+    Logged metrics: ``loss`` is the surrogate (the bound, Eq. 13/14 as trained),
+    ``empirical_loss`` the loss of the tree's own predictions (Eq. 4, mean),
+    plus any compiled metrics (e.g. ``"accuracy"``) on the hard predictions.
+
+    Initialization: random splits of norm ``nu`` and zero leaves, or from a
+    greedy tree with :meth:`initialize_from` (e.g. a scikit-learn CART tree
+    through :func:`keras_trees.interop.sklearn.from_sklearn`, the paper's
+    axis-aligned initialization, or a grown end-to-end tree); shallower trees
+    are padded to the perfect tree by copying leaves down.
+
+    Args:
+        depth: tree depth ``d``.
+        num_classes: classes (softmax leaves, log loss); or
+        units: regression output size (squared loss). Exactly one of the two.
+        nu: the row-norm bound of Eq. 9 (the paper picks it on validation data
+            from {0.1, 1, 4, 10, 43, 100}).
+        inference: ``"fast"`` (Eq. 13, ``O(d^2 p)`` per sample) or ``"exact"``
+            (Eq. 7/10, ``O(2^d p)``).
+        seed: seed of the random initial splits.
+
+    Example:
+
+    >>> import numpy as np, keras
+    >>> from sklearn.tree import DecisionTreeClassifier
+    >>> from keras_trees.interop.sklearn import from_sklearn
+    >>> rng = np.random.default_rng(0)
+    >>> x = rng.normal(size=(400, 2)).astype("float32"); y = (x[:, 0] + x[:, 1] > 0).astype("int32")
+    >>> model = NonGreedyTree(depth=3, num_classes=2, nu=4.0)
+    >>> model.initialize_from(from_sklearn(DecisionTreeClassifier(max_depth=3).fit(x, y)))
+    >>> model.compile(keras.optimizers.SGD(0.05, momentum=0.9), metrics=["accuracy"])
+    >>> _ = model.fit(x, y, batch_size=50, epochs=5, verbose=0)
+    >>> model.predict(x, verbose=0).shape
+    (400, 2)
+    """
+
+    supports_jit = False  # calls the KerasTrees ops
+
+    def __init__(self, depth=6, num_classes=None, units=None, nu=1.0, inference="fast", seed=None, **kwargs):
+        super().__init__(**kwargs)
+        self.depth = _validation.positive_int("depth", depth, maximum=MAX_DEPTH)
+        if (num_classes is None) == (units is None):
+            raise ValueError(
+                "pass exactly one of num_classes (classification, log loss) or units "
+                f"(regression, squared loss), got num_classes={num_classes!r}, units={units!r}"
+            )
+        if num_classes is not None:
+            self.num_classes = _validation.positive_int("num_classes", num_classes)
+            if self.num_classes < 2:
+                raise ValueError(f"num_classes must be >= 2, got {num_classes}")
+            self.units = None
+        else:
+            self.units = _validation.positive_int("units", units)
+            self.num_classes = None
+        self.nu = _validation.positive_float("nu", nu)
+        if inference not in INFERENCES:
+            raise ValueError(f"inference must be one of {INFERENCES}, got {inference!r}")
+        self.inference = inference
+        self.seed = seed
+        self.empirical_loss_tracker = keras.metrics.Mean(name="empirical_loss")
+
+    # ------------------------------------------------------------------ sizes
+    @property
+    def is_classifier(self):
+        return self.num_classes is not None
+
+    @property
+    def loss_name(self):
+        return "log" if self.is_classifier else "squared"
+
+    @property
+    def output_dim(self):
+        return self.num_classes if self.is_classifier else self.units
+
+    @property
+    def num_internal(self):
+        return topology.num_internal(self.depth)
+
+    @property
+    def num_leaves(self):
+        return self.num_internal + 1
+
+    # ------------------------------------------------------------------ build
+    def build(self, input_shape):
+        input_shape = tuple(input_shape)
+        if len(input_shape) != 2 or input_shape[-1] is None:
+            raise ValueError(f"NonGreedyTree expects inputs of shape (batch, features), got {input_shape}")
+        p = int(input_shape[-1])
+        self.input_dim = p
+        I, L, K = self.num_internal, self.num_leaves, self.output_dim
+        _validation.check_parameter_memory(
+            3 * I * (p + 1) + L * K, 4, f"NonGreedyTree(depth={self.depth}) over {p} features",
+            "use a smaller depth.",
+        )
+        rng = np.random.default_rng(self.seed)
+        rows = rng.normal(size=(I, p + 1))
+        rows[:, -1] *= 0.1
+        rows *= self.nu / np.linalg.norm(rows, axis=1, keepdims=True)
+        self.split_weights = self.add_weight(
+            name="split_weights", shape=(I, p + 1), initializer=_const(rows.astype("float32")),
+            constraint=RowNorm(self.nu),
+        )
+        self.leaf_values = self.add_weight(name="leaf_values", shape=(L, K), initializer="zeros")
+        self.node_state = self.add_weight(
+            name="node_state", shape=(1, topology.num_positions(self.depth)),
+            initializer=_const(topology.perfect(1, self.depth)), dtype="int32", trainable=False,
+        )
+        self.assignment_weights = self.add_weight(
+            name="assignment_weights", shape=(I, p + 1), initializer=_const(rows.astype("float32")),
+            trainable=False,
+        )
+        self.stable = self.add_weight(name="stable", shape=(), initializer="zeros", dtype="int32", trainable=False)
+        self.built = True
+
+    # -------------------------------------------------------------- routing
+    def _split(self, rows):
+        return rows[:, : self.input_dim], rows[:, self.input_dim]
+
+    def _inputs(self, x):
+        x = ops.convert_to_tensor(x)
+        if not self.built:  # fit/evaluate trace train_step before any call()
+            self.build(tuple(x.shape))
+        if not keras.backend.is_float_dtype(x.dtype):
+            x = ops.cast(x, self.compute_dtype)
+        if len(x.shape) != 2 or x.shape[1] != self.input_dim:
+            raise ValueError(f"expected inputs of shape (batch, {self.input_dim}), got {tuple(x.shape)}")
+        return x
+
+    def route(self, x, rows=None):
+        """``(batch,)`` leaf index (``0 .. 2**depth - 1``) of every sample (hard-routing op)."""
+        x = self._inputs(x)
+        w, b = self._split(self.split_weights if rows is None else rows)
+        is_split = ops.equal(self.node_state[:, : self.num_internal], topology.SPLIT)
+        node, _ = hard_route(x, ops.cast(w[None], x.dtype), ops.cast(b[None], x.dtype), is_split,
+                             with_path_values=False)
+        return node[:, 0] - self.num_internal
+
+    def leaf_output(self, leaf, dtype):
+        theta = ops.take(ops.cast(self.leaf_values, dtype), leaf, axis=0)
+        return ops.softmax(theta, axis=-1) if self.is_classifier else theta
+
+    def call(self, inputs, training=None):
+        x = self._inputs(inputs)
+        return self.leaf_output(self.route(x), x.dtype)
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], self.output_dim)
+
+    # ------------------------------------------------------------- training
+    def _labels(self, y, dtype):
+        y = ops.convert_to_tensor(y)
+        if self.is_classifier:
+            return ops.reshape(ops.cast(y, "int32"), (-1,))
+        return ops.reshape(ops.cast(y, dtype), (-1, self.units))
+
+    def bound(self, x, y, g_leaf, assigned_leaf=None):
+        """Per-sample surrogate (Eq. 9, or Eq. 14 with ``assigned_leaf``) at the
+        loss-augmented leaves ``g_leaf``; differentiable in the parameters."""
+        w, b = self._split(self.split_weights)
+        return loss_augmented.surrogate(
+            x, ops.cast(w, x.dtype), ops.cast(b, x.dtype), ops.cast(self.leaf_values, x.dtype),
+            y, g_leaf, self.loss_name, assigned_leaf=assigned_leaf,
+        )
+
+    def loss_augmented_inference(self, x, y):
+        """``(g_leaf, h_leaf, score)`` of the current tree (compiled op; see
+        :func:`keras_trees.ops.loss_augmented.loss_augmented_inference`)."""
+        x = self._inputs(x)
+        w, b = self._split(ops.stop_gradient(ops.convert_to_tensor(self.split_weights)))
+        return loss_augmented.loss_augmented_inference(
+            x, ops.cast(w, x.dtype), ops.cast(b, x.dtype),
+            ops.cast(ops.stop_gradient(ops.convert_to_tensor(self.leaf_values)), x.dtype),
+            self._labels(y, x.dtype), self.loss_name, fast=self.inference == "fast",
+        )
+
+    def _weighted_mean(self, values, sample_weight):
+        if sample_weight is None:
+            return ops.mean(values)
+        sw = ops.reshape(ops.cast(sample_weight, values.dtype), (-1,))
+        return ops.mean(values * sw)
+
+    def train_step(self, data):
+        import tensorflow as tf
+
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        x = self._inputs(x)
+        labels = self._labels(y, x.dtype)
+        g_leaf, h_leaf, _ = self.loss_augmented_inference(x, labels)
+        # Stable SGD: h is constrained to the frozen assignment a(x) (Eq. 14);
+        # plain SGD uses a(x) = f(sgn(Wx)), for which the extra term is 0.
+        frozen = self.route(x, ops.convert_to_tensor(self.assignment_weights))
+        assigned = ops.where(self.stable > 0, frozen, h_leaf)
+        y_pred = self.leaf_output(h_leaf, x.dtype)
+        empirical = loss_augmented.selected_leaf_loss(ops.cast(self.leaf_values, x.dtype), h_leaf, labels,
+                                                      self.loss_name)
+        with tf.GradientTape() as tape:
+            per_sample = self.bound(x, labels, g_leaf, assigned_leaf=assigned)
+            value = self._weighted_mean(per_sample, sample_weight)
+        variables = self.trainable_variables
+        grads = tape.gradient(value, variables)
+        self.optimizer.apply(grads, variables)  # applies the RowNorm projection
+        return self._update_metrics(value, empirical, x, y, y_pred, sample_weight)
+
+    def test_step(self, data):
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        x = self._inputs(x)
+        labels = self._labels(y, x.dtype)
+        _, h_leaf, score = self.loss_augmented_inference(x, labels)
+        y_pred = self.leaf_output(h_leaf, x.dtype)
+        empirical = loss_augmented.selected_leaf_loss(ops.cast(self.leaf_values, x.dtype), h_leaf, labels,
+                                                      self.loss_name)
+        return self._update_metrics(self._weighted_mean(score, sample_weight), empirical, x, y, y_pred,
+                                    sample_weight)
+
+    def _update_metrics(self, bound, empirical, x, y, y_pred, sample_weight):
+        batch = ops.shape(x)[0]
+        if self._loss_tracker is not None:
+            self._loss_tracker.update_state(bound, sample_weight=batch)
+        self.empirical_loss_tracker.update_state(empirical, sample_weight=sample_weight)
+        return self.compute_metrics(x, y, y_pred, sample_weight)
+
+    # ---------------------------------------------------------- stable SGD
+    def update_assignments(self):
+        """Freezes the current leaf assignments ``a(x)`` (Stable SGD, Eq. 14) and
+        turns the assignment constraint on."""
+        self.assignment_weights.assign(self.split_weights)
+        self.stable.assign(1)
+
+    def release_assignments(self):
+        """Back to plain SGD (``a(x) = f(sgn(Wx))``)."""
+        self.stable.assign(0)
+
+    # -------------------------------------------------------- initialization
+    def initialize_from(self, tree, leaf_smoothing=1.0, scale_to_nu=True):
+        """Sets the splits and leaves from a greedy tree (the paper's initialization).
+
+        Args:
+            tree: a :class:`keras_trees.interop.sklearn.HeapTree` (e.g. from
+                :func:`~keras_trees.interop.sklearn.from_sklearn` or
+                :func:`~keras_trees.interop.sklearn.from_end_to_end`) of depth
+                ``<= depth``; it is padded to the perfect tree
+                (:func:`~keras_trees.interop.sklearn.pad_to_perfect`). Its leaf
+                values are class probabilities (classification) or outputs.
+            leaf_smoothing: pseudo-count per class, relative to a leaf's share
+                ``1/K``: classification leaves become
+                ``log((p + s/K * eps) / (1 + s * eps))`` with ``eps = 1e-2``,
+                so pure leaves keep finite log-probabilities.
+            scale_to_nu: rescale every non-zero row ``[w_i, b_i]`` to norm ``nu``
+                (the tightest bound the constraint allows, Proposition 1);
+                routing is unchanged. Otherwise rows are only projected.
+        """
+        from keras_trees.interop.sklearn import pad_to_perfect
+
+        tree = pad_to_perfect(tree, self.depth)
+        p = tree.split_weights.shape[2]
+        if not self.built:
+            self.build((None, p))
+        if p != self.input_dim:
+            raise ValueError(f"the tree has {p} features, the model expects {self.input_dim}")
+        k = tree.leaf_values.shape[2]
+        if k != self.output_dim:
+            raise ValueError(f"the tree has {k} outputs per leaf, the model has {self.output_dim}")
+        rows = np.concatenate([tree.split_weights[0], tree.split_bias[0][:, None]], axis=1).astype(np.float64)
+        norm = np.linalg.norm(rows, axis=1, keepdims=True)
+        if scale_to_nu:
+            scale = np.where(norm > 0, self.nu / np.maximum(norm, 1e-300), 1.0)
+        else:
+            scale = np.minimum(1.0, self.nu / np.maximum(norm, 1e-300))
+        rows = rows * scale
+        values = tree.leaf_values[0, self.num_internal:].astype(np.float64)
+        if self.is_classifier:
+            eps = 1e-2 * float(leaf_smoothing)
+            values = np.log((values + eps / k) / (1.0 + eps))
+        dtype = self.split_weights.dtype
+        self.split_weights.assign(rows.astype(dtype))
+        self.assignment_weights.assign(rows.astype(dtype))
+        self.leaf_values.assign(values.astype(self.leaf_values.dtype))
+
+    def refit_leaves(self, x, y, leaf_smoothing=1.0):
+        """Closed-form leaves for the current splits: every leaf that receives
+        training samples gets their (smoothed) log class frequencies
+        (classification, the minimizer of the log loss, smoothed as in
+        :meth:`initialize_from`) or their mean target (regression); empty leaves
+        keep their values. Not part of the paper's Algorithm 1: an optional
+        post-processing step. Returns the number of leaves refitted."""
+        leaf = np.asarray(ops.convert_to_numpy(self.route(x)))
+        values = np.array(ops.convert_to_numpy(self.leaf_values), dtype=np.float64)
+        counts = np.bincount(leaf, minlength=self.num_leaves)
+        filled = counts > 0
+        if self.is_classifier:
+            y = np.asarray(y).reshape(-1).astype(np.int64)
+            hist = np.zeros((self.num_leaves, self.num_classes))
+            np.add.at(hist, (leaf, y), 1.0)
+            prob = hist / np.maximum(counts[:, None], 1)
+            eps = 1e-2 * float(leaf_smoothing)
+            new = np.log((prob + eps / self.num_classes) / (1.0 + eps))
+        else:
+            y = np.asarray(y, dtype=np.float64).reshape(len(leaf), -1)
+            new = np.zeros_like(values)
+            np.add.at(new, leaf, y)
+            new /= np.maximum(counts[:, None], 1)
+        values[filled] = new[filled]
+        self.leaf_values.assign(values.astype(self.leaf_values.dtype))
+        return int(filled.sum())
+
+    # ------------------------------------------------------------ statistics
+    def active_leaves(self, x):
+        """Number of leaves that receive at least one sample of ``x`` (Fig. 3)."""
+        leaf = np.asarray(ops.convert_to_numpy(self.route(x)))
+        return int(np.unique(leaf).size)
+
+    def row_norms(self):
+        return np.linalg.norm(np.asarray(ops.convert_to_numpy(self.split_weights)), axis=1)
+
+    # ------------------------------------------------------------------ config
+    def get_config(self):
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "dtype": keras.saving.serialize_keras_object(self.dtype_policy),
+            "depth": self.depth,
+            "num_classes": self.num_classes,
+            "units": self.units,
+            "nu": self.nu,
+            "inference": self.inference,
+            "seed": self.seed,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if isinstance(config.get("dtype"), dict):
+            config["dtype"] = keras.saving.deserialize_keras_object(config["dtype"])
+        return cls(**config)
+
+
+__all__ = ["NonGreedyTree"]
