@@ -13,9 +13,12 @@ from keras_trees.ops._library import load as _load_ops  # noqa: E402
 _load_ops()
 
 from keras_trees import callbacks  # noqa: E402,F401
+from keras_trees import constraints  # noqa: E402,F401
 from keras_trees import initializers  # noqa: E402,F401
 from keras_trees import inspection  # noqa: E402,F401
+from keras_trees import interop  # noqa: E402,F401
 from keras_trees import layers  # noqa: E402,F401
+from keras_trees import losses  # noqa: E402,F401
 from keras_trees import regularizers  # noqa: E402,F401
 from keras_trees import topology  # noqa: E402,F401
 from keras_trees.export import export_portable  # noqa: E402,F401
@@ -24,6 +27,9 @@ __all__ = [
     "ops",
     "layers",
     "callbacks",
+    "constraints",
+    "losses",
+    "interop",
     "regularizers",
     "initializers",
     "inspection",

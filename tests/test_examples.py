@@ -61,3 +61,17 @@ def test_tuning_tutorial(tmp_path):
     out = run_script("tutorials/tuning/tuning.py", "--quick", "--out", str(tmp_path / "out"), tmp_path=tmp_path)
     assert "fresh process: identical predictions = True" in out
     assert (tmp_path / "out" / "best_tree.png").exists() and (tmp_path / "out" / "trials.png").exists()
+
+
+def test_convex_polytope_trees_tutorial(tmp_path):
+    out = run_script("tutorials/convex_polytope_trees/convex_polytope_trees.py", "--quick", "--out",
+                     str(tmp_path / "out"), tmp_path=tmp_path)
+    assert "reloaded predictions identical: True" in out
+    assert (tmp_path / "out" / "polytopes.png").exists()
+
+
+def test_non_greedy_trees_tutorial(tmp_path):
+    out = run_script("tutorials/non_greedy_trees/non_greedy_trees.py", "--quick", "--out",
+                     str(tmp_path / "out"), tmp_path=tmp_path)
+    assert "identical predictions = True" in out
+    assert (tmp_path / "out" / "nu_active_leaves.png").exists()

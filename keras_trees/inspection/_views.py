@@ -25,11 +25,16 @@ class ForestView:
     Attributes:
         family: short family name (``"tree_ensemble"``, ``"hinge_forest"``, ...).
         node_state: ``(num_trees, 2**(D+1) - 1)`` topology codes (heap order).
-        split_kind: ``"linear"`` (value ``<w, x> + b``) or ``"axis_aligned"``
-            (value ``x[feature] - threshold``).
+        split_kind: ``"linear"`` (value ``<w, x> + b``), ``"axis_aligned"``
+            (value ``x[feature] - threshold``) or ``"noisy_or"`` (convex
+            polytope trees: value ``sum_k r_k softplus(<w_k, x> + b_k) - threshold``).
         weights, bias: ``(num_trees, 2**D - 1, input_dim)`` and
             ``(num_trees, 2**D - 1)`` for linear splits.
-        feature, threshold: ``(num_trees, 2**D - 1)`` for axis-aligned splits.
+        feature, threshold: ``(num_trees, 2**D - 1)`` for axis-aligned splits
+            (``threshold`` also for noisy-OR splits).
+        expert_weights: ``(num_trees, 2**D - 1, K)`` ``r_k`` of noisy-OR splits,
+            whose ``weights`` are ``(num_trees, 2**D - 1, K, input_dim)`` and
+            ``bias`` ``(num_trees, 2**D - 1, K)``.
         right_if: ``"positive"`` (a sample goes right iff value > 0) or
             ``"negative"`` (right iff value < 0, e.g. the Tree Ensemble Layer,
             whose ``S(value)`` is the probability of going left).
@@ -56,6 +61,7 @@ class ForestView:
     bias: np.ndarray = None
     feature: np.ndarray = None
     threshold: np.ndarray = None
+    expert_weights: np.ndarray = None
     inputs: str = "layer input"
     leaf_prediction: bool = True
     extra: dict = dataclasses.field(default_factory=dict)
@@ -85,11 +91,16 @@ class ForestView:
         """``(batch, num_trees)`` heap position reached by each sample (compiled op)."""
         from keras_trees.ops import hard_routing
 
-        w, b = self.linear_form()
         is_split = self.node_state[:, : topology.num_internal(self.max_depth)] == topology.SPLIT
-        node, _ = hard_routing.hard_route(
-            np.asarray(features, np.float32), w, b, is_split, with_path_values=False
-        )
+        x = np.asarray(features, np.float32)
+        if self.split_kind == "noisy_or":
+            node, _ = hard_routing.hard_route(
+                x, self.weights, self.bias, is_split, with_path_values=False,
+                expert_weights=self.expert_weights, threshold=self.threshold,
+            )
+        else:
+            w, b = self.linear_form()
+            node, _ = hard_routing.hard_route(x, w, b, is_split, with_path_values=False)
         return ops.convert_to_numpy(node)
 
 
@@ -114,9 +125,8 @@ def view(layer):
 
 def layer_features(layer, inputs):
     """What the layer's splits read, for the layer's own inputs ``inputs``."""
-    features = getattr(layer, "features", None)
-    if callable(features):  # end-to-end trees (optionally behind a split-feature extractor)
-        return ops.convert_to_numpy(features(inputs, training=False))
+    if getattr(layer, "split_features", None) is not None:  # end-to-end trees behind an extractor
+        return ops.convert_to_numpy(layer.features(inputs, training=False))
     x = np.asarray(ops.convert_to_numpy(inputs))
     return x.reshape(-1, x.shape[-1])
 
@@ -191,10 +201,53 @@ def _end_to_end(layer):
     )
 
 
+def _polytope(layer):
+    return ForestView(
+        family="convex_polytope_tree",
+        node_state=_np(layer.node_state),
+        split_kind="noisy_or",
+        weights=_np(layer.expert_kernel),
+        bias=_np(layer.expert_bias),
+        expert_weights=_np(layer.expert_weights()),
+        threshold=_np(layer.threshold),
+        right_if="positive",
+        leaves=_np(layer.leaf_values),
+        aggregation="mean",
+        leaf_output="class distribution" if layer.is_classifier else "regression value",
+        input_dim=int(layer.feature_dim),
+        extra={"probability_right": "1 - exp(-sum_k r_k softplus(<w_k, x> + b_k))"},
+    )
+
+
+def _non_greedy(layer):
+    d, p = layer.depth, layer.input_dim
+    rows = _np(layer.split_weights)
+    values = _np(layer.leaf_values)
+    if layer.is_classifier:  # leaves hold logits; the model predicts their softmax
+        values = np.exp(values - values.max(-1, keepdims=True))
+        values = values / values.sum(-1, keepdims=True)
+    return ForestView(
+        family="non_greedy_tree",
+        node_state=_np(layer.node_state),
+        split_kind="linear",
+        weights=rows[None, :, :p],
+        bias=rows[None, :, p],
+        right_if="positive",
+        leaves=_perfect_leaves(values[None], d),
+        aggregation="mean",
+        leaf_output="class distribution (softmax of the leaf parameters)" if layer.is_classifier
+        else "regression value",
+        input_dim=int(p),
+        extra={"nu": float(layer.nu)},
+    )
+
+
 def _register_builtin():
+    from keras_trees.layers.convex_polytope_tree import ConvexPolytopeTree
     from keras_trees.layers.end_to_end_forest import EndToEndForest
     from keras_trees.layers.end_to_end_tree import EndToEndTree
     from keras_trees.layers.hinge_forest import HingeFern, HingeForest
+    from keras_trees.layers.non_greedy_tree import NonGreedyTree
     from keras_trees.layers.tree_ensemble import TreeEnsembleLayer
 
     register_family(TreeEnsembleLayer, _tree_ensemble)
@@ -202,6 +255,8 @@ def _register_builtin():
     register_family(HingeFern, _hinge)
     register_family(EndToEndTree, _end_to_end)
     register_family(EndToEndForest, _end_to_end)
+    register_family(ConvexPolytopeTree, _polytope)
+    register_family(NonGreedyTree, _non_greedy)
 
 
 _register_builtin()

@@ -19,6 +19,8 @@ Format ``keras_trees.inspection/1`` (one dict per tree layer)::
           {"id": 0, "depth": 0, "type": "split",
            "split": {"kind": "linear", "weights": [...], "bias": 0.1},
            # or {"kind": "axis_aligned", "feature": 3, "threshold": -0.5}
+           # or {"kind": "noisy_or", "weights": [[...] per expert], "bias": [...],
+           #     "expert_weights": [r_1, ...], "threshold": c}
            "left": 1, "right": 2, "samples": 1000},
           {"id": 1, "depth": 1, "type": "leaf", "value": [...], "samples": 420,
            "class_counts": [...]},          # with y for classification
@@ -27,7 +29,8 @@ Format ``keras_trees.inspection/1`` (one dict per tree layer)::
     }
 
 A linear split's value is ``<weights, x> + bias``, an axis-aligned one's
-``x[feature] - threshold``; ``split_rule`` says which sign goes right. Only
+``x[feature] - threshold``, a noisy-OR one's (convex polytope trees)
+``sum_k expert_weights[k] * softplus(<weights[k], x> + bias[k]) - threshold``; ``split_rule`` says which sign goes right. Only
 present nodes are listed. ``samples`` (and ``class_counts`` / ``target_mean``)
 appear when data is given: they count the samples routed deterministically
 through each node. :func:`route_exported` walks the dict with NumPy alone, so
@@ -112,6 +115,11 @@ def export_layer(layer, features=None, y=None):
                 if view.split_kind == "linear":
                     split = {"kind": "linear", "weights": view.weights[t, i].tolist(),
                              "bias": float(view.bias[t, i])}
+                elif view.split_kind == "noisy_or":
+                    split = {"kind": "noisy_or", "weights": view.weights[t, i].tolist(),
+                             "bias": view.bias[t, i].tolist(),
+                             "expert_weights": view.expert_weights[t, i].tolist(),
+                             "threshold": float(view.threshold[t, i])}
                 else:
                     split = {"kind": "axis_aligned", "feature": int(view.feature[t, i]),
                              "threshold": float(view.threshold[t, i])}
@@ -206,6 +214,9 @@ def route_exported(doc, features):
                 s = node["split"]
                 if s["kind"] == "linear":
                     value = x[rows] @ np.asarray(s["weights"]) + s["bias"]
+                elif s["kind"] == "noisy_or":
+                    z = x[rows] @ np.asarray(s["weights"]).T + np.asarray(s["bias"])
+                    value = np.logaddexp(0.0, z) @ np.asarray(s["expert_weights"]) - s["threshold"]
                 else:
                     value = x[rows, s["feature"]] - s["threshold"]
                 pos[rows] = np.where(sign * value > 0, node["right"], node["left"])

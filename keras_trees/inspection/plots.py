@@ -108,8 +108,8 @@ def plot_split_weights(doc, image_shape, tree=0, nodes=None, max_nodes=12, axes=
     """
     plt = _pyplot()
     splits = [n for n in doc["trees"][tree]["nodes"] if n["type"] == "split"]
-    if splits and splits[0]["split"]["kind"] != "linear":
-        raise ValueError("plot_split_weights needs linear splits")
+    if splits and splits[0]["split"]["kind"] == "axis_aligned":
+        raise ValueError("plot_split_weights needs linear or noisy-OR splits")
     if nodes is not None:
         wanted = set(int(i) for i in nodes)
         splits = [n for n in splits if n["id"] in wanted]
@@ -121,6 +121,8 @@ def plot_split_weights(doc, image_shape, tree=0, nodes=None, max_nodes=12, axes=
         axes = axes[0]
     for ax, node in zip(axes, splits):
         w = np.asarray(node["split"]["weights"], float)
+        if node["split"]["kind"] == "noisy_or":  # draw the strongest facet
+            w = w[int(np.argmax(node["split"]["expert_weights"]))]
         if w.size != int(np.prod(image_shape)):
             raise ValueError(f"split weights have {w.size} entries; image_shape {image_shape} needs {np.prod(image_shape)}")
         img = w.reshape(image_shape)

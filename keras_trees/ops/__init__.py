@@ -16,10 +16,24 @@ from keras_trees.ops.hinge import (
     hinge_forest_traversal,
     hinge_traversal_reference,
 )
+from keras_trees.ops.loss_augmented import (
+    loss_augmented_inference,
+    loss_augmented_inference_reference,
+    surrogate,
+)
 from keras_trees.ops.path_probabilities import (
     frontier,
     heap_leaf_probabilities,
     soft_leaf_log_probabilities,
+)
+from keras_trees.ops.polytope import (
+    annealed_log_probabilities,
+    facet_offsets,
+    log1mexp,
+    noisy_or_log_probabilities,
+    noisy_or_probability,
+    noisy_or_rate,
+    p0_to_rate,
 )
 from keras_trees.ops.routing import (
     depth_from_internal_nodes,
@@ -67,4 +81,16 @@ __all__ = [
     "hinge_forest_reference",
     "hinge_forest_traversal",
     "hinge_traversal_reference",
+    # convex polytope trees
+    "annealed_log_probabilities",
+    "facet_offsets",
+    "log1mexp",
+    "noisy_or_log_probabilities",
+    "noisy_or_probability",
+    "noisy_or_rate",
+    "p0_to_rate",
+    # non-greedy trees
+    "loss_augmented_inference",
+    "loss_augmented_inference_reference",
+    "surrogate",
 ]

@@ -149,3 +149,49 @@ def test_plots_for_every_family(rng, tmp_path):
     assert (tmp_path / "tree.png").stat().st_size > 1000
     with pytest.raises(ValueError, match="image_shape"):
         plot_split_weights(doc, (2, 2))
+
+
+def test_grown_convex_polytope_tree_export_predicts_like_the_model(rng):
+    from keras_trees.layers import ConvexPolytopeTree
+
+    x = rng.uniform(-1, 1, size=(300, 2)).astype("float32")
+    r = np.linalg.norm(x, axis=1)
+    y = ((r > 0.4) & (r < 0.8)).astype("int32")
+    tree = ConvexPolytopeTree(max_depth=2, num_experts=4, num_classes=2, seed=0)
+    tree.fit_greedy(x, y, epochs=3)
+    model = keras.Sequential([keras.Input((2,)), tree])
+    [doc] = _roundtrip(model, x, y)
+    assert doc["family"] == "convex_polytope_tree" and doc["trees"][0]["num_splits"] >= 1
+    assert doc["trees"][0]["nodes"][0]["split"]["kind"] == "noisy_or"
+    _check_counts(doc, 300)
+    np.testing.assert_array_equal(route_exported(doc, x)[:, 0], np.asarray(tree.route(x)))
+    np.testing.assert_allclose(predict_exported(doc, x), model.predict(x, verbose=0), rtol=1e-6)
+
+
+def test_non_greedy_tree_export_predicts_like_the_model(rng):
+    from sklearn.tree import DecisionTreeClassifier
+
+    from keras_trees.interop.sklearn import from_sklearn
+    from keras_trees.layers import NonGreedyTree
+
+    x = rng.normal(size=(200, 4)).astype("float32")
+    y = (np.digitize(x[:, 0] + x[:, 1], [-0.5, 0.5])).astype("int32")
+    model = NonGreedyTree(depth=3, num_classes=3, nu=2.0)
+    model.initialize_from(from_sklearn(DecisionTreeClassifier(max_depth=3, random_state=0).fit(x, y)))
+    [doc] = _roundtrip(model, x, y)
+    assert doc["family"] == "non_greedy_tree" and doc["num_trees"] == 1
+    _check_counts(doc, 200)
+    np.testing.assert_array_equal(route_exported(doc, x)[:, 0] - 7, np.asarray(model.route(x)))
+    np.testing.assert_allclose(predict_exported(doc, x), model.predict(x, verbose=0), rtol=1e-5, atol=1e-7)
+    assert tree_statistics(model, x)[0]["split_evaluations"] == pytest.approx(3.0)
+
+
+def test_export_of_a_tree_behind_a_split_feature_extractor(rng):
+    x = rng.normal(size=(50, 5)).astype("float32")
+    tree = EndToEndTree(max_depth=2, num_classes=2, split_features=keras.layers.Dense(3), seed=0)
+    model = keras.Sequential([keras.Input((5,)), tree])
+    [doc] = export_trees(model, x)
+    assert doc["input_dim"] == 3 and doc["inputs"].startswith("split_features")
+    _check_counts(doc, 50)
+    features = np.asarray(tree.features(x, training=False))
+    np.testing.assert_array_equal(route_exported(doc, features), np.asarray(tree.route(x)))
