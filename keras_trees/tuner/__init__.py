@@ -14,8 +14,10 @@ fresh process (``tuner.get_best_models()`` after ``import keras_trees``).
 """
 
 from keras_trees.tuner._base import TreeHyperModel
+from keras_trees.tuner.convex_polytope import ConvexPolytopeHyperModel
 from keras_trees.tuner.end_to_end import EndToEndTreeHyperModel
 from keras_trees.tuner.hinge_forest import HingeForestHyperModel
+from keras_trees.tuner.non_greedy import NonGreedyHyperModel
 from keras_trees.tuner.tree_ensemble import TreeEnsembleHyperModel
 
 __all__ = [
@@ -23,4 +25,6 @@ __all__ = [
     "TreeEnsembleHyperModel",
     "HingeForestHyperModel",
     "EndToEndTreeHyperModel",
+    "ConvexPolytopeHyperModel",
+    "NonGreedyHyperModel",
 ]

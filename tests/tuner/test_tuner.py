@@ -9,8 +9,10 @@ import pytest
 kt = pytest.importorskip("keras_tuner")
 
 from keras_trees.tuner import (  # noqa: E402
+    ConvexPolytopeHyperModel,
     EndToEndTreeHyperModel,
     HingeForestHyperModel,
+    NonGreedyHyperModel,
     TreeEnsembleHyperModel,
 )
 from tests.conftest import run_python  # noqa: E402
@@ -29,6 +31,8 @@ HYPERMODELS = {
                                                       epochs_per_level=1, batch_sizes=60),
     "end_to_end_forest": lambda: EndToEndTreeHyperModel((4,), num_classes=3, max_depth=2, forest=True,
                                                         max_trees=5, epochs_per_level=1, batch_sizes=60),
+    "convex_polytope": lambda: ConvexPolytopeHyperModel((4,), num_classes=3, max_depth=2, num_experts=(1, 3)),
+    "non_greedy": lambda: NonGreedyHyperModel((4,), num_classes=3, max_depth=3),
 }
 
 
@@ -46,6 +50,8 @@ def test_random_search_two_trials(rng, tmp_path, family):
     best = tuner.get_best_models(1)[0]
     probs = best.predict(x, verbose=0)
     assert probs.shape == (120, 3) and np.all(np.isfinite(probs))
+    if family == "convex_polytope":  # the checkpoint holds the grown tree, not a fresh root leaf
+        assert int(best.layers[-1].num_leaves()) > 1
 
 
 @pytest.mark.parametrize("kind", ["hyperband", "bayesian"])

@@ -1,0 +1,70 @@
+"""Keras Tuner search space for convex polytope trees (Armandpour & Zhou 2021)."""
+
+import numpy as np
+
+from keras_trees.layers import ConvexPolytopeTree
+from keras_trees.tuner._base import TreeHyperModel
+
+
+class ConvexPolytopeHyperModel(TreeHyperModel):
+    """A :class:`ConvexPolytopeTree` grown by ``fit_greedy`` in every trial.
+
+    Hyperparameters (the paper tunes K, the learning rate, the annealing and
+    the stumps' epochs per dataset): ``max_depth`` 2-``max_depth``,
+    ``num_experts`` (K) 1/5/10/20, ``epochs_per_level`` 10/20/30,
+    ``annealing_increment`` 0.05/0.1/0.2, ``refine_epochs`` 0/10, plus
+    ``learning_rate`` and ``batch_size``.
+
+    The trial's ``fit`` runs ``fit_greedy`` on the training data (the depth is
+    chosen on ``validation_data`` when given) and reports ``val_accuracy``
+    (classification) or ``val_loss`` (mean squared error) to the tuner through
+    its callbacks, so ``objective="val_accuracy"`` (or ``"val_loss"``) selects
+    trials and the best tree reloads with ``tuner.get_best_models()``.
+    """
+
+    def __init__(self, input_shape, num_classes=None, units=None, max_depth=8,
+                 num_experts=(1, 5, 10, 20), learning_rate=(3e-3, 3e-2), batch_sizes=(256, 512), **kwargs):
+        super().__init__(input_shape, num_classes=num_classes, units=units, learning_rate=learning_rate,
+                         batch_sizes=batch_sizes, **kwargs)
+        self.max_depth = int(max_depth)
+        experts = num_experts if isinstance(num_experts, (list, tuple)) else [num_experts]
+        self.num_experts = [int(k) for k in experts]
+
+    @property
+    def outputs_probabilities(self):
+        return True  # empirical class distributions at the leaves
+
+    def tree_layers(self, hp):
+        depth = self.clamped_int(hp, "max_depth", min(2, self.max_depth), self.max_depth)
+        experts = hp.Choice("num_experts", self.num_experts)
+        hp.Choice("epochs_per_level", [10, 20, 30])
+        hp.Choice("annealing_increment", [0.05, 0.1, 0.2])
+        hp.Choice("refine_epochs", [0, 10])
+        task = {"num_classes": self.num_classes} if self.num_classes is not None else {"units": self.units}
+        return [ConvexPolytopeTree(max_depth=depth, num_experts=experts, **task)]
+
+    def fit(self, hp, model, x=None, y=None, validation_data=None, callbacks=None, **kwargs):
+        tree = model.layers[-1]
+        tree.fit_greedy(
+            x, y, validation_data=validation_data, epochs=hp.get("epochs_per_level"),
+            batch_size=hp.get("batch_size"), learning_rate=hp.get("learning_rate"),
+            annealing_increment=hp.get("annealing_increment"), refine_epochs=hp.get("refine_epochs"),
+        )
+        logs = {}
+        for name, (xs, ys) in (("", (x, y)), ("val_", validation_data)) if validation_data else (("", (x, y)),):
+            pred = np.asarray(model.predict(xs, verbose=0, batch_size=4096))
+            if self.num_classes is not None:
+                logs[name + "accuracy"] = float(np.mean(pred.argmax(-1) == np.asarray(ys).reshape(-1)))
+            else:
+                logs[name + "loss"] = float(np.mean((pred - np.asarray(ys).reshape(pred.shape)) ** 2))
+        # Report like a one-epoch fit, so the tuner records and checkpoints the trial.
+        for callback in callbacks or []:
+            callback.set_model(model)
+            callback.on_train_begin()
+            callback.on_epoch_begin(0)
+            callback.on_epoch_end(0, logs=dict(logs))
+            callback.on_train_end(logs=dict(logs))
+        return logs
+
+    def get_config(self):
+        return super().get_config() | {"max_depth": self.max_depth, "num_experts": self.num_experts}
