@@ -27,7 +27,7 @@ def run_depth(s, depth, nus, epochs, lr_per_nu, eval_every, seed):
     from sklearn.tree import DecisionTreeClassifier
 
     from keras_trees.interop.sklearn import from_sklearn
-    from keras_trees.layers.non_greedy_tree import NonGreedyTree
+    from keras_trees.layers import NonGreedyTree
 
     cart = DecisionTreeClassifier(max_depth=depth, criterion="entropy", random_state=seed)
     cart.fit(s.x_train, s.y_train)

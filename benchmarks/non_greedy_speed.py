@@ -16,7 +16,7 @@ import numpy as np
 from _data import arg_parser, write_json
 
 from keras_trees.ops.hard_routing import hard_route
-from keras_trees.ops.loss_augmented import loss_augmented_inference
+from keras_trees.ops import loss_augmented_inference
 
 
 def best_time(fn, repeats):

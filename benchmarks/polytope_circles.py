@@ -19,7 +19,7 @@ import _data
 def run_cpt(split, k, epochs, lr, min_gain, seed):
     import keras
 
-    from keras_trees.layers.convex_polytope_tree import ConvexPolytopeTree
+    from keras_trees.layers import ConvexPolytopeTree
 
     keras.utils.set_random_seed(seed)
     tree = ConvexPolytopeTree(max_depth=2, num_experts=k, num_classes=2, seed=seed)

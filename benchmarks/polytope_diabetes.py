@@ -23,7 +23,7 @@ def rmse(a, b):
 def run_cpt(split, k, depth, epochs, lr, seed):
     import keras
 
-    from keras_trees.layers.convex_polytope_tree import ConvexPolytopeTree
+    from keras_trees.layers import ConvexPolytopeTree
 
     keras.utils.set_random_seed(seed)
     tree = ConvexPolytopeTree(max_depth=depth, num_experts=k, units=1, seed=seed)

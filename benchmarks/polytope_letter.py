@@ -20,7 +20,7 @@ import _data
 def run_cpt(split, num_experts, depth, epochs, batch_size, lr, increment, refine_epochs, seed):
     import keras
 
-    from keras_trees.layers.convex_polytope_tree import ConvexPolytopeTree
+    from keras_trees.layers import ConvexPolytopeTree
 
     keras.utils.set_random_seed(seed)
     tree = ConvexPolytopeTree(max_depth=depth, num_experts=num_experts, num_classes=split.num_classes, seed=seed)

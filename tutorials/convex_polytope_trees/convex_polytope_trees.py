@@ -39,7 +39,7 @@ import numpy as np  # noqa: E402
 from sklearn.tree import DecisionTreeClassifier  # noqa: E402
 
 import _data  # noqa: E402  (benchmarks/_data.py: the two-circles generator and protocol split)
-from keras_trees.layers.convex_polytope_tree import ConvexPolytopeTree  # noqa: E402
+from keras_trees.layers import ConvexPolytopeTree  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

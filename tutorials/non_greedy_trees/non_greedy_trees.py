@@ -33,10 +33,10 @@ from sklearn.datasets import make_moons  # noqa: E402
 from sklearn.model_selection import train_test_split  # noqa: E402
 from sklearn.tree import DecisionTreeClassifier  # noqa: E402
 
-from keras_trees.callbacks.stable_sgd import StableSGD  # noqa: E402
+from keras_trees.callbacks import StableSGD  # noqa: E402
 from keras_trees.interop.sklearn import from_sklearn  # noqa: E402
-from keras_trees.layers.non_greedy_tree import NonGreedyTree  # noqa: E402
-from keras_trees.ops.loss_augmented import loss_augmented_inference  # noqa: E402
+from keras_trees.layers import NonGreedyTree  # noqa: E402
+from keras_trees.ops import loss_augmented_inference  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
