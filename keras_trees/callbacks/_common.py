@@ -4,6 +4,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_trees.layers import _validation
 from keras_trees.layers._end_to_end import find_layers
 
 
@@ -36,20 +37,7 @@ def check_data(x, y, name):
 
 
 def check_labels(y, num_classes, name):
-    y = np.asarray(y)
-    y = y.reshape(len(y), -1)
-    if y.shape[1] != 1:
-        raise ValueError(f"{name}: labels must be integer class ids of shape (n,) or (n, 1), got {y.shape}")
-    y = y[:, 0]
-    if not np.all(np.isfinite(y.astype(np.float64))) or np.any(y != np.round(y)):
-        raise ValueError(f"{name}: labels must be integer class ids")
-    y = y.astype(np.int64)
-    if y.min() < 0 or y.max() >= num_classes:
-        raise ValueError(
-            f"{name}: labels must lie in [0, {num_classes}) for num_classes={num_classes}, "
-            f"got values in [{y.min()}, {y.max()}]"
-        )
-    return y.astype(np.int32)
+    return _validation.class_labels(y, num_classes, name)
 
 
 def layer_input_fn(model, layer):

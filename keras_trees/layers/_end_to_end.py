@@ -12,6 +12,7 @@ from keras import ops
 
 from keras_trees import topology
 from keras_trees.layers import _validation
+from keras_trees.layers._heap import HeapTreeMixin
 from keras_trees.ops import hard_routing, path_probabilities
 
 # Heaps of this depth hold 2**25 - 1 positions per tree: already far beyond memory
@@ -36,7 +37,7 @@ def _const(value):
     return init
 
 
-class EndToEndTreesBase(keras.layers.Layer):
+class EndToEndTreesBase(HeapTreeMixin, keras.layers.Layer):
     """Probabilistic-at-train-time, deterministic-at-test-time trees (see subclasses)."""
 
     supports_jit = False  # the inference path calls the KerasTrees>HardRouting op
@@ -62,19 +63,7 @@ class EndToEndTreesBase(keras.layers.Layer):
         super().__init__(**kwargs)
         self.num_trees = _validation.positive_int("num_trees", num_trees)
         self.max_depth = _validation.positive_int("max_depth", max_depth, maximum=MAX_DEPTH)
-        if (num_classes is None) == (units is None):
-            raise ValueError(
-                "pass exactly one of num_classes (classification, categorical leaves) or units "
-                f"(regression leaves), got num_classes={num_classes!r}, units={units!r}"
-            )
-        if num_classes is not None:
-            self.num_classes = _validation.positive_int("num_classes", num_classes)
-            if self.num_classes < 2:
-                raise ValueError(f"num_classes must be >= 2, got {num_classes}")
-            self.units = None
-        else:
-            self.units = _validation.positive_int("units", units)
-            self.num_classes = None
+        self.num_classes, self.units = _validation.task(num_classes, units)
         if initial_topology not in TOPOLOGIES:
             raise ValueError(f"initial_topology must be one of {TOPOLOGIES}, got {initial_topology!r}")
         self.initial_topology = initial_topology
@@ -112,23 +101,6 @@ class EndToEndTreesBase(keras.layers.Layer):
         self.seed = seed
         self._rng = np.random.default_rng(seed)
         self.input_spec = keras.layers.InputSpec(min_ndim=2)
-
-    # ------------------------------------------------------------------ sizes
-    @property
-    def is_classifier(self):
-        return self.num_classes is not None
-
-    @property
-    def output_dim(self):
-        return self.num_classes if self.is_classifier else self.units
-
-    @property
-    def num_internal(self):
-        return topology.num_internal(self.max_depth)
-
-    @property
-    def num_positions(self):
-        return topology.num_positions(self.max_depth)
 
     # ------------------------------------------------------------------ build
     def build(self, input_shape):

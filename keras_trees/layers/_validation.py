@@ -45,3 +45,41 @@ def check_parameter_memory(num_values, itemsize, what, hint):
             f"{what} would need about {needed / 2**30:.1f} GiB to train "
             f"(this machine has {limit / 2**30:.1f} GiB); {hint}"
         )
+
+
+def task(num_classes, units):
+    """``(num_classes, units)`` of a tree layer: exactly one is given.
+
+    ``num_classes`` (>= 2) makes a classifier, ``units`` (>= 1) a regressor.
+    """
+    if (num_classes is None) == (units is None):
+        raise ValueError(
+            "pass exactly one of num_classes (classification) or units (regression), "
+            f"got num_classes={num_classes!r}, units={units!r}"
+        )
+    if num_classes is not None:
+        num_classes = positive_int("num_classes", num_classes)
+        if num_classes < 2:
+            raise ValueError(f"num_classes must be >= 2, got {num_classes}")
+        return num_classes, None
+    return None, positive_int("units", units)
+
+
+def class_labels(y, num_classes, where):
+    """Integer class ids of shape ``(n,)`` in ``[0, num_classes)``, or a clear error."""
+    import numpy as np
+
+    y = np.asarray(y)
+    y = y.reshape(len(y), -1)
+    if y.shape[1] != 1:
+        raise ValueError(f"{where}: labels must be integer class ids of shape (n,) or (n, 1), got {y.shape}")
+    y = y[:, 0]
+    if not np.all(np.isfinite(y.astype(np.float64))) or np.any(y != np.round(y)):
+        raise ValueError(f"{where}: labels must be integer class ids")
+    y = y.astype(np.int64)
+    if len(y) and (y.min() < 0 or y.max() >= num_classes):
+        raise ValueError(
+            f"{where}: labels must lie in [0, {num_classes}) for num_classes={num_classes}, "
+            f"got values in [{y.min()}, {y.max()}]"
+        )
+    return y.astype(np.int32)

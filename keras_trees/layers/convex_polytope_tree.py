@@ -8,6 +8,7 @@ from keras import ops
 
 from keras_trees import topology
 from keras_trees.layers import _validation
+from keras_trees.layers._heap import HeapTreeMixin
 from keras_trees.layers._end_to_end import _const
 from keras_trees.losses.conditional_entropy import conditional_entropy_from_counts
 from keras_trees.losses.gamma_process_prior import GammaProcessPrior
@@ -43,7 +44,7 @@ def _softplus_inverse(y):
 
 
 @keras.saving.register_keras_serializable(package="keras_trees")
-class ConvexPolytopeTree(keras.layers.Layer):
+class ConvexPolytopeTree(HeapTreeMixin, keras.layers.Layer):
     """A decision tree whose splits are noisy-ORs of ``K`` linear experts (convex polytopes).
 
     Node ``v`` sends ``x`` right with probability ``f(x) = 1 - exp(-S(x))``,
@@ -127,19 +128,7 @@ class ConvexPolytopeTree(keras.layers.Layer):
         super().__init__(**kwargs)
         self.max_depth = _validation.positive_int("max_depth", max_depth, maximum=MAX_DEPTH)
         self.num_experts = _validation.positive_int("num_experts", num_experts, maximum=4096)
-        if (num_classes is None) == (units is None):
-            raise ValueError(
-                "pass exactly one of num_classes (classification) or units (regression), "
-                f"got num_classes={num_classes!r}, units={units!r}"
-            )
-        if num_classes is not None:
-            self.num_classes = _validation.positive_int("num_classes", num_classes)
-            if self.num_classes < 2:
-                raise ValueError(f"num_classes must be >= 2, got {num_classes}")
-            self.units = None
-        else:
-            self.units = _validation.positive_int("units", units)
-            self.num_classes = None
+        self.num_classes, self.units = _validation.task(num_classes, units)
         if isinstance(prior, str) and prior == "default":
             prior = GammaProcessPrior()
         elif isinstance(prior, dict):
@@ -156,23 +145,6 @@ class ConvexPolytopeTree(keras.layers.Layer):
         self.seed = seed
         self._rng = np.random.default_rng(seed)
         self.input_spec = keras.layers.InputSpec(min_ndim=2)
-
-    # ------------------------------------------------------------------ sizes
-    @property
-    def is_classifier(self):
-        return self.num_classes is not None
-
-    @property
-    def output_dim(self):
-        return self.num_classes if self.is_classifier else self.units
-
-    @property
-    def num_internal(self):
-        return topology.num_internal(self.max_depth)
-
-    @property
-    def num_positions(self):
-        return topology.num_positions(self.max_depth)
 
     def build(self, input_shape):
         input_shape = tuple(input_shape)
@@ -347,18 +319,7 @@ class ConvexPolytopeTree(keras.layers.Layer):
         if len(y) != len(x):
             raise ValueError(f"{where}: x has {len(x)} samples but y has {len(y)}")
         if self.is_classifier:
-            y = y.reshape(len(y), -1)
-            if y.shape[1] != 1:
-                raise ValueError(f"{where}: y must hold integer class ids of shape (n,) or (n, 1), got {y.shape}")
-            y = y[:, 0]
-            if not np.all(np.isfinite(y.astype(np.float64))) or np.any(y != np.round(y)):
-                raise ValueError(f"{where}: y must hold integer class ids")
-            y = y.astype(np.int64)
-            if y.min() < 0 or y.max() >= self.num_classes:
-                raise ValueError(
-                    f"{where}: labels must lie in [0, {self.num_classes}) for num_classes={self.num_classes}, "
-                    f"got values in [{y.min()}, {y.max()}]"
-                )
+            y = _validation.class_labels(y, self.num_classes, where).astype(np.int64)
         else:
             y = y.astype(np.float64).reshape(len(y), -1)
             if y.shape[1] != self.units:

@@ -8,6 +8,7 @@ from keras import ops
 from keras_trees import topology
 from keras_trees.constraints import RowNorm
 from keras_trees.layers import _validation
+from keras_trees.layers._heap import HeapTreeMixin
 from keras_trees.ops import loss_augmented
 from keras_trees.ops.hard_routing import hard_route
 
@@ -24,7 +25,7 @@ def _const(value):
 
 
 @keras.saving.register_keras_serializable(package="keras_trees")
-class NonGreedyTree(keras.Model):
+class NonGreedyTree(HeapTreeMixin, keras.Model):
     """A perfect oblique decision tree trained jointly by SGD on the convex-concave
     upper bound of its empirical loss.
 
@@ -92,19 +93,7 @@ class NonGreedyTree(keras.Model):
     def __init__(self, depth=6, num_classes=None, units=None, nu=1.0, inference="fast", seed=None, **kwargs):
         super().__init__(**kwargs)
         self.depth = _validation.positive_int("depth", depth, maximum=MAX_DEPTH)
-        if (num_classes is None) == (units is None):
-            raise ValueError(
-                "pass exactly one of num_classes (classification, log loss) or units "
-                f"(regression, squared loss), got num_classes={num_classes!r}, units={units!r}"
-            )
-        if num_classes is not None:
-            self.num_classes = _validation.positive_int("num_classes", num_classes)
-            if self.num_classes < 2:
-                raise ValueError(f"num_classes must be >= 2, got {num_classes}")
-            self.units = None
-        else:
-            self.units = _validation.positive_int("units", units)
-            self.num_classes = None
+        self.num_classes, self.units = _validation.task(num_classes, units)
         self.nu = _validation.positive_float("nu", nu)
         if inference not in INFERENCES:
             raise ValueError(f"inference must be one of {INFERENCES}, got {inference!r}")
@@ -114,20 +103,12 @@ class NonGreedyTree(keras.Model):
 
     # ------------------------------------------------------------------ sizes
     @property
-    def is_classifier(self):
-        return self.num_classes is not None
+    def max_depth(self):  # a perfect tree: its depth is its maximum depth
+        return self.depth
 
     @property
     def loss_name(self):
         return "log" if self.is_classifier else "squared"
-
-    @property
-    def output_dim(self):
-        return self.num_classes if self.is_classifier else self.units
-
-    @property
-    def num_internal(self):
-        return topology.num_internal(self.depth)
 
     @property
     def num_leaves(self):

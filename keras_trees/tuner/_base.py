@@ -40,15 +40,7 @@ class TreeHyperModel(kt.HyperModel):
                  batch_sizes=(64, 128, 256, 512), metrics=None, name=None, tunable=True):
         super().__init__(name=name, tunable=tunable)
         self.input_shape = tuple(int(d) for d in input_shape)
-        if (num_classes is None) == (units is None):
-            raise ValueError(
-                "pass exactly one of num_classes (classification) or units (regression), "
-                f"got num_classes={num_classes!r}, units={units!r}"
-            )
-        self.num_classes = None if num_classes is None else _validation.positive_int("num_classes", num_classes)
-        if self.num_classes is not None and self.num_classes < 2:
-            raise ValueError(f"num_classes must be >= 2, got {num_classes}")
-        self.units = None if units is None else _validation.positive_int("units", units)
+        self.num_classes, self.units = _validation.task(num_classes, units)
         if isinstance(learning_rate, (tuple, list)):
             lo, hi = (_validation.positive_float("learning_rate", v) for v in learning_rate)
             if lo > hi:
