@@ -95,6 +95,15 @@ inline T Softplus(T z) {
   return z > T(0) ? z + std::log1p(std::exp(-z)) : std::log1p(std::exp(z));
 }
 
+// Fails the op and returns from the calling function unless `t` has rank
+// `rank`; the message names the argument and its layout, e.g.
+// KT_REQUIRE_RANK(ctx, x, 2, "x", "[batch, input_dim]").
+#define KT_REQUIRE_RANK(ctx, t, rank, name, layout)                                   \
+  OP_REQUIRES(ctx, (t).dims() == (rank),                                             \
+              ::tensorflow::errors::InvalidArgument(name, " must have rank ", rank, " ", \
+                                                    layout, ", got shape ",           \
+                                                    (t).shape().DebugString()))
+
 // Checks shared by the hard-routing kernels (plain oblique and experts form):
 // x is a finite [batch, input_dim] matrix, split parameters have
 // [num_trees, 2**depth - 1, ...] leading dimensions and is_split matches them.

@@ -45,15 +45,9 @@ struct HingeDims {
 // Errors are recorded on `ctx` (callers test ctx->status()).
 void ValidateParameters(OpKernelContext* ctx, bool fern, const Tensor& x, const Tensor& f,
                         const Tensor& w, HingeDims* d) {
-  OP_REQUIRES(ctx, x.dims() == 2,
-              InvalidArgument("x must have rank 2 [batch, num_features], got shape ",
-                              x.shape().DebugString()));
-  OP_REQUIRES(ctx, f.dims() == 2,
-              InvalidArgument("feature_indices must have rank 2 [num_trees, num_vertices], "
-                              "got shape ", f.shape().DebugString()));
-  OP_REQUIRES(ctx, w.dims() == 3,
-              InvalidArgument("leaf_weights must have rank 3 [num_trees, 2**depth, units], "
-                              "got shape ", w.shape().DebugString()));
+  KT_REQUIRE_RANK(ctx, x, 2, "x", "[batch, num_features]");
+  KT_REQUIRE_RANK(ctx, f, 2, "feature_indices", "[num_trees, num_vertices]");
+  KT_REQUIRE_RANK(ctx, w, 3, "leaf_weights", "[num_trees, 2**depth, units]");
   d->batch = x.dim_size(0);
   d->features = x.dim_size(1);
   d->trees = f.dim_size(0);

@@ -57,12 +57,8 @@ class LossAugmentedInferenceOp : public OpKernel {
     const Tensor& b = ctx->input(2);
     const Tensor& theta = ctx->input(3);
     const Tensor& y = ctx->input(4);
-    OP_REQUIRES(ctx, x.dims() == 2,
-                InvalidArgument("x must have rank 2 [batch, input_dim], got shape ",
-                                x.shape().DebugString()));
-    OP_REQUIRES(ctx, w.dims() == 2,
-                InvalidArgument("split_weights must have rank 2 [2**depth - 1, input_dim], got shape ",
-                                w.shape().DebugString()));
+    KT_REQUIRE_RANK(ctx, x, 2, "x", "[batch, input_dim]");
+    KT_REQUIRE_RANK(ctx, w, 2, "split_weights", "[2**depth - 1, input_dim]");
     const int64_t batch = x.dim_size(0), p = x.dim_size(1);
     const int64_t num_internal = w.dim_size(0);
     const int depth = DepthFromInternalNodes(num_internal);

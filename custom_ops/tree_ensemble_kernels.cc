@@ -106,15 +106,9 @@ class SoftTreeEnsembleOp : public OpKernel {
     const Tensor& b = ctx->input(2);
     const Tensor& o = ctx->input(3);
     const Tensor& g = ctx->input(4);
-    OP_REQUIRES(ctx, x.dims() == 2,
-                InvalidArgument("x must have rank 2 [batch, input_dim], got shape ",
-                                x.shape().DebugString()));
-    OP_REQUIRES(ctx, w.dims() == 3,
-                InvalidArgument("node_weights must have rank 3 [num_trees, 2**depth - 1, "
-                                "input_dim], got shape ", w.shape().DebugString()));
-    OP_REQUIRES(ctx, o.dims() == 3,
-                InvalidArgument("leaf_weights must have rank 3 [num_trees, 2**depth, "
-                                "units], got shape ", o.shape().DebugString()));
+    KT_REQUIRE_RANK(ctx, x, 2, "x", "[batch, input_dim]");
+    KT_REQUIRE_RANK(ctx, w, 3, "node_weights", "[num_trees, 2**depth - 1, input_dim]");
+    KT_REQUIRE_RANK(ctx, o, 3, "leaf_weights", "[num_trees, 2**depth, units]");
     OP_REQUIRES(ctx, g.dims() == 0,
                 InvalidArgument("gamma must be a scalar, got shape ", g.shape().DebugString()));
     const int64_t batch = x.dim_size(0), p = x.dim_size(1);
