@@ -166,6 +166,20 @@ def test_grown_convex_polytope_tree_export_predicts_like_the_model(rng):
     _check_counts(doc, 300)
     np.testing.assert_array_equal(route_exported(doc, x)[:, 0], np.asarray(tree.route(x)))
     np.testing.assert_allclose(predict_exported(doc, x), model.predict(x, verbose=0), rtol=1e-6)
+    _plot_runs(doc, image_shape=(2, 1))
+
+
+def _plot_runs(doc, image_shape):
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from keras_trees.inspection import plot_split_weights, plot_tree
+
+    ax = plot_tree(doc)
+    assert len(ax.patches) >= doc["trees"][0]["num_leaves"]  # one box per leaf
+    assert len(plot_split_weights(doc, image_shape)) == min(12, doc["trees"][0]["num_splits"])
+    plt.close("all")
 
 
 def test_non_greedy_tree_export_predicts_like_the_model(rng):
@@ -184,6 +198,7 @@ def test_non_greedy_tree_export_predicts_like_the_model(rng):
     np.testing.assert_array_equal(route_exported(doc, x)[:, 0] - 7, np.asarray(model.route(x)))
     np.testing.assert_allclose(predict_exported(doc, x), model.predict(x, verbose=0), rtol=1e-5, atol=1e-7)
     assert tree_statistics(model, x)[0]["split_evaluations"] == pytest.approx(3.0)
+    _plot_runs(doc, image_shape=(2, 2))
 
 
 def test_export_of_a_tree_behind_a_split_feature_extractor(rng):
