@@ -67,3 +67,17 @@ def test_reference_only_context_switches_paths(rng=np.random.default_rng(0)):
         assert not tree_ops.custom_ops_available()
         ref = np.asarray(tree_ops.soft_tree_ensemble(x, w, None, o, 1.0))
     np.testing.assert_allclose(np.asarray(tree_ops.soft_tree_ensemble(x, w, None, o, 1.0)), ref, atol=1e-12)
+
+
+def test_custom_ops_are_built_and_loaded():
+    """The kernel tests skip themselves when the op library is missing; this test
+    makes a broken build fail the suite instead of passing it silently. Only an
+    explicit KERAS_TREES_DISABLE_CUSTOM_OPS (or another Keras backend) opts out."""
+    import keras
+    import pytest
+
+    from keras_trees.ops import _library
+
+    if _library._env_disabled() or keras.backend.backend() != "tensorflow":
+        pytest.skip("custom ops disabled explicitly or backend is not TensorFlow")
+    assert tree_ops.custom_ops_available(), f"custom ops failed to load: {_library.load_error()}"
