@@ -49,7 +49,9 @@ def layer_input_fn(model, layer):
         return lambda x: x
     if any(inp is m for m in model_inputs):
         return lambda x: x
-    sub = keras.Model(model_inputs, inp)
+    # A single input is passed as a tensor, not a one-element list: Keras warns
+    # when the call structure differs from the model's input structure.
+    sub = keras.Model(model_inputs[0] if len(model_inputs) == 1 else model_inputs, inp)
     return lambda x: sub(x, training=False)
 
 
