@@ -21,7 +21,7 @@ class SplitUniform(keras.initializers.Initializer):
 
     Example:
     >>> init = SplitUniform(scale=1.0, seed=0)
-    >>> init((10, 15, 64)).shape
+    >>> tuple(init((10, 15, 64)).shape)
     (10, 15, 64)
     """
 

@@ -184,7 +184,7 @@ class GreedyLevelGrowth(keras.callbacks.Callback):
     # ---------------------------------------------------------------- edits
     def _new_stump(self, layer, arrays, t, n, center, value):
         """Candidate stump at leaf (t, n): fresh split, gamma0, children inherit ``value``."""
-        mask = layer.draw_feature_mask((1,))[0]
+        mask = layer.draw_feature_mask((1,), position=(t, n))[0]
         kernel, bias = layer.draw_splits(mask[None], center=center[None])
         arrays["mask"][t, n] = mask
         arrays["kernel"][t, n] = kernel[0]

@@ -6,6 +6,7 @@ from keras_trees.layers.end_to_end_tree import EndToEndTree
 from keras_trees.layers.hinge_batch_norm import HingeBatchNormalization
 from keras_trees.layers.hinge_forest import HingeFern, HingeForest
 from keras_trees.layers.non_greedy_tree import NonGreedyTree
+from keras_trees.layers.per_split_features import per_split_features, split_cnn
 from keras_trees.layers.tree_ensemble import TreeEnsembleLayer
 
 __all__ = [
@@ -17,4 +18,6 @@ __all__ = [
     "HingeBatchNormalization",
     "ConvexPolytopeTree",
     "NonGreedyTree",
+    "per_split_features",
+    "split_cnn",
 ]

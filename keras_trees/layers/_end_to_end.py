@@ -19,7 +19,7 @@ from keras_trees.ops import hard_routing, path_probabilities
 # for realistic inputs; the memory check refuses much earlier.
 MAX_DEPTH = 24
 TOPOLOGIES = ("perfect", "stump", "leaf")
-SPLIT_TYPES = ("oblique", "axis_aligned")
+SPLIT_TYPES = ("oblique", "axis_aligned", "per_split")
 ROUTINGS = ("hard", "soft")
 # Growth phases stored in the layer (written by GreedyLevelGrowth).
 PHASE_IDLE, PHASE_GROWING, PHASE_FINETUNING, PHASE_DONE = 0, 1, 2, 3
@@ -79,14 +79,19 @@ class EndToEndTreesBase(HeapTreeMixin, keras.layers.Layer):
             patch_size = tuple(_validation.positive_int("patch_size", int(v)) for v in patch_size)
             if len(patch_size) != 2:
                 raise ValueError(f"patch_size must be an int or (height, width), got {patch_size}")
-            if features_per_split is not None or split_type == "axis_aligned":
-                raise ValueError("patch_size excludes features_per_split and split_type='axis_aligned'")
+            if features_per_split is not None or split_type != "oblique":
+                raise ValueError("patch_size excludes features_per_split and split_type='axis_aligned'/'per_split'")
         self.patch_size = patch_size
         if split_features is not None and not isinstance(split_features, keras.layers.Layer):
             raise TypeError(
                 f"split_features must be a Keras layer or model, got {type(split_features).__name__}"
             )
         self.split_features = split_features
+        if split_type == "per_split" and (split_features is None or features_per_split is not None):
+            raise ValueError(
+                "split_type='per_split' needs split_features with one output per split (see "
+                "keras_trees.layers.per_split_features) and excludes features_per_split"
+            )
         gamma = float(gamma)
         if not (math.isfinite(gamma) and gamma > 0):
             raise ValueError(f"gamma must be a finite number > 0, got {gamma}")
@@ -119,6 +124,11 @@ class EndToEndTreesBase(HeapTreeMixin, keras.layers.Layer):
         self.feature_dim = q
         if self.features_per_split is not None and self.features_per_split > q:
             raise ValueError(f"features_per_split={self.features_per_split} exceeds the {q} input features")
+        if self.split_type == "per_split" and q != self.num_trees * self.num_internal:
+            raise ValueError(
+                f"split_type='per_split' needs split_features with num_trees * (2**max_depth - 1) = "
+                f"{self.num_trees * self.num_internal} outputs (one per split), got {q}"
+            )
         if self.patch_size is not None:
             if len(self.feature_shape) not in (2, 3):
                 raise ValueError(
@@ -177,12 +187,23 @@ class EndToEndTreesBase(HeapTreeMixin, keras.layers.Layer):
         self.input_spec = keras.layers.InputSpec(min_ndim=2, axes={-1: input_shape[-1]})
 
     # ------------------------------------------------- random split parameters
-    def draw_feature_mask(self, shape):
-        """Random feature subsets (Section 2.7) as 0/1 masks of shape ``shape + (q,)``."""
+    def draw_feature_mask(self, shape, position=None):
+        """Random feature subsets (Section 2.7) as 0/1 masks of shape ``shape + (q,)``.
+
+        With ``split_type="per_split"`` the mask is fixed: split ``n`` of tree ``t``
+        reads feature ``t * (2**max_depth - 1) + n`` only. ``shape`` is then the
+        full ``(num_trees, num_internal)`` or, with ``position=(t, n)``, ``(1,)``.
+        """
         q = self.feature_dim
         mask = np.zeros(tuple(shape) + (q,), dtype=np.float32)
         flat = mask.reshape(-1, q)
-        if self.split_type == "axis_aligned":
+        if self.split_type == "per_split":
+            if position is None:
+                own = np.arange(flat.shape[0])
+            else:
+                own = np.array([position[0] * self.num_internal + position[1]])
+            flat[np.arange(flat.shape[0]), own] = 1.0
+        elif self.split_type == "axis_aligned":
             flat[np.arange(flat.shape[0]), self._rng.integers(0, q, flat.shape[0])] = 1.0
         elif self.features_per_split is not None:
             for row in flat:

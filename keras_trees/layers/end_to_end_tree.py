@@ -12,7 +12,8 @@ class EndToEndTree(EndToEndTreesBase):
     Split ``i`` computes the split feature ``f_i(x) = (x, 1) . beta_i`` (oblique
     by default; ``split_type="axis_aligned"`` uses one input feature per split;
     ``split_features`` puts any Keras layer or model in front, trained end to
-    end, e.g. a small CNN, Section 3.4) and sends a sample right with probability
+    end; ``split_type="per_split"`` with :func:`keras_trees.layers.per_split_features`
+    gives every split its own small CNN, Section 3.4) and sends a sample right with probability
     ``sigmoid(gamma_i f_i(x))`` during training (Eq. 3, 5). At inference
     (``predict``, ``call(training=False)``) every sample follows a single path
     (gamma -> infinity: right iff ``f_i(x) > 0``) through the compiled
@@ -48,10 +49,14 @@ class EndToEndTree(EndToEndTreesBase):
         initial_topology: ``"perfect"`` (balanced tree of ``max_depth``, for
             plain end-to-end training, "Finetune"), ``"stump"`` or ``"leaf"``;
             ``GreedyLevelGrowth`` resets it to a root stump.
-        split_type: ``"oblique"`` or ``"axis_aligned"`` (one random feature per
-            split, redrawn on every growth attempt).
+        split_type: ``"oblique"``, ``"axis_aligned"`` (one random feature per
+            split, redrawn on every growth attempt) or ``"per_split"`` (split
+            ``n`` reads only output ``n`` of ``split_features``: one feature
+            model per split, the paper's Section 3.4; see
+            :func:`keras_trees.layers.per_split_features`).
         split_features: optional Keras layer/model computing split features
-            from the input (shared by all splits, trained end to end).
+            from the input (shared by all splits unless ``split_type="per_split"``,
+            trained end to end).
         gamma: initial steepness of every split (paper: 1.0).
         inference_routing: ``"hard"`` (default) or ``"soft"`` for ``call(training=False)``.
         split_regularizer: regularizer of ``split_kernel``, e.g.

@@ -6,7 +6,7 @@ import pytest
 
 from keras_trees import topology
 from keras_trees.callbacks import EMLeafUpdate, GreedyLevelGrowth, SteepnessAnnealing
-from keras_trees.layers import EndToEndForest, EndToEndTree
+from keras_trees.layers import EndToEndForest, EndToEndTree, per_split_features, split_cnn
 
 
 def model_for(layer, dim, lr=0.01):
@@ -287,3 +287,58 @@ def test_bad_data_gives_clear_errors(rng):
         keras.Sequential([keras.Input((3,)), EndToEndForest(2, 2, num_classes=2, features_per_split=5)])
     with pytest.raises(ValueError, match="increment"):
         SteepnessAnnealing(-0.1)
+
+
+def dense_bank(dim, max_depth, num_trees=1):
+    return per_split_features((dim,), max_depth, num_trees, split_model=lambda i: keras.layers.Dense(1))
+
+
+def test_per_split_features_give_every_split_its_own_model(rng, tmp_path):
+    x = rng.normal(size=(300, 6)).astype("float32")
+    y = ((x[:, 0] > 0).astype(int) + 2 * (x[:, 3] > 0)).astype("int32")
+    bank = dense_bank(6, max_depth=2)
+    tree = EndToEndTree(max_depth=2, num_classes=4, split_type="per_split", split_features=bank, seed=0)
+    model = model_for(tree, 6, lr=0.05)
+    np.testing.assert_array_equal(np.asarray(tree.feature_mask)[0], np.eye(3, dtype="float32"))
+    before = [np.asarray(w).copy() for w in bank.weights]
+    growth = GreedyLevelGrowth(x, y, epochs_per_level=6)
+    model.fit(x, y, batch_size=50, epochs=growth.max_epochs(2), verbose=0,
+              callbacks=[growth, EMLeafUpdate(x, y), SteepnessAnnealing(0.5)])
+    # Growth redraws split directions but never the per-split wiring.
+    np.testing.assert_array_equal(np.asarray(tree.feature_mask)[0], np.eye(3, dtype="float32"))
+    assert tree.num_splits()[0] == 3
+    changed = [not np.allclose(b, np.asarray(w)) for b, w in zip(before, bank.weights)]
+    assert all(changed)  # every split's own model was trained
+    assert float(np.mean(model.predict(x, verbose=0).argmax(-1) == y)) > 0.9
+    path = str(tmp_path / "per_split.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    np.testing.assert_array_equal(loaded.predict(x, verbose=0), model.predict(x, verbose=0))
+
+
+def test_per_split_forest_reads_its_own_block(rng):
+    forest = EndToEndForest(num_trees=2, max_depth=2, num_classes=2, split_type="per_split",
+                            split_features=dense_bank(4, max_depth=2, num_trees=2), seed=0)
+    model_for(forest, 4)
+    mask = np.asarray(forest.feature_mask)
+    np.testing.assert_array_equal(mask.reshape(6, 6), np.eye(6, dtype="float32"))
+
+
+def test_per_split_errors(rng):
+    with pytest.raises(ValueError, match="per_split.*split_features"):
+        EndToEndTree(max_depth=2, num_classes=2, split_type="per_split")
+    tree = EndToEndTree(max_depth=3, num_classes=2, split_type="per_split", split_features=dense_bank(4, 2))
+    with pytest.raises(ValueError, match="7 outputs .one per split., got 3"):
+        model_for(tree, 4)
+    with pytest.raises(ValueError, match=r"split_model\(0\) must output shape \(batch, 1\)"):
+        per_split_features((4,), 1, split_model=lambda i: keras.layers.Dense(2))
+    with pytest.raises(ValueError, match="image inputs"):
+        split_cnn((16,))
+
+
+def test_split_cnn_is_the_papers_architecture():
+    cnn = split_cnn((28, 28))
+    assert cnn.output_shape == (None, 1)
+    dense = [layer for layer in cnn.layers if isinstance(layer, keras.layers.Dense)]
+    assert [tuple(d.kernel.shape) for d in dense] == [(96, 50), (50, 1)]  # "96 x 50", "50 x 1"
+    assert split_cnn((8, 8), kernel_size=3, padding="same").output_shape == (None, 1)
