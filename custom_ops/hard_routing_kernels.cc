@@ -8,6 +8,10 @@
 #include <utility>
 #include <vector>
 
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#endif
+
 #include "common.h"
 
 namespace keras_trees {
@@ -49,22 +53,71 @@ inline void Dot4(const T* const* w, const T* const* x, int64_t n, T* out) {
   out[3] = s3;
 }
 
+// Samples advanced together through one level of one tree.
+constexpr int kGroup = 8;
+// Levels from which split rows are prefetched: above it the 2**level rows of a
+// level are few and stay in cache; below it most rows are read once per chunk.
+constexpr int kPrefetchLevel = 6;
+
+// kGroup dot products <w[q], x[q]> of length n (two Dot4 in the generic form).
+template <typename T>
+inline void DotGroup(const T* const* w, const T* const* x, int64_t n, T* out) {
+  Dot4(w, x, n, out);
+  Dot4(w + 4, x + 4, n, out + 4);
+}
+
+#if defined(__AVX2__) && defined(__FMA__)
+// float with AVX2/FMA: eight independent vector accumulators (no serial FMA
+// chain), one transpose-and-add reduction for all eight sums, then a scalar
+// tail. The summation order is fixed per lane, so a sample's value does not
+// depend on which samples share its group.
+template <>
+inline void DotGroup<float>(const float* const* w, const float* const* x, int64_t n, float* out) {
+  __m256 acc[kGroup];
+  for (int q = 0; q < kGroup; ++q) acc[q] = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (; k + 8 <= n; k += 8) {
+    for (int q = 0; q < kGroup; ++q) {
+      acc[q] = _mm256_fmadd_ps(_mm256_loadu_ps(w[q] + k), _mm256_loadu_ps(x[q] + k), acc[q]);
+    }
+  }
+  const __m256 t0 = _mm256_hadd_ps(acc[0], acc[1]);
+  const __m256 t1 = _mm256_hadd_ps(acc[2], acc[3]);
+  const __m256 t2 = _mm256_hadd_ps(acc[4], acc[5]);
+  const __m256 t3 = _mm256_hadd_ps(acc[6], acc[7]);
+  const __m256 u0 = _mm256_hadd_ps(t0, t1);  // lanes: sums of halves of acc[0..3]
+  const __m256 u1 = _mm256_hadd_ps(t2, t3);  // lanes: sums of halves of acc[4..7]
+  const __m256 sums = _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20),
+                                    _mm256_permute2f128_ps(u0, u1, 0x31));
+  _mm256_storeu_ps(out, sums);
+  for (; k < n; ++k) {
+    for (int q = 0; q < kGroup; ++q) out[q] += w[q][k] * x[q][k];
+  }
+}
+#endif
+
 // The routing engine shared by both split forms. `split_values(t, node, xr, v)`
-// writes the split values of four (sample, node) pairs of tree t:
+// writes the split values of kGroup (sample, node) pairs of tree t:
 // v[q] = value of split node[q] at input row xr[q]; a sample goes right iff
 // v > 0. Loop order for cache locality: each shard takes a range of samples
 // and, chunk by chunk, routes all of them through one tree before the next, so
 // the tree's split weights (the rows its paths visit) are reused from cache by
 // every sample of the chunk while the chunk's inputs stay in L1/L2. Within a
 // tree, samples advance level by level through a compact list of those still
-// at a split, four at a time (independent accumulators, so the CPU overlaps
-// four dot products instead of waiting on one chain of dependent FMAs; every
+// at a split, kGroup at a time (independent accumulators, so the CPU overlaps
+// kGroup dot products instead of waiting on one chain of dependent FMAs; every
 // split value goes through the same code, so a sample's result does not depend
 // on which samples share its group).
-template <typename T, typename SplitValues>
+//
+// `split_row(t, node)` returns the first byte of split `node`'s parameters and
+// `row_bytes` their size: on deep levels, while one group is evaluated, the
+// rows of the next group are prefetched, which hides the memory latency there
+// (each of their rows is read by only a few samples of a chunk).
+template <typename T, typename SplitValues, typename SplitRow>
 void RouteForest(OpKernelContext* ctx, const T* xd, int64_t batch, int64_t p, int64_t trees,
                  int64_t num_internal, int depth, const bool* md, int64_t cost_per_split,
-                 bool with_path_values, const SplitValues& split_values) {
+                 bool with_path_values, const SplitValues& split_values, const SplitRow& split_row,
+                 int64_t row_bytes) {
   Tensor* node_t = nullptr;
   Tensor* path_t = nullptr;
   OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({batch, trees}), &node_t));
@@ -93,16 +146,21 @@ void RouteForest(OpKernelContext* ctx, const T* xd, int64_t batch, int64_t p, in
         }
         for (int level = 0; level < depth && num_active > 0; ++level) {
           int64_t num_next = 0;
-          for (int64_t j = 0; j < num_active; j += 4) {
-            const int64_t valid = std::min<int64_t>(4, num_active - j);
-            int32_t idx[4], at[4];
-            const T* xr[4];
-            for (int q = 0; q < 4; ++q) {
+          for (int64_t j = 0; j < num_active; j += kGroup) {
+            const int64_t valid = std::min<int64_t>(kGroup, num_active - j);
+            const int64_t ahead = level >= kPrefetchLevel ? std::min<int64_t>(j + 3 * kGroup, num_active) : 0;
+            for (int64_t a = j + 2 * kGroup; a < ahead; ++a) {
+              const char* row = static_cast<const char*>(split_row(t, node[active[a]]));
+              for (int64_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(row + off, 0, 1);
+            }
+            int32_t idx[kGroup], at[kGroup];
+            const T* xr[kGroup];
+            for (int q = 0; q < kGroup; ++q) {
               idx[q] = active[j + std::min<int64_t>(q, valid - 1)];  // pad with the last
               at[q] = node[idx[q]];
               xr[q] = xc + static_cast<int64_t>(idx[q]) * p;
             }
-            T v[4];
+            T v[kGroup];
             split_values(t, at, xr, v);
             for (int q = 0; q < valid; ++q) {
               const int32_t i = idx[q];
@@ -148,13 +206,16 @@ class HardRoutingOp : public OpKernel {
     const T* bd = b.flat<T>().data();
     auto split_values = [&](int64_t t, const int32_t* at, const T* const* xr, T* v) {
       const T* wt = wd + t * num_internal * p;
-      const T* wr[4];
-      for (int q = 0; q < 4; ++q) wr[q] = wt + static_cast<int64_t>(at[q]) * p;
-      Dot4(wr, xr, p, v);
-      for (int q = 0; q < 4; ++q) v[q] += bd[t * num_internal + at[q]];
+      const T* wr[kGroup];
+      for (int q = 0; q < kGroup; ++q) wr[q] = wt + static_cast<int64_t>(at[q]) * p;
+      DotGroup(wr, xr, p, v);
+      for (int q = 0; q < kGroup; ++q) v[q] += bd[t * num_internal + at[q]];
+    };
+    auto split_row = [&](int64_t t, int32_t node) -> const void* {
+      return wd + (t * num_internal + node) * p;
     };
     RouteForest<T>(ctx, xd, batch, p, trees, num_internal, depth, m.flat<bool>().data(), 2 * p,
-                   with_path_values_, split_values);
+                   with_path_values_, split_values, split_row, p * static_cast<int64_t>(sizeof(T)));
   }
 
  private:
@@ -198,7 +259,7 @@ class HardRoutingExpertsOp : public OpKernel {
     const T* bd = b.flat<T>().data();
     const T* cd = c.flat<T>().data();
     auto split_values = [&](int64_t t, const int32_t* at, const T* const* xr, T* v) {
-      for (int q = 0; q < 4; ++q) {
+      for (int q = 0; q < kGroup; ++q) {
         const int64_t split = t * num_internal + at[q];
         const T* ws = wd + split * k * p;
         const T* bs = bd + split * k;
@@ -216,8 +277,12 @@ class HardRoutingExpertsOp : public OpKernel {
         v[q] = s - cd[split];
       }
     };
+    auto split_row = [&](int64_t t, int32_t node) -> const void* {
+      return wd + (t * num_internal + node) * k * p;
+    };
     RouteForest<T>(ctx, xd, batch, p, trees, num_internal, depth, m.flat<bool>().data(),
-                   k * (2 * p + 40), with_path_values_, split_values);
+                   k * (2 * p + 40), with_path_values_, split_values, split_row,
+                   k * p * static_cast<int64_t>(sizeof(T)));
   }
 
  private:
