@@ -58,6 +58,8 @@ constexpr int kGroup = 8;
 // Levels from which split rows are prefetched: above it the 2**level rows of a
 // level are few and stay in cache; below it most rows are read once per chunk.
 constexpr int kPrefetchLevel = 6;
+// How many groups ahead of the one being evaluated its rows are prefetched.
+constexpr int kPrefetchGroups = 2;
 
 // kGroup dot products <w[q], x[q]> of length n (two Dot4 in the generic form).
 template <typename T>
@@ -111,8 +113,9 @@ inline void DotGroup<float>(const float* const* w, const float* const* x, int64_
 //
 // `split_row(t, node)` returns the first byte of split `node`'s parameters and
 // `row_bytes` their size: on deep levels, while one group is evaluated, the
-// rows of the next group are prefetched, which hides the memory latency there
-// (each of their rows is read by only a few samples of a chunk).
+// rows of the group after the next are prefetched (kPrefetchGroups ahead),
+// which hides the memory latency there (each of their rows is read by only a
+// few samples of a chunk).
 template <typename T, typename SplitValues, typename SplitRow>
 void RouteForest(OpKernelContext* ctx, const T* xd, int64_t batch, int64_t p, int64_t trees,
                  int64_t num_internal, int depth, const bool* md, int64_t cost_per_split,
@@ -148,8 +151,10 @@ void RouteForest(OpKernelContext* ctx, const T* xd, int64_t batch, int64_t p, in
           int64_t num_next = 0;
           for (int64_t j = 0; j < num_active; j += kGroup) {
             const int64_t valid = std::min<int64_t>(kGroup, num_active - j);
-            const int64_t ahead = level >= kPrefetchLevel ? std::min<int64_t>(j + 3 * kGroup, num_active) : 0;
-            for (int64_t a = j + 2 * kGroup; a < ahead; ++a) {
+            const int64_t first = j + kPrefetchGroups * kGroup;
+            const int64_t ahead =
+                level >= kPrefetchLevel ? std::min<int64_t>(first + kGroup, num_active) : 0;
+            for (int64_t a = first; a < ahead; ++a) {
               const char* row = static_cast<const char*>(split_row(t, node[active[a]]));
               for (int64_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(row + off, 0, 1);
             }

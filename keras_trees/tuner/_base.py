@@ -63,8 +63,9 @@ class TreeHyperModel(kt.HyperModel):
         return False
 
     def tree_layers(self, hp):
-        """The layers after the input (the tree, and what feeds it)."""
-        raise NotImplementedError
+        """The layers after the input (the tree, and what feeds it). Abstract:
+        every family's HyperModel defines it."""
+        raise NotImplementedError(f"{type(self).__name__} must define tree_layers(hp)")
 
     @staticmethod
     def clamped_int(hp, name, low, high, sampling="linear"):
