@@ -14,6 +14,7 @@ from keras_trees import topology
 from keras_trees.layers import _validation
 from keras_trees.layers._heap import HeapTreeMixin
 from keras_trees.ops import hard_routing, path_probabilities
+from keras_trees.layers._xla import XLACompatibility
 
 # Heaps of this depth hold 2**25 - 1 positions per tree: already far beyond memory
 # for realistic inputs; the memory check refuses much earlier.
@@ -37,10 +38,9 @@ def _const(value):
     return init
 
 
-class EndToEndTreesBase(HeapTreeMixin, keras.layers.Layer):
+class EndToEndTreesBase(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
     """Probabilistic-at-train-time, deterministic-at-test-time trees (see subclasses)."""
 
-    supports_jit = False  # the inference path calls the KerasTrees>HardRouting op
 
     def __init__(
         self,

@@ -15,6 +15,7 @@ from keras_trees.losses.gamma_process_prior import GammaProcessPrior
 from keras_trees.losses.leaf_variance import leaf_variance_from_moments
 from keras_trees.ops import hard_routing
 from keras_trees.ops import polytope as poly
+from keras_trees.layers._xla import XLACompatibility
 
 MAX_DEPTH = 16
 # Floor of log r_k. The gamma-process density of r_k (shape gamma0 / K < 1) is
@@ -44,7 +45,7 @@ def _softplus_inverse(y):
 
 
 @keras.saving.register_keras_serializable(package="keras_trees")
-class ConvexPolytopeTree(HeapTreeMixin, keras.layers.Layer):
+class ConvexPolytopeTree(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
     """A decision tree whose splits are noisy-ORs of ``K`` linear experts (convex polytopes).
 
     Node ``v`` sends ``x`` right with probability ``f(x) = 1 - exp(-S(x))``,
@@ -110,7 +111,6 @@ class ConvexPolytopeTree(HeapTreeMixin, keras.layers.Layer):
     (400, 2)
     """
 
-    supports_jit = False  # inference calls the KerasTrees>HardRoutingExperts op
 
     def __init__(
         self,

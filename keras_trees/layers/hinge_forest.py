@@ -8,6 +8,7 @@ from keras import ops
 
 from keras_trees import ops as tree_ops
 from keras_trees.layers import _validation
+from keras_trees.layers._xla import XLACompatibility
 
 MAX_DEPTH = 24
 REDUCTIONS = ("none", "mean", "sum")
@@ -38,12 +39,10 @@ def random_feature_indices(num_trees, num_vertices, num_features, features_per_t
     return out
 
 
-class _HingeEnsemble(keras.layers.Layer):
+class _HingeEnsemble(XLACompatibility, keras.layers.Layer):
     """Shared implementation of HingeForest and HingeFern (see their docstrings)."""
 
     _fern = False
-    # The layer calls custom TensorFlow ops that XLA cannot compile.
-    supports_jit = False
 
     def __init__(
         self,

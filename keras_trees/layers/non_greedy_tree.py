@@ -11,6 +11,7 @@ from keras_trees.layers import _validation
 from keras_trees.layers._heap import HeapTreeMixin
 from keras_trees.ops import loss_augmented
 from keras_trees.ops.hard_routing import hard_route
+from keras_trees.layers._xla import XLACompatibility
 
 MAX_DEPTH = 20
 INFERENCES = ("fast", "exact")
@@ -25,7 +26,7 @@ def _const(value):
 
 
 @keras.saving.register_keras_serializable(package="keras_trees")
-class NonGreedyTree(HeapTreeMixin, keras.Model):
+class NonGreedyTree(XLACompatibility, HeapTreeMixin, keras.Model):
     """A perfect oblique decision tree trained jointly by SGD on the convex-concave
     upper bound of its empirical loss.
 
@@ -88,7 +89,6 @@ class NonGreedyTree(HeapTreeMixin, keras.Model):
     (400, 2)
     """
 
-    supports_jit = False  # calls the KerasTrees ops
 
     def __init__(self, depth=6, num_classes=None, units=None, nu=1.0, inference="fast", seed=None, **kwargs):
         super().__init__(**kwargs)

@@ -5,12 +5,13 @@ from keras import ops
 
 from keras_trees import ops as tree_ops
 from keras_trees.layers import _validation
+from keras_trees.layers._xla import XLACompatibility
 
 MAX_DEPTH = 24
 
 
 @keras.saving.register_keras_serializable(package="keras_trees")
-class TreeEnsembleLayer(keras.layers.Layer):
+class TreeEnsembleLayer(XLACompatibility, keras.layers.Layer):
     """An additive ensemble of soft decision trees with smooth-step routing.
 
     Each of ``num_trees`` perfect binary trees of depth ``depth`` routes a
@@ -68,8 +69,6 @@ class TreeEnsembleLayer(keras.layers.Layer):
     (64, 2)
     """
 
-    # The layer calls custom TensorFlow ops that XLA cannot compile.
-    supports_jit = False
 
     def __init__(
         self,

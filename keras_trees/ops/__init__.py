@@ -6,7 +6,12 @@ custom TensorFlow ops when the backend is TensorFlow and the op library is
 loaded. ``reference_only()`` forces the reference path.
 """
 
-from keras_trees.ops._library import custom_ops_available, load_error, reference_only
+from keras_trees.ops._library import (
+    custom_ops_available,
+    execution_report,
+    load_error,
+    reference_only,
+)
 from keras_trees.ops.hard_routing import hard_route, hard_route_reference, path_lengths
 from keras_trees.ops.hinge import (
     hinge_depth,
@@ -53,6 +58,7 @@ from keras_trees.ops.soft_tree import (
 __all__ = [
     # library
     "custom_ops_available",
+    "execution_report",
     "load_error",
     "reference_only",
     # routing activations and leaf probabilities

@@ -42,7 +42,8 @@ def load():
             except Exception as exc:  # noqa: BLE001 - any failure means fall back
                 _state["error"] = f"{type(exc).__name__}: {exc}"
         _state["loaded"] = _state["module"] is not None
-        if not _state["loaded"] and not _env_disabled() and not _state["warned"]:
+        expected = _env_disabled() or keras.backend.backend() != "tensorflow"
+        if not _state["loaded"] and not expected and not _state["warned"]:
             _state["warned"] = True
             warnings.warn(
                 "keras-trees: custom ops unavailable, using the slower keras.ops reference "
@@ -78,9 +79,109 @@ def module():
     return _state["module"]
 
 
+def _in_xla_context():
+    """True while TensorFlow traces a function for XLA (``jit_compile=True``)."""
+    try:
+        from tensorflow.python.framework import ops as tf_ops
+        from tensorflow.python.ops import control_flow_util
+    except ImportError:  # pragma: no cover - private TF modules moved
+        return False
+    return bool(control_flow_util.GraphOrParentsInXlaContext(tf_ops.get_default_graph()))
+
+
+def _requested_device():
+    """The innermost device scope ('' when none), eager or in a graph."""
+    import tensorflow as tf
+
+    if tf.executing_eagerly():
+        from tensorflow.python.eager import context
+
+        return context.context().device_name or ""
+    from tensorflow.python.framework import ops as tf_ops
+
+    stack = getattr(tf_ops.get_default_graph(), "_device_function_stack", None)
+    try:
+        specs = [s for s in stack.peek_objs() if isinstance(s, str)] if stack is not None else []
+    except Exception:  # noqa: BLE001 - private API: no scope known
+        specs = []
+    return specs[-1] if specs else ""
+
+
+def _visible_accelerators():
+    import tensorflow as tf
+
+    return [d for d in tf.config.list_logical_devices() if d.device_type not in ("CPU",)]
+
+
+def _target_is_cpu():
+    """Whether ops created here are placed on a CPU: no accelerator is visible,
+    or the device scope names a CPU. The kernels have CPU implementations only;
+    on a GPU they would run on the host with device-host copies, so the
+    ``keras.ops`` path runs on the GPU instead."""
+    if not _visible_accelerators():
+        return True
+    return "CPU" in _requested_device().upper()
+
+
+def kernels_block_xla():
+    """True when keras-trees layers call custom ops that XLA cannot compile: the
+    TensorFlow backend with the op library loaded (layers then report
+    ``supports_jit = False``, so Keras never turns XLA on for them)."""
+    return keras.backend.backend() == "tensorflow" and load()
+
+
 def custom_ops_available():
-    """True when calls will use the compiled custom ops."""
-    return load() and not getattr(_local, "reference_only", False)
+    """True when op calls made here and now run the compiled kernels.
+
+    That needs the TensorFlow backend, the loaded op library, no
+    :func:`reference_only` context, no XLA compilation in progress (inside
+    ``tf.function(jit_compile=True)`` the XLA-compatible ``keras.ops`` path is
+    traced instead) and CPU placement (on a GPU the ``keras.ops`` path runs on
+    the GPU). :func:`execution_report` says the same in words.
+    """
+    if not load() or getattr(_local, "reference_only", False):
+        return False
+    return not _in_xla_context() and _target_is_cpu()
+
+
+def execution_report():
+    """What runs where, as a dict (also a readable summary under ``"summary"``).
+
+    Keys: ``backend``; ``library_loaded`` and ``load_error``; ``devices``, a map
+    from each device TensorFlow sees (or the backend's default device) to
+    ``"kernels"`` (compiled CPU kernels) or ``"reference"`` (the ``keras.ops``
+    path); ``xla`` ("reference path" on TensorFlow when XLA compiles, "native"
+    elsewhere).
+
+    >>> from keras_trees import ops
+    >>> sorted(ops.execution_report())
+    ['backend', 'devices', 'library_loaded', 'load_error', 'summary', 'xla']
+    """
+    backend = keras.backend.backend()
+    loaded = load()
+    devices = {}
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        for device in tf.config.list_logical_devices():
+            kernels = loaded and device.device_type == "CPU" and not getattr(_local, "reference_only", False)
+            devices[device.name] = "kernels" if kernels else "reference"
+        xla = "reference path (custom ops cannot be XLA-compiled)" if loaded else "native"
+    else:
+        devices["default"] = "reference"
+        xla = "native (the keras.ops path compiles like any layer)"
+    parts = [f"{name}: {what}" for name, what in devices.items()]
+    summary = f"keras-trees on {backend}: " + ", ".join(parts)
+    if not loaded:
+        summary += f" (custom ops not loaded: {_state['error']})"
+    return {
+        "backend": backend,
+        "library_loaded": loaded,
+        "load_error": _state["error"],
+        "devices": devices,
+        "xla": xla,
+        "summary": summary,
+    }
 
 
 @contextlib.contextmanager
