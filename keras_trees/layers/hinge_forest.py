@@ -8,6 +8,7 @@ from keras import ops
 
 from keras_trees import ops as tree_ops
 from keras_trees.layers import _validation
+from keras_trees.layers._random import numpy_generator
 from keras_trees.layers._xla import XLACompatibility
 
 MAX_DEPTH = 24
@@ -24,7 +25,7 @@ def random_feature_indices(num_trees, num_vertices, num_features, features_per_t
     vertices uses every one of its ``k`` features, and a fern of depth ``D`` with
     ``k >= D`` tests ``D`` different features.
     """
-    rng = np.random.default_rng(seed)
+    rng = numpy_generator(seed)
     if features_per_tree is None:
         return rng.integers(0, num_features, size=(num_trees, num_vertices)).astype(np.int32)
     if features_per_tree > num_features:
@@ -132,6 +133,7 @@ class _HingeEnsemble(XLACompatibility, keras.layers.Layer):
         )
         self.thresholds = self.add_weight(
             name="thresholds",
+            autocast=False,
             shape=(self.num_trees, self.num_vertices),
             initializer=self.threshold_initializer,
             regularizer=self.threshold_regularizer,
@@ -139,6 +141,7 @@ class _HingeEnsemble(XLACompatibility, keras.layers.Layer):
         )
         self.leaf_weights = self.add_weight(
             name="leaf_weights",
+            autocast=False,
             shape=(self.num_trees, self.num_leaves, self.units),
             initializer=self.leaf_initializer,
             regularizer=self.leaf_regularizer,
@@ -147,9 +150,8 @@ class _HingeEnsemble(XLACompatibility, keras.layers.Layer):
         self.input_spec = keras.layers.InputSpec(min_ndim=2, axes={-1: input_dim})
 
     def _flatten(self, inputs):
-        inputs = ops.convert_to_tensor(inputs)
-        if not keras.backend.is_float_dtype(inputs.dtype):
-            inputs = ops.cast(inputs, self.compute_dtype)
+        # Margins and leaf sums in the variable dtype (float32 under mixed precision).
+        inputs = ops.cast(ops.convert_to_tensor(inputs), self.variable_dtype)
         lead = ops.shape(inputs)[:-1]
         return ops.reshape(inputs, (-1, inputs.shape[-1])), lead
 
@@ -159,10 +161,12 @@ class _HingeEnsemble(XLACompatibility, keras.layers.Layer):
             x, self.thresholds, self.feature_indices, self.leaf_weights, fern=self._fern
         )
         if self.reduction == "mean":
-            return ops.reshape(ops.mean(out, axis=1), (*lead, self.units))
-        if self.reduction == "sum":
-            return ops.reshape(ops.sum(out, axis=1), (*lead, self.units))
-        return ops.reshape(out, (*lead, self.num_trees, self.units))
+            out = ops.reshape(ops.mean(out, axis=1), (*lead, self.units))
+        elif self.reduction == "sum":
+            out = ops.reshape(ops.sum(out, axis=1), (*lead, self.units))
+        else:
+            out = ops.reshape(out, (*lead, self.num_trees, self.units))
+        return ops.cast(out, self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
         if self.reduction == "none":
@@ -229,7 +233,8 @@ _COMMON_ARGS = """
         threshold_regularizer, leaf_regularizer: Keras regularizers.
         threshold_constraint, leaf_constraint: Keras constraints.
         seed: integer seed of the feature indices and default initializers, or
-            None for a random draw.
+            None to draw them from the global random state (reproducible after
+            ``keras.utils.set_random_seed``).
 """
 
 

@@ -137,6 +137,7 @@ class TreeEnsembleLayer(XLACompatibility, keras.layers.Layer):
         )
         self.node_weights = self.add_weight(
             name="node_weights",
+            autocast=False,
             shape=(self.num_trees, self.num_internal_nodes, input_dim),
             initializer=self.node_initializer,
             regularizer=self.node_regularizer,
@@ -145,6 +146,7 @@ class TreeEnsembleLayer(XLACompatibility, keras.layers.Layer):
         if self.use_bias:
             self.node_bias = self.add_weight(
                 name="node_bias",
+            autocast=False,
                 shape=(self.num_trees, self.num_internal_nodes),
                 initializer=self.bias_initializer,
                 regularizer=self.bias_regularizer,
@@ -154,6 +156,7 @@ class TreeEnsembleLayer(XLACompatibility, keras.layers.Layer):
             self.node_bias = None
         self.leaf_weights = self.add_weight(
             name="leaf_weights",
+            autocast=False,
             shape=(self.num_trees, self.num_leaves, self.units),
             initializer=self.leaf_initializer,
             regularizer=self.leaf_regularizer,
@@ -161,6 +164,7 @@ class TreeEnsembleLayer(XLACompatibility, keras.layers.Layer):
         )
         self.gamma = self.add_weight(
             name="gamma",
+            autocast=False,
             shape=(),
             initializer=keras.initializers.Constant(self.initial_gamma),
             trainable=False,
@@ -168,9 +172,10 @@ class TreeEnsembleLayer(XLACompatibility, keras.layers.Layer):
         self.input_spec = keras.layers.InputSpec(min_ndim=2, axes={-1: input_dim})
 
     def _flatten(self, inputs):
-        inputs = ops.convert_to_tensor(inputs)
-        if not keras.backend.is_float_dtype(inputs.dtype):
-            inputs = ops.cast(inputs, self.compute_dtype)
+        """Inputs as ``(batch, input_dim)`` in the variable dtype: under mixed
+        precision the routing runs in float32 (a float16 smooth-step loses the
+        small split margins that decide hard routing)."""
+        inputs = ops.cast(ops.convert_to_tensor(inputs), self.variable_dtype)
         lead = ops.shape(inputs)[:-1]
         return ops.reshape(inputs, (-1, inputs.shape[-1])), lead
 
@@ -185,7 +190,7 @@ class TreeEnsembleLayer(XLACompatibility, keras.layers.Layer):
             activation=self.activation,
             training=bool(training),
         )
-        return ops.reshape(out, (*lead, self.units))
+        return ops.cast(ops.reshape(out, (*lead, self.units)), self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
         return (*input_shape[:-1], self.units)
