@@ -18,7 +18,8 @@ class StableSGD(keras.callbacks.Callback):
     after ``max_round_epochs`` epochs. The assignments are kept per sample as a
     function of ``x`` (routing by the frozen splits), so no per-sample state is
     stored and shuffling is harmless. At the end of training the model returns
-    to plain SGD.
+    to plain SGD. The model may be a :class:`NonGreedyTree` or contain one (or
+    several) as sub-models; the callback acts on every tree it finds.
 
     Args:
         min_delta: relative improvement of the bound below which a round ends.
@@ -41,14 +42,26 @@ class StableSGD(keras.callbacks.Callback):
         self.monitor = monitor
         self.rounds = 0
 
-    def _tree(self):
+    def _trees(self):
+        """The non-greedy trees trained by ``self.model``: the model itself or
+        trees nested in it (e.g. behind preprocessing layers)."""
         model = self.model
-        if not hasattr(model, "update_assignments"):
-            raise TypeError(f"StableSGD needs a NonGreedyTree model, got {type(model).__name__}")
-        return model
+        if hasattr(model, "_flatten_layers"):
+            layers = model._flatten_layers(include_self=True, recursive=True)
+        else:
+            layers = [model]
+        trees = [layer for layer in layers
+                 if callable(getattr(layer, "update_assignments", None))
+                 and callable(getattr(layer, "release_assignments", None))]
+        if not trees:
+            raise TypeError(
+                f"StableSGD needs a NonGreedyTree model (or a model containing one), got {type(model).__name__}"
+            )
+        return trees
 
     def _new_round(self):
-        self._tree().update_assignments()
+        for tree in self._trees():
+            tree.update_assignments()
         self.rounds += 1
         self._best = math.inf
         self._wait = 0
@@ -74,7 +87,8 @@ class StableSGD(keras.callbacks.Callback):
             self._new_round()
 
     def on_train_end(self, logs=None):
-        self._tree().release_assignments()
+        for tree in self._trees():
+            tree.release_assignments()
 
     def get_config(self):
         return {

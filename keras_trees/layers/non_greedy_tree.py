@@ -9,6 +9,7 @@ from keras_trees import topology
 from keras_trees.constraints import RowNorm
 from keras_trees.layers import _validation
 from keras_trees.layers._heap import HeapTreeMixin
+from keras_trees.layers._random import numpy_generator
 from keras_trees.ops import loss_augmented
 from keras_trees.ops.hard_routing import hard_route
 from keras_trees.layers._xla import XLACompatibility
@@ -23,6 +24,18 @@ def _const(value):
         return ops.convert_to_tensor(np.array(arr), dtype=dtype)
 
     return init
+
+
+def _scale_loss_for_replicas(value):
+    """Divides a per-replica mean loss by the number of replicas under a
+    ``tf.distribute`` strategy, whose optimizer sums the replicas' gradients
+    (as Keras' own losses do); a no-op on JAX and PyTorch."""
+    if keras.backend.backend() != "tensorflow":
+        return value
+    import tensorflow as tf
+
+    replicas = tf.distribute.get_strategy().num_replicas_in_sync
+    return value if replicas == 1 else value * ops.cast(1.0 / replicas, value.dtype)
 
 
 @keras.saving.register_keras_serializable(package="keras_trees")
@@ -40,23 +53,37 @@ class NonGreedyTree(XLACompatibility, HeapTreeMixin, keras.Model):
     ``softmax(Theta[leaf])`` (classification, log loss, Eq. 1-2) or
     ``Theta[leaf]`` (regression, squared loss, Eq. 3).
 
-    Training (``fit``) is a custom ``train_step`` (TensorFlow backend): for each
-    mini-batch the compiled ``KerasTrees>LossAugmentedInference`` op finds the
+    Training (``fit``) uses Keras' own training step on every backend
+    (TensorFlow, JAX, PyTorch; XLA on JAX): the objective is
+    :meth:`compute_loss`. For each mini-batch, loss-augmented inference (the
+    compiled ``KerasTrees>LossAugmentedInference`` op on TensorFlow, its
+    ``keras.ops`` reference elsewhere; not differentiated) finds the
     loss-augmented leaf ``f(g)`` of every sample (fast Hamming-ball search of
-    Eq. 13 by default, ``inference="exact"`` for Eq. 10), then the optimizer
-    (the paper: SGD with momentum) takes a step on the surrogate of Eq. 9,
-    whose gradient is Algorithm 1's ``(g - h) x^T`` for the splits and the
-    gradient of the loss at ``Theta[f(g)]`` for the leaves; the
-    :class:`keras_trees.constraints.RowNorm` constraint then projects every row
-    back to ``||[w_i, b_i]|| <= nu`` (line 8; the bias is part of the row
-    because the paper appends a constant to ``x``). Stable SGD (Eq. 14) is
+    Eq. 13 by default, ``inference="exact"`` for Eq. 10); the loss is the
+    (sample-weighted) mean of the surrogate of Eq. 9 at those leaves, whose
+    gradient is Algorithm 1's ``(g - h) x^T`` for the splits and the gradient
+    of the loss at ``Theta[f(g)]`` for the leaves. The optimizer (the paper: SGD
+    with momentum) takes the step and applies the
+    :class:`keras_trees.constraints.RowNorm` constraint, which projects every
+    row back to ``||[w_i, b_i]|| <= nu`` (line 8; the bias is part of the row
+    because the paper appends a constant to ``x``). ``sample_weight`` and
+    ``class_weight`` of ``fit``/``evaluate`` weight the bound; distribution
+    strategies (``tf.distribute``, ``keras.distribution``) and mixed precision
+    work as for any Keras model (the bound and the routing are computed in the
+    variable dtype, float32; predictions are returned in the compute dtype).
+    Compile without ``loss``: the bound is the loss. Stable SGD (Eq. 14) is
     enabled by the :class:`keras_trees.callbacks.stable_sgd.StableSGD`
     callback, which freezes the leaf assignments ``a(x)`` (routing by a
-    snapshot ``assignment_weights`` of the splits) between rounds.
+    snapshot ``assignment_weights`` of the splits) between rounds. Inside
+    another model (e.g. behind preprocessing layers) the tree trains on its
+    bound when the outer model's ``compute_loss`` returns
+    ``tree.compute_loss(features, y, y_pred, sample_weight, training=training)``;
+    ``StableSGD`` finds nested trees.
 
-    Logged metrics: ``loss`` is the surrogate (the bound, Eq. 13/14 as trained),
-    ``empirical_loss`` the loss of the tree's own predictions (Eq. 4, mean),
-    plus any compiled metrics (e.g. ``"accuracy"``) on the hard predictions.
+    Logged metrics: ``loss`` is the surrogate (the bound, Eq. 13/14 as trained;
+    in ``evaluate`` the bound of Eq. 13 or 7), ``empirical_loss`` the loss of
+    the tree's own predictions (Eq. 4, weighted mean), plus any compiled
+    metrics (e.g. ``"accuracy"``) on the hard predictions.
 
     Initialization: random splits of norm ``nu`` and zero leaves, or from a
     greedy tree with :meth:`initialize_from` (e.g. a scikit-learn CART tree
@@ -72,7 +99,9 @@ class NonGreedyTree(XLACompatibility, HeapTreeMixin, keras.Model):
             from {0.1, 1, 4, 10, 43, 100}).
         inference: ``"fast"`` (Eq. 13, ``O(d^2 p)`` per sample) or ``"exact"``
             (Eq. 7/10, ``O(2^d p)``).
-        seed: seed of the random initial splits.
+        seed: seed of the random initial splits (``None``: drawn from NumPy's
+            global generator, so ``keras.utils.set_random_seed`` makes the
+            tree reproducible).
 
     Example:
 
@@ -114,6 +143,14 @@ class NonGreedyTree(XLACompatibility, HeapTreeMixin, keras.Model):
     def num_leaves(self):
         return self.num_internal + 1
 
+    # ------------------------------------------------------------------ dtypes
+    @property
+    def input_dtype(self):
+        """Inputs are routed in the variable dtype (float32 under a mixed
+        precision policy): float16/bfloat16 routing would move samples across
+        splits. Predictions are cast to the compute dtype."""
+        return self.variable_dtype
+
     # ------------------------------------------------------------------ build
     def build(self, input_shape):
         input_shape = tuple(input_shape)
@@ -126,22 +163,23 @@ class NonGreedyTree(XLACompatibility, HeapTreeMixin, keras.Model):
             3 * I * (p + 1) + L * K, 4, f"NonGreedyTree(depth={self.depth}) over {p} features",
             "use a smaller depth.",
         )
-        rng = np.random.default_rng(self.seed)
-        rows = rng.normal(size=(I, p + 1))
+        rows = numpy_generator(self.seed).normal(size=(I, p + 1))
         rows[:, -1] *= 0.1
         rows *= self.nu / np.linalg.norm(rows, axis=1, keepdims=True)
+        # autocast=False: under mixed precision the splits and leaves are read
+        # in the variable dtype inside call() too (routing and the bound in float32).
         self.split_weights = self.add_weight(
             name="split_weights", shape=(I, p + 1), initializer=_const(rows.astype("float32")),
-            constraint=RowNorm(self.nu),
+            constraint=RowNorm(self.nu), autocast=False,
         )
-        self.leaf_values = self.add_weight(name="leaf_values", shape=(L, K), initializer="zeros")
+        self.leaf_values = self.add_weight(name="leaf_values", shape=(L, K), initializer="zeros", autocast=False)
         self.node_state = self.add_weight(
             name="node_state", shape=(1, topology.num_positions(self.depth)),
             initializer=_const(topology.perfect(1, self.depth)), dtype="int32", trainable=False,
         )
         self.assignment_weights = self.add_weight(
             name="assignment_weights", shape=(I, p + 1), initializer=_const(rows.astype("float32")),
-            trainable=False,
+            trainable=False, autocast=False,
         )
         self.stable = self.add_weight(name="stable", shape=(), initializer="zeros", dtype="int32", trainable=False)
         self.built = True
@@ -152,10 +190,10 @@ class NonGreedyTree(XLACompatibility, HeapTreeMixin, keras.Model):
 
     def _inputs(self, x):
         x = ops.convert_to_tensor(x)
-        if not self.built:  # fit/evaluate trace train_step before any call()
+        if not self.built:
             self.build(tuple(x.shape))
-        if not keras.backend.is_float_dtype(x.dtype):
-            x = ops.cast(x, self.compute_dtype)
+        if keras.backend.standardize_dtype(x.dtype) != self.variable_dtype:
+            x = ops.cast(x, self.variable_dtype)
         if len(x.shape) != 2 or x.shape[1] != self.input_dim:
             raise ValueError(f"expected inputs of shape (batch, {self.input_dim}), got {tuple(x.shape)}")
         return x
@@ -163,19 +201,22 @@ class NonGreedyTree(XLACompatibility, HeapTreeMixin, keras.Model):
     def route(self, x, rows=None):
         """``(batch,)`` leaf index (``0 .. 2**depth - 1``) of every sample (hard-routing op)."""
         x = self._inputs(x)
-        w, b = self._split(self.split_weights if rows is None else rows)
+        rows = ops.stop_gradient(ops.convert_to_tensor(self.split_weights if rows is None else rows))
+        w, b = self._split(rows)
         is_split = ops.equal(self.node_state[:, : self.num_internal], topology.SPLIT)
         node, _ = hard_route(x, ops.cast(w[None], x.dtype), ops.cast(b[None], x.dtype), is_split,
                              with_path_values=False)
         return node[:, 0] - self.num_internal
 
     def leaf_output(self, leaf, dtype):
+        """Prediction of the leaves ``leaf``: ``softmax(Theta[leaf])`` or ``Theta[leaf]``, computed in
+        ``dtype``."""
         theta = ops.take(ops.cast(self.leaf_values, dtype), leaf, axis=0)
         return ops.softmax(theta, axis=-1) if self.is_classifier else theta
 
     def call(self, inputs, training=None):
         x = self._inputs(inputs)
-        return self.leaf_output(self.route(x), x.dtype)
+        return ops.cast(self.leaf_output(self.route(x), x.dtype), self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
         return (input_shape[0], self.output_dim)
@@ -190,10 +231,11 @@ class NonGreedyTree(XLACompatibility, HeapTreeMixin, keras.Model):
     def bound(self, x, y, g_leaf, assigned_leaf=None):
         """Per-sample surrogate (Eq. 9, or Eq. 14 with ``assigned_leaf``) at the
         loss-augmented leaves ``g_leaf``; differentiable in the parameters."""
+        x = self._inputs(x)
         w, b = self._split(self.split_weights)
         return loss_augmented.surrogate(
             x, ops.cast(w, x.dtype), ops.cast(b, x.dtype), ops.cast(self.leaf_values, x.dtype),
-            y, g_leaf, self.loss_name, assigned_leaf=assigned_leaf,
+            self._labels(y, x.dtype), g_leaf, self.loss_name, assigned_leaf=assigned_leaf,
         )
 
     def loss_augmented_inference(self, x, y):
@@ -207,57 +249,58 @@ class NonGreedyTree(XLACompatibility, HeapTreeMixin, keras.Model):
             self._labels(y, x.dtype), self.loss_name, fast=self.inference == "fast",
         )
 
-    def _weighted_mean(self, values, sample_weight):
+    @staticmethod
+    def _weighted_mean(values, sample_weight):
+        """``sum(w * values) / batch`` (Keras' ``"sum_over_batch_size"``)."""
         if sample_weight is None:
             return ops.mean(values)
         sw = ops.reshape(ops.cast(sample_weight, values.dtype), (-1,))
         return ops.mean(values * sw)
 
-    def train_step(self, data):
-        import tensorflow as tf
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        """The objective of Keras' training step: the (sample-weighted) mean bound.
 
-        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        ``training=True``: the surrogate of Eq. 9 (Eq. 14 while
+        :class:`~keras_trees.callbacks.stable_sgd.StableSGD` holds frozen
+        assignments) at the loss-augmented leaves; its gradient is Algorithm 1's.
+        ``training=False`` (``evaluate``): the bound of Eq. 13 (or Eq. 7). The
+        leaf search is not differentiated. Also updates ``empirical_loss`` (the
+        loss at the predicted leaves, Eq. 4). Computed in the variable dtype.
+        """
+        del y_pred  # the bound needs x and y; the prediction is the hard route
+        if getattr(self, "_compile_loss", None) is not None:
+            raise ValueError(
+                "NonGreedyTree trains on its own surrogate (the bound of Eq. 9); compile it without `loss`"
+            )
+        if y is None:
+            raise ValueError("NonGreedyTree needs targets `y` to compute its loss")
         x = self._inputs(x)
         labels = self._labels(y, x.dtype)
-        g_leaf, h_leaf, _ = self.loss_augmented_inference(x, labels)
-        # Stable SGD: h is constrained to the frozen assignment a(x) (Eq. 14);
-        # plain SGD uses a(x) = f(sgn(Wx)), for which the extra term is 0.
-        frozen = self.route(x, ops.convert_to_tensor(self.assignment_weights))
-        assigned = ops.where(self.stable > 0, frozen, h_leaf)
-        y_pred = self.leaf_output(h_leaf, x.dtype)
-        empirical = loss_augmented.selected_leaf_loss(ops.cast(self.leaf_values, x.dtype), h_leaf, labels,
-                                                      self.loss_name)
-        with tf.GradientTape() as tape:
+        g_leaf, h_leaf, score = self.loss_augmented_inference(x, labels)
+        if training:
+            # Stable SGD: h is constrained to the frozen assignment a(x) (Eq. 14);
+            # plain SGD uses a(x) = f(sgn(Wx)), for which the extra term is 0.
+            frozen = self.route(x, self.assignment_weights)
+            assigned = ops.where(ops.convert_to_tensor(self.stable) > 0, frozen, h_leaf)
             per_sample = self.bound(x, labels, g_leaf, assigned_leaf=assigned)
-            value = self._weighted_mean(per_sample, sample_weight)
-        variables = self.trainable_variables
-        grads = tape.gradient(value, variables)
-        self.optimizer.apply(grads, variables)  # applies the RowNorm projection
-        return self._update_metrics(value, empirical, x, y, y_pred, sample_weight)
-
-    def test_step(self, data):
-        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-        x = self._inputs(x)
-        labels = self._labels(y, x.dtype)
-        _, h_leaf, score = self.loss_augmented_inference(x, labels)
-        y_pred = self.leaf_output(h_leaf, x.dtype)
-        empirical = loss_augmented.selected_leaf_loss(ops.cast(self.leaf_values, x.dtype), h_leaf, labels,
-                                                      self.loss_name)
-        return self._update_metrics(self._weighted_mean(score, sample_weight), empirical, x, y, y_pred,
-                                    sample_weight)
-
-    def _update_metrics(self, bound, empirical, x, y, y_pred, sample_weight):
-        batch = ops.shape(x)[0]
-        if self._loss_tracker is not None:
-            self._loss_tracker.update_state(bound, sample_weight=batch)
-        self.empirical_loss_tracker.update_state(empirical, sample_weight=sample_weight)
-        return self.compute_metrics(x, y, y_pred, sample_weight)
+        else:
+            per_sample = score
+        value = self._weighted_mean(per_sample, sample_weight)
+        theta = ops.stop_gradient(ops.cast(self.leaf_values, x.dtype))
+        empirical = loss_augmented.selected_leaf_loss(theta, h_leaf, labels, self.loss_name)
+        self.empirical_loss_tracker.update_state(
+            empirical, sample_weight=None if sample_weight is None else ops.reshape(sample_weight, (-1,)))
+        for extra in self.losses:  # add_loss / regularizers, if any
+            value = value + ops.cast(extra, value.dtype)
+        return _scale_loss_for_replicas(value)
 
     # ---------------------------------------------------------- stable SGD
     def update_assignments(self):
         """Freezes the current leaf assignments ``a(x)`` (Stable SGD, Eq. 14) and
         turns the assignment constraint on."""
-        self.assignment_weights.assign(self.split_weights)
+        # A copy: on JAX, two variables holding one buffer cannot both be
+        # donated to the compiled train step.
+        self.assignment_weights.assign(ops.copy(self.split_weights))
         self.stable.assign(1)
 
     def release_assignments(self):
@@ -310,29 +353,56 @@ class NonGreedyTree(XLACompatibility, HeapTreeMixin, keras.Model):
         self.assignment_weights.assign(rows.astype(dtype))
         self.leaf_values.assign(values.astype(self.leaf_values.dtype))
 
-    def refit_leaves(self, x, y, leaf_smoothing=1.0):
+    def refit_leaves(self, x, y, leaf_smoothing=1.0, sample_weight=None, class_weight=None):
         """Closed-form leaves for the current splits: every leaf that receives
-        training samples gets their (smoothed) log class frequencies
-        (classification, the minimizer of the log loss, smoothed as in
-        :meth:`initialize_from`) or their mean target (regression); empty leaves
-        keep their values. Not part of the paper's Algorithm 1: an optional
-        post-processing step. Returns the number of leaves refitted."""
-        leaf = np.asarray(ops.convert_to_numpy(self.route(x)))
+        training samples of positive weight gets their (smoothed) weighted log
+        class frequencies (classification, the minimizer of the weighted log
+        loss, smoothed as in :meth:`initialize_from`) or their weighted mean
+        target (regression); other leaves keep their values. Not part of the
+        paper's Algorithm 1: an optional post-processing step.
+
+        Args:
+            x, y: training inputs and targets.
+            leaf_smoothing: as in :meth:`initialize_from`.
+            sample_weight: optional ``(n,)`` nonnegative weights (as in ``fit``:
+                integer weights equal repeated rows).
+            class_weight: optional dict ``class -> weight`` (classification;
+                classes not listed weigh 1, as in ``fit``); multiplies
+                ``sample_weight``.
+
+        Returns the number of leaves refitted."""
+        leaf = np.asarray(ops.convert_to_numpy(self.route(x))).astype(np.int64)
+        n = leaf.shape[0]
+        weight = np.ones(n) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64).reshape(-1)
+        if weight.shape != (n,):
+            raise ValueError(f"sample_weight must have shape ({n},), got {np.shape(sample_weight)}")
+        if not np.all(np.isfinite(weight)) or np.any(weight < 0):
+            raise ValueError("sample_weight must be finite and >= 0")
         values = np.array(ops.convert_to_numpy(self.leaf_values), dtype=np.float64)
-        counts = np.bincount(leaf, minlength=self.num_leaves)
-        filled = counts > 0
         if self.is_classifier:
-            y = np.asarray(y).reshape(-1).astype(np.int64)
+            y = np.asarray(y).reshape(-1)
+            if y.shape != (n,):
+                raise ValueError(f"y must hold {n} class ids, got shape {np.shape(y)}")
+            y = np.round(y).astype(np.int64)
+            if y.size and (y.min() < 0 or y.max() >= self.num_classes):
+                raise ValueError(f"labels must lie in [0, {self.num_classes}), got [{y.min()}, {y.max()}]")
+            if class_weight is not None:
+                weight = weight * np.array([float(class_weight.get(int(c), 1.0)) for c in y], dtype=np.float64)
+        elif class_weight is not None:
+            raise ValueError("class_weight is only for classification (num_classes); use sample_weight")
+        totals = np.bincount(leaf, weights=weight, minlength=self.num_leaves)
+        filled = totals > 0
+        if self.is_classifier:
             hist = np.zeros((self.num_leaves, self.num_classes))
-            np.add.at(hist, (leaf, y), 1.0)
-            prob = hist / np.maximum(counts[:, None], 1)
+            np.add.at(hist, (leaf, y), weight)
+            prob = hist / np.where(filled, totals, 1.0)[:, None]
             eps = 1e-2 * float(leaf_smoothing)
             new = np.log((prob + eps / self.num_classes) / (1.0 + eps))
         else:
-            y = np.asarray(y, dtype=np.float64).reshape(len(leaf), -1)
+            y = np.asarray(y, dtype=np.float64).reshape(n, -1)
             new = np.zeros_like(values)
-            np.add.at(new, leaf, y)
-            new /= np.maximum(counts[:, None], 1)
+            np.add.at(new, leaf, y * weight[:, None])
+            new /= np.where(filled, totals, 1.0)[:, None]
         values[filled] = new[filled]
         self.leaf_values.assign(values.astype(self.leaf_values.dtype))
         return int(filled.sum())

@@ -161,3 +161,6 @@ def test_bad_arguments_and_inputs():
         other.fit(x, np.zeros((50, 3)), epochs=1, verbose=0, callbacks=[StableSGD()])
     with pytest.raises(ValueError, match="patience"):
         StableSGD(patience=0)
+    with pytest.raises(ValueError, match="without `loss`"):  # the bound is the loss
+        model.compile(keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy")
+        model.fit(x, y, epochs=1, verbose=0)
