@@ -2,10 +2,15 @@
 
 The C++ sources in ``custom_ops/`` are compiled against the TensorFlow that is
 installed *when the library is first imported*, never against the copy that a
-PEP 517 build environment might hold. The shared library goes into a cache
-directory keyed by the TensorFlow version, its compile flags, the Python ABI and
-a hash of the sources, so a TensorFlow upgrade or a source change triggers a
-rebuild and two versions can never be mixed.
+PEP 517 build environment might hold. The library is made of the
+framework-free kernel cores (``custom_ops/core/``) and the TensorFlow op
+registrations and adapter kernels over them (``custom_ops/tensorflow/``);
+other folders there (kernels for other frameworks) are not compiled here.
+
+The shared library goes into a cache directory keyed by the TensorFlow
+version, its compile flags, the Python ABI and a hash of every source under
+``custom_ops/``, so a TensorFlow upgrade or a source change triggers a rebuild
+and two versions can never be mixed.
 
 * Cache directory: ``$KERAS_TREES_CACHE_DIR`` or ``~/.cache/keras_trees``.
 * ``python -m keras_trees.build`` builds ahead of time (``--force`` rebuilds).
@@ -26,7 +31,10 @@ import sysconfig
 import tempfile
 
 _LIB_NAME = "_keras_trees_ops.so"
-_SOURCE_SUFFIXES = (".cc", ".h")
+# Every file with these endings under custom_ops/ is part of the cache key.
+_SOURCE_SUFFIXES = (".cc", ".h", ".cu")
+# The folders of custom_ops/ whose .cc files make up the TensorFlow library.
+_COMPILED_DIRS = ("core", "tensorflow")
 
 
 class BuildError(RuntimeError):
@@ -34,20 +42,32 @@ class BuildError(RuntimeError):
 
 
 def source_dir():
-    """Returns the folder holding the C++ sources (checkout or installed wheel)."""
+    """Returns the folder holding the C++ sources (checkout or installed wheel):
+    ``custom_ops/`` with its ``core/`` and ``tensorflow/`` subfolders. It is also
+    the include root: sources include ``"core/common.h"`` and so on."""
     here = pathlib.Path(__file__).resolve().parent
     for candidate in (here.parent / "custom_ops", here / "custom_ops"):
-        if candidate.is_dir() and any(candidate.glob("*.cc")):
+        if all(any((candidate / sub).glob("*.cc")) for sub in _COMPILED_DIRS):
             return candidate
     raise BuildError(
         f"keras-trees C++ sources not found next to {here} "
-        "(expected custom_ops/*.cc); reinstall the package."
+        "(expected custom_ops/core/*.cc and custom_ops/tensorflow/*.cc); reinstall the package."
     )
 
 
 def _sources():
+    """Every source file under custom_ops/, recursively, in a stable order."""
     src = source_dir()
-    return sorted(p for p in src.iterdir() if p.suffix in _SOURCE_SUFFIXES)
+    return sorted(
+        (p for p in src.rglob("*") if p.is_file() and p.suffix in _SOURCE_SUFFIXES),
+        key=lambda p: p.relative_to(src).as_posix(),
+    )
+
+
+def _units():
+    """The translation units of the TensorFlow library."""
+    src = source_dir()
+    return [p for p in _sources() if p.suffix == ".cc" and p.relative_to(src).parts[0] in _COMPILED_DIRS]
 
 
 def _compiler():
@@ -90,8 +110,9 @@ def library_path():
     """Path of the shared library for the current TensorFlow and sources."""
     tf_version, cflags, lflags = _flags()
     digest = hashlib.sha256()
+    src = source_dir()
     for path in _sources():
-        digest.update(path.name.encode())
+        digest.update(path.relative_to(src).as_posix().encode())
         digest.update(path.read_bytes())
     digest.update(" ".join(cflags + lflags).encode())
     digest.update((sysconfig.get_config_var("SOABI") or "").encode())
@@ -122,7 +143,8 @@ def build(force=False, verbose=True):
             return target
         _, cflags, lflags = _flags()
         cxx = _compiler()
-        units = [p for p in _sources() if p.suffix == ".cc"]
+        src = source_dir()
+        units = _units()
         if verbose:
             print(
                 f"keras-trees: compiling {len(units)} custom op sources against "
@@ -137,8 +159,10 @@ def build(force=False, verbose=True):
             while pending or procs:
                 while pending and len(procs) < jobs:
                     unit = pending.pop(0)
-                    obj = os.path.join(tmp, unit.stem + ".o")
-                    cmd = [cxx, *cflags, "-I", str(unit.parent), "-c", str(unit), "-o", obj]
+                    rel = unit.relative_to(src)
+                    obj = os.path.join(tmp, "__".join(rel.with_suffix(".o").parts))
+                    # custom_ops/ first: its "core/..." headers before any of TensorFlow's.
+                    cmd = [cxx, "-I", str(src), *cflags, "-c", str(unit), "-o", obj]
                     procs.append(
                         (unit, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
                     )
@@ -148,7 +172,9 @@ def build(force=False, verbose=True):
                 if proc.returncode != 0:
                     for _, other in procs:
                         other.kill()
-                    raise BuildError(f"compiling {unit.name} failed:\n{out.decode(errors='replace')}")
+                    raise BuildError(
+                        f"compiling {unit.relative_to(src)} failed:\n{out.decode(errors='replace')}"
+                    )
             tmp_lib = os.path.join(tmp, _LIB_NAME)
             cmd = [cxx, "-shared", *objects, "-o", tmp_lib, *lflags]
             result = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

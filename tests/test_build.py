@@ -1,6 +1,10 @@
 """The build-at-import scheme and the reference-path fallback."""
 
+import shutil
+import subprocess
+
 import numpy as np
+import pytest
 
 from keras_trees import _build, ops as tree_ops
 from tests.conftest import run_python
@@ -14,6 +18,34 @@ def test_library_is_cached_by_tensorflow_version_and_source_hash():
     assert path.parent.name.startswith(f"tf{tf.__version__}-")
     if tree_ops.custom_ops_available():
         assert path.exists()
+
+
+def test_sources_are_found_and_hashed_recursively():
+    src = _build.source_dir()
+    names = {p.relative_to(src).as_posix() for p in _build._sources()}
+    assert {"core/common.h", "core/tree_ensemble.cc", "tensorflow/kernel_utils.h",
+            "tensorflow/tree_ensemble_ops.cc", "tensorflow/tree_ensemble_kernels.cc"} <= names
+    units = {p.relative_to(src).parts[0] for p in _build._units()}
+    assert units == {"core", "tensorflow"}
+
+
+def test_kernel_cores_compile_without_tensorflow():
+    """custom_ops/core/ is framework-free: its sources compile with nothing but
+    the C++ standard library on the include path, so no TensorFlow (or XLA, CUDA)
+    header can creep into the cores that other frameworks' adapters share."""
+    cxx = shutil.which("g++")
+    if cxx is None:
+        pytest.skip("no g++")
+    src = _build.source_dir()
+    units = sorted(str(p) for p in (src / "core").glob("*.cc"))
+    assert units
+    result = subprocess.run(
+        [cxx, "-std=c++17", "-fsyntax-only", "-I", str(src), *units],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout
 
 
 def test_disable_env_var_forces_reference_path(tmp_path):
@@ -74,7 +106,6 @@ def test_custom_ops_are_built_and_loaded():
     makes a broken build fail the suite instead of passing it silently. Only an
     explicit KERAS_TREES_DISABLE_CUSTOM_OPS (or another Keras backend) opts out."""
     import keras
-    import pytest
 
     from keras_trees.ops import _library
 

@@ -1,6 +1,6 @@
 // Op registration (interface and shape function) of the hard-routing engine
 // shared by every deterministically routed family. Kernel in
-// hard_routing_kernels.cc.
+// hard_routing_kernels.cc, its arithmetic in core/hard_routing.h.
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/shape_inference.h"

@@ -1,6 +1,6 @@
 // Op registration (interface and shape function) of the loss-augmented
 // inference of non-greedy decision trees (Norouzi et al., NIPS 2015, Eq. 10-13).
-// Kernel in loss_augmented_kernels.cc.
+// Kernel in loss_augmented_kernels.cc, its arithmetic in core/loss_augmented.h.
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/shape_inference.h"

@@ -1,5 +1,6 @@
 // Op registrations (interfaces and shape functions) for random hinge trees and
-// ferns (Lay et al. 2018). Kernels live in hinge_kernels.cc.
+// ferns (Lay et al. 2018). Kernels live in hinge_kernels.cc, their arithmetic
+// in core/hinge.h.
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/shape_inference.h"

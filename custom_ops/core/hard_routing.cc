@@ -1,9 +1,8 @@
-// CPU kernels of KerasTrees>HardRouting (oblique splits) and
-// KerasTrees>HardRoutingExperts (noisy-OR / convex polytope splits with K
-// experts), one routing engine: every sample follows one root-to-leaf path per
-// tree, so a tree of depth d costs at most d split evaluations per sample.
-// Parallel over samples; each output element is written by exactly one shard,
+// Hard-routing engine and its two split forms (see core/hard_routing.h).
+// Parallel over samples; each output element is written by exactly one range,
 // so results do not depend on the thread count.
+#include "core/hard_routing.h"
+
 #include <algorithm>
 #include <utility>
 #include <vector>
@@ -12,16 +11,9 @@
 #include <immintrin.h>
 #endif
 
-#include "common.h"
-
 namespace keras_trees {
 
-using ::tensorflow::errors::InvalidArgument;
-using ::tensorflow::OpKernel;
-using ::tensorflow::OpKernelConstruction;
-using ::tensorflow::OpKernelContext;
-using ::tensorflow::Tensor;
-using ::tensorflow::TensorShape;
+namespace {
 
 // Samples routed through one tree before moving to the next (per shard).
 // 512 samples of 64 float inputs are 128 KiB: with the rows of one tree
@@ -117,20 +109,16 @@ inline void DotGroup<float>(const float* const* w, const float* const* x, int64_
 // which hides the memory latency there (each of their rows is read by only a
 // few samples of a chunk).
 template <typename T, typename SplitValues, typename SplitRow>
-void RouteForest(OpKernelContext* ctx, const T* xd, int64_t batch, int64_t p, int64_t trees,
-                 int64_t num_internal, int depth, const bool* md, int64_t cost_per_split,
-                 bool with_path_values, const SplitValues& split_values, const SplitRow& split_row,
-                 int64_t row_bytes) {
-  Tensor* node_t = nullptr;
-  Tensor* path_t = nullptr;
-  OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({batch, trees}), &node_t));
-  const int64_t levels = with_path_values ? depth : 0;
-  OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({batch, trees, levels}), &path_t));
-  int32_t* nd = node_t->flat<int32_t>().data();
-  T* pd = path_t->flat<T>().data();
+void RouteForest(const RoutingDims& d, const T* xd, const bool* md, int32_t* nd, T* pd,
+                 int64_t cost_per_split, const SplitValues& split_values,
+                 const SplitRow& split_row, int64_t row_bytes, const ParallelFor& parallel_for) {
+  const int64_t batch = d.batch, p = d.input_dim, trees = d.trees;
+  const int64_t num_internal = d.num_internal;
+  const int depth = d.depth;
+  const int64_t levels = pd != nullptr ? depth : 0;
   const int64_t chunk_size = kChunk;
   const int64_t cost = trees * depth * (cost_per_split + 16);
-  ParallelFor(ctx, batch, cost, [&](int64_t begin, int64_t end) {
+  parallel_for(batch, cost, [&](int64_t begin, int64_t end) {
     std::vector<int32_t> node(chunk_size), active(chunk_size), next(chunk_size);
     for (int64_t c0 = begin; c0 < end; c0 += chunk_size) {
       const int64_t count = std::min(chunk_size, end - c0);
@@ -186,130 +174,71 @@ void RouteForest(OpKernelContext* ctx, const T* xd, int64_t batch, int64_t p, in
   });
 }
 
+}  // namespace
+
 // Oblique splits: v = <split_weights[t, n], x> + split_bias[t, n].
 template <typename T>
-class HardRoutingOp : public OpKernel {
- public:
-  explicit HardRoutingOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("with_path_values", &with_path_values_));
-  }
-
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& x = ctx->input(0);
-    const Tensor& w = ctx->input(1);
-    const Tensor& b = ctx->input(2);
-    const Tensor& m = ctx->input(3);
-    int depth = 0;
-    if (!ValidateRoutingInputs(ctx, x, w, 3, m, &depth)) return;
-    const int64_t batch = x.dim_size(0), p = x.dim_size(1);
-    const int64_t trees = w.dim_size(0), num_internal = w.dim_size(1);
-    if (!ValidateShape(ctx, b, "split_bias", {trees, num_internal})) return;
-    const T* xd = x.flat<T>().data();
-    OP_REQUIRES(ctx, AllFinite(xd, x.NumElements()),
-                InvalidArgument("x contains NaN or Inf; hard routing needs finite inputs"));
-    const T* wd = w.flat<T>().data();
-    const T* bd = b.flat<T>().data();
-    auto split_values = [&](int64_t t, const int32_t* at, const T* const* xr, T* v) {
-      const T* wt = wd + t * num_internal * p;
-      const T* wr[kGroup];
-      for (int q = 0; q < kGroup; ++q) wr[q] = wt + static_cast<int64_t>(at[q]) * p;
-      DotGroup(wr, xr, p, v);
-      for (int q = 0; q < kGroup; ++q) v[q] += bd[t * num_internal + at[q]];
-    };
-    auto split_row = [&](int64_t t, int32_t node) -> const void* {
-      return wd + (t * num_internal + node) * p;
-    };
-    RouteForest<T>(ctx, xd, batch, p, trees, num_internal, depth, m.flat<bool>().data(), 2 * p,
-                   with_path_values_, split_values, split_row, p * static_cast<int64_t>(sizeof(T)));
-  }
-
- private:
-  bool with_path_values_;
-};
+void HardRoute(const RoutingDims& d, const T* x, const T* split_weights, const T* split_bias,
+               const bool* is_split, int32_t* node, T* path_values,
+               const ParallelFor& parallel_for) {
+  const int64_t p = d.input_dim, num_internal = d.num_internal;
+  auto split_values = [&](int64_t t, const int32_t* at, const T* const* xr, T* v) {
+    const T* wt = split_weights + t * num_internal * p;
+    const T* wr[kGroup];
+    for (int q = 0; q < kGroup; ++q) wr[q] = wt + static_cast<int64_t>(at[q]) * p;
+    DotGroup(wr, xr, p, v);
+    for (int q = 0; q < kGroup; ++q) v[q] += split_bias[t * num_internal + at[q]];
+  };
+  auto split_row = [&](int64_t t, int32_t n) -> const void* {
+    return split_weights + (t * num_internal + n) * p;
+  };
+  RouteForest<T>(d, x, is_split, node, path_values, 2 * p, split_values, split_row,
+                 p * static_cast<int64_t>(sizeof(T)), parallel_for);
+}
 
 // Noisy-OR (convex polytope) splits with K experts:
 // v = sum_k r[t, n, k] * softplus(<w[t, n, k], x> + b[t, n, k]) - threshold[t, n].
 template <typename T>
-class HardRoutingExpertsOp : public OpKernel {
- public:
-  explicit HardRoutingExpertsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("with_path_values", &with_path_values_));
-  }
-
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& x = ctx->input(0);
-    const Tensor& w = ctx->input(1);
-    const Tensor& b = ctx->input(2);
-    const Tensor& r = ctx->input(3);
-    const Tensor& c = ctx->input(4);
-    const Tensor& m = ctx->input(5);
-    int depth = 0;
-    if (!ValidateRoutingInputs(ctx, x, w, 4, m, &depth)) return;
-    const int64_t batch = x.dim_size(0), p = x.dim_size(1);
-    const int64_t trees = w.dim_size(0), num_internal = w.dim_size(1), k = w.dim_size(2);
-    OP_REQUIRES(ctx, k >= 1,
-                InvalidArgument("split_weights.shape[2] (the number of experts) must be >= 1"));
-    if (!ValidateShape(ctx, b, "split_bias", {trees, num_internal, k})) return;
-    if (!ValidateShape(ctx, r, "expert_weights", {trees, num_internal, k})) return;
-    if (!ValidateShape(ctx, c, "threshold", {trees, num_internal})) return;
-    const T* xd = x.flat<T>().data();
-    OP_REQUIRES(ctx, AllFinite(xd, x.NumElements()),
-                InvalidArgument("x contains NaN or Inf; hard routing needs finite inputs"));
-    const T* rd = r.flat<T>().data();
-    for (int64_t i = 0; i < r.NumElements(); ++i) {
-      OP_REQUIRES(ctx, rd[i] >= T(0),
-                  InvalidArgument("expert_weights must be >= 0 (noisy-OR rates), got ", rd[i]));
-    }
-    const T* wd = w.flat<T>().data();
-    const T* bd = b.flat<T>().data();
-    const T* cd = c.flat<T>().data();
-    auto split_values = [&](int64_t t, const int32_t* at, const T* const* xr, T* v) {
-      for (int q = 0; q < kGroup; ++q) {
-        const int64_t split = t * num_internal + at[q];
-        const T* ws = wd + split * k * p;
-        const T* bs = bd + split * k;
-        const T* rs = rd + split * k;
-        T s = 0;
-        int64_t e = 0;
-        for (; e + 4 <= k; e += 4) {  // four experts at once
-          const T* wr[4] = {ws + e * p, ws + (e + 1) * p, ws + (e + 2) * p, ws + (e + 3) * p};
-          const T* xs[4] = {xr[q], xr[q], xr[q], xr[q]};
-          T z[4];
-          Dot4(wr, xs, p, z);
-          for (int u = 0; u < 4; ++u) s += rs[e + u] * Softplus(z[u] + bs[e + u]);
-        }
-        for (; e < k; ++e) s += rs[e] * Softplus(Dot(ws + e * p, xr[q], p) + bs[e]);
-        v[q] = s - cd[split];
+void HardRouteExperts(const RoutingDims& d, const T* x, const T* split_weights,
+                      const T* split_bias, const T* expert_weights, const T* threshold,
+                      const bool* is_split, int32_t* node, T* path_values,
+                      const ParallelFor& parallel_for) {
+  const int64_t p = d.input_dim, num_internal = d.num_internal, k = d.experts;
+  auto split_values = [&](int64_t t, const int32_t* at, const T* const* xr, T* v) {
+    for (int q = 0; q < kGroup; ++q) {
+      const int64_t split = t * num_internal + at[q];
+      const T* ws = split_weights + split * k * p;
+      const T* bs = split_bias + split * k;
+      const T* rs = expert_weights + split * k;
+      T s = 0;
+      int64_t e = 0;
+      for (; e + 4 <= k; e += 4) {  // four experts at once
+        const T* wr[4] = {ws + e * p, ws + (e + 1) * p, ws + (e + 2) * p, ws + (e + 3) * p};
+        const T* xs[4] = {xr[q], xr[q], xr[q], xr[q]};
+        T z[4];
+        Dot4(wr, xs, p, z);
+        for (int u = 0; u < 4; ++u) s += rs[e + u] * Softplus(z[u] + bs[e + u]);
       }
-    };
-    auto split_row = [&](int64_t t, int32_t node) -> const void* {
-      return wd + (t * num_internal + node) * k * p;
-    };
-    RouteForest<T>(ctx, xd, batch, p, trees, num_internal, depth, m.flat<bool>().data(),
-                   k * (2 * p + 40), with_path_values_, split_values, split_row,
-                   k * p * static_cast<int64_t>(sizeof(T)));
-  }
+      for (; e < k; ++e) s += rs[e] * Softplus(Dot(ws + e * p, xr[q], p) + bs[e]);
+      v[q] = s - threshold[split];
+    }
+  };
+  auto split_row = [&](int64_t t, int32_t n) -> const void* {
+    return split_weights + (t * num_internal + n) * k * p;
+  };
+  RouteForest<T>(d, x, is_split, node, path_values, k * (2 * p + 40), split_values, split_row,
+                 k * p * static_cast<int64_t>(sizeof(T)), parallel_for);
+}
 
- private:
-  bool with_path_values_;
-};
+#define KT_INSTANTIATE_HARD_ROUTING(T)                                                        \
+  template void HardRoute<T>(const RoutingDims&, const T*, const T*, const T*, const bool*,   \
+                             int32_t*, T*, const ParallelFor&);                               \
+  template void HardRouteExperts<T>(const RoutingDims&, const T*, const T*, const T*,         \
+                                    const T*, const T*, const bool*, int32_t*, T*,            \
+                                    const ParallelFor&);
 
-#define REGISTER_HARD_ROUTING(T)                                                 \
-  REGISTER_KERNEL_BUILDER(Name("KerasTrees>HardRouting")                         \
-                              .Device(::tensorflow::DEVICE_CPU)                  \
-                              .TypeConstraint<T>("T"),                           \
-                          HardRoutingOp<T>);
-
-REGISTER_HARD_ROUTING(float);
-REGISTER_HARD_ROUTING(double);
-
-#define REGISTER_HARD_ROUTING_EXPERTS(T)                                         \
-  REGISTER_KERNEL_BUILDER(Name("KerasTrees>HardRoutingExperts")                  \
-                              .Device(::tensorflow::DEVICE_CPU)                  \
-                              .TypeConstraint<T>("T"),                           \
-                          HardRoutingExpertsOp<T>);
-
-REGISTER_HARD_ROUTING_EXPERTS(float);
-REGISTER_HARD_ROUTING_EXPERTS(double);
+KT_INSTANTIATE_HARD_ROUTING(float)
+KT_INSTANTIATE_HARD_ROUTING(double)
+#undef KT_INSTANTIATE_HARD_ROUTING
 
 }  // namespace keras_trees

@@ -1,98 +1,30 @@
-// Shared helpers for the keras-trees kernels: validation macros, the smooth-step
-// activation, small dense loops and deterministic sample sharding.
-#ifndef KERAS_TREES_COMMON_H_
-#define KERAS_TREES_COMMON_H_
+// Helpers of the TensorFlow adapter kernels: the core's parallel-for served by
+// TensorFlow's intra-op thread pool, and input validation with TensorFlow
+// errors. The arithmetic lives in custom_ops/core/.
+#ifndef KERAS_TREES_TENSORFLOW_KERNEL_UTILS_H_
+#define KERAS_TREES_TENSORFLOW_KERNEL_UTILS_H_
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
 
+#include "core/common.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/util/work_sharder.h"
 
 namespace keras_trees {
 
-// Deepest perfect tree any kernel accepts. 2**24 leaves per tree is far beyond
-// anything that fits in memory together with its split weights; the Python
-// layers refuse much earlier with a memory estimate.
-constexpr int kMaxDepth = 24;
-
-// Returns the depth d of a perfect binary tree with `num_internal` = 2**d - 1
-// internal nodes, or -1 when `num_internal` is not of that form.
-inline int DepthFromInternalNodes(int64_t num_internal) {
-  if (num_internal < 1) return -1;
-  const int64_t leaves = num_internal + 1;
-  if ((leaves & (leaves - 1)) != 0) return -1;
-  int d = 0;
-  while ((int64_t{1} << d) < leaves) ++d;
-  return d;
-}
-
-// Smooth-step of Hazimeh et al. (2020), Eq. 4: 0 below -gamma/2, 1 above
-// gamma/2, the cubic -2 t^3 / gamma^3 + 3 t / (2 gamma) + 1/2 in between.
-// Clamped to [0, 1] so round-off near the ends never leaves the interval.
-template <typename T>
-inline void SmoothStep(T t, T gamma, T* s, T* ds) {
-  const T half = gamma * T(0.5);
-  if (t <= -half) {
-    *s = T(0);
-    *ds = T(0);
-  } else if (t >= half) {
-    *s = T(1);
-    *ds = T(0);
-  } else {
-    const T inv = T(1) / gamma;
-    const T u = t * inv;
-    const T v = T(-2) * u * u * u + T(1.5) * u + T(0.5);
-    *s = std::min(T(1), std::max(T(0), v));
-    *ds = (T(-6) * u * u + T(1.5)) * inv;
-  }
-}
-
-// Dot product. `omp simd` (compiled with -fopenmp-simd, no OpenMP runtime)
-// lets the compiler vectorize the reduction in a fixed order, so results are
-// the same on every run.
-template <typename T>
-inline T Dot(const T* a, const T* b, int64_t n) {
-  T s = 0;
-#pragma omp simd reduction(+ : s)
-  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
-
-// y += alpha * x
-template <typename T>
-inline void Axpy(T alpha, const T* x, T* y, int64_t n) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
-}
-
-template <typename T>
-inline bool AllFinite(const T* data, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    if (!std::isfinite(data[i])) return false;
-  }
-  return true;
-}
-
-// Runs fn(begin, end) over [0, total) on TensorFlow's intra-op thread pool.
-// `cost_per_unit` is a rough count of cycles per item.
-inline void ParallelFor(tensorflow::OpKernelContext* ctx, int64_t total,
-                        int64_t cost_per_unit,
-                        const std::function<void(int64_t, int64_t)>& fn) {
-  if (total <= 0) return;
+// The core's parallel-for on TensorFlow's intra-op thread pool (Shard).
+inline ParallelFor CpuParallelFor(tensorflow::OpKernelContext* ctx) {
   auto* workers = ctx->device()->tensorflow_cpu_worker_threads();
-  tensorflow::Shard(workers->num_threads, workers->workers, total,
-                    std::max<int64_t>(cost_per_unit, 1), fn);
-}
-
-// Numerically stable softplus log(1 + exp(z)): no overflow for large |z|.
-template <typename T>
-inline T Softplus(T z) {
-  return z > T(0) ? z + std::log1p(std::exp(-z)) : std::log1p(std::exp(z));
+  ParallelFor parallel_for;
+  parallel_for.num_threads = workers->num_threads;
+  parallel_for.run = [workers](int64_t n, int64_t cost_per_unit, const RangeFn& fn) {
+    tensorflow::Shard(workers->num_threads, workers->workers, n, cost_per_unit, fn);
+  };
+  return parallel_for;
 }
 
 // Fails the op and returns from the calling function unless `t` has rank
@@ -162,10 +94,6 @@ inline bool ValidateShape(tensorflow::OpKernelContext* ctx, const tensorflow::Te
   return true;
 }
 
-inline int NumThreads(tensorflow::OpKernelContext* ctx) {
-  return ctx->device()->tensorflow_cpu_worker_threads()->num_threads;
-}
-
 }  // namespace keras_trees
 
-#endif  // KERAS_TREES_COMMON_H_
+#endif  // KERAS_TREES_TENSORFLOW_KERNEL_UTILS_H_

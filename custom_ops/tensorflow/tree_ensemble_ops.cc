@@ -1,5 +1,6 @@
 // Op registrations (interfaces and shape functions) for the Tree Ensemble Layer.
-// Kernels live in tree_ensemble_kernels.cc.
+// Kernels live in tree_ensemble_kernels.cc, their arithmetic in
+// core/tree_ensemble.h.
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/shape_inference.h"

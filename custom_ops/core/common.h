@@ -1,0 +1,123 @@
+// Framework-free helpers shared by the kernel cores: the parallel-for interface,
+// tree-shape helpers, the smooth-step activation and small dense loops.
+//
+// Nothing here (or anywhere in custom_ops/core/) may include a TensorFlow, XLA
+// or CUDA header: the cores are plain C++ over raw pointers and int64 sizes,
+// and each framework (custom_ops/tensorflow/, later XLA FFI and CUDA) adapts
+// its tensors, errors and thread pool to them. tests/test_build.py compiles
+// the cores alone to keep it that way.
+#ifndef KERAS_TREES_CORE_COMMON_H_
+#define KERAS_TREES_CORE_COMMON_H_
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <utility>
+
+// Per-element helpers are marked host/device so a CUDA translation unit can
+// call the same arithmetic; in plain C++ the macro is empty.
+#if defined(__CUDACC__)
+#define KT_HOST_DEVICE __host__ __device__
+#else
+#define KT_HOST_DEVICE
+#endif
+
+namespace keras_trees {
+
+// Deepest perfect tree any kernel accepts. 2**24 leaves per tree is far beyond
+// anything that fits in memory together with its split weights; the Python
+// layers refuse much earlier with a memory estimate.
+constexpr int kMaxDepth = 24;
+
+// fn(begin, end) processes the items [begin, end).
+using RangeFn = std::function<void(int64_t begin, int64_t end)>;
+
+// The parallel-for the cores run on. The framework supplies `run`, which must
+// call fn over disjoint ranges covering [0, n) (in any order, on any threads)
+// and return when all are done; `cost_per_unit` is a rough count of cycles per
+// item to size the ranges. `num_threads` is a hint some cores use to split work
+// finer than one item per tree. Results never depend on how [0, n) is split or
+// on the thread count: every output element has one writer and a fixed
+// summation order. An empty `run` executes serially on the calling thread.
+struct ParallelFor {
+  std::function<void(int64_t n, int64_t cost_per_unit, const RangeFn& fn)> run;
+  int num_threads = 1;
+
+  void operator()(int64_t n, int64_t cost_per_unit, const RangeFn& fn) const {
+    if (n <= 0) return;
+    if (run) {
+      run(n, std::max<int64_t>(cost_per_unit, 1), fn);
+    } else {
+      fn(0, n);
+    }
+  }
+};
+
+// Returns the depth d of a perfect binary tree with `num_internal` = 2**d - 1
+// internal nodes, or -1 when `num_internal` is not of that form.
+KT_HOST_DEVICE inline int DepthFromInternalNodes(int64_t num_internal) {
+  if (num_internal < 1) return -1;
+  const int64_t leaves = num_internal + 1;
+  if ((leaves & (leaves - 1)) != 0) return -1;
+  int d = 0;
+  while ((int64_t{1} << d) < leaves) ++d;
+  return d;
+}
+
+// Smooth-step of Hazimeh et al. (2020), Eq. 4: 0 below -gamma/2, 1 above
+// gamma/2, the cubic -2 t^3 / gamma^3 + 3 t / (2 gamma) + 1/2 in between.
+// Clamped to [0, 1] so round-off near the ends never leaves the interval.
+template <typename T>
+KT_HOST_DEVICE inline void SmoothStep(T t, T gamma, T* s, T* ds) {
+  const T half = gamma * T(0.5);
+  if (t <= -half) {
+    *s = T(0);
+    *ds = T(0);
+  } else if (t >= half) {
+    *s = T(1);
+    *ds = T(0);
+  } else {
+    const T inv = T(1) / gamma;
+    const T u = t * inv;
+    const T v = T(-2) * u * u * u + T(1.5) * u + T(0.5);
+    *s = std::min(T(1), std::max(T(0), v));
+    *ds = (T(-6) * u * u + T(1.5)) * inv;
+  }
+}
+
+// Numerically stable softplus log(1 + exp(z)): no overflow for large |z|.
+template <typename T>
+KT_HOST_DEVICE inline T Softplus(T z) {
+  return z > T(0) ? z + std::log1p(std::exp(-z)) : std::log1p(std::exp(z));
+}
+
+// Dot product. `omp simd` (compiled with -fopenmp-simd, no OpenMP runtime)
+// lets the compiler vectorize the reduction in a fixed order, so results are
+// the same on every run.
+template <typename T>
+inline T Dot(const T* a, const T* b, int64_t n) {
+  T s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// y += alpha * x
+template <typename T>
+inline void Axpy(T alpha, const T* x, T* y, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+}
+
+template <typename T>
+inline bool AllFinite(const T* data, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(data[i])) return false;
+  }
+  return true;
+}
+
+}  // namespace keras_trees
+
+#endif  // KERAS_TREES_CORE_COMMON_H_

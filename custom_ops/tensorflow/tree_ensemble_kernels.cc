@@ -1,0 +1,173 @@
+// TensorFlow CPU kernels of the Tree Ensemble Layer: validate the inputs,
+// allocate the outputs and run the core (core/tree_ensemble.h) on TensorFlow's
+// thread pool.
+#include "core/tree_ensemble.h"
+#include "kernel_utils.h"
+
+namespace keras_trees {
+
+using ::tensorflow::errors::InvalidArgument;
+using ::tensorflow::OpKernel;
+using ::tensorflow::OpKernelConstruction;
+using ::tensorflow::OpKernelContext;
+using ::tensorflow::Tensor;
+using ::tensorflow::TensorShape;
+
+namespace {
+
+// The dimensions read off x [batch, input_dim], node_weights
+// [trees, num_internal, ...] and leaf_weights [..., units], whose ranks the
+// caller has checked; depth is -1 unless num_internal = 2**depth - 1.
+SoftTreeDims EnsembleDims(const Tensor& x, const Tensor& w, const Tensor& o) {
+  SoftTreeDims d;
+  d.batch = x.dim_size(0);
+  d.input_dim = x.dim_size(1);
+  d.trees = w.dim_size(0);
+  d.num_internal = w.dim_size(1);
+  d.units = o.dim_size(2);
+  d.depth = DepthFromInternalNodes(d.num_internal);
+  return d;
+}
+
+}  // namespace
+
+template <typename T>
+class SoftTreeEnsembleOp : public OpKernel {
+ public:
+  explicit SoftTreeEnsembleOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("with_trace", &with_trace_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& x = ctx->input(0);
+    const Tensor& w = ctx->input(1);
+    const Tensor& b = ctx->input(2);
+    const Tensor& o = ctx->input(3);
+    const Tensor& g = ctx->input(4);
+    KT_REQUIRE_RANK(ctx, x, 2, "x", "[batch, input_dim]");
+    KT_REQUIRE_RANK(ctx, w, 3, "node_weights", "[num_trees, 2**depth - 1, input_dim]");
+    KT_REQUIRE_RANK(ctx, o, 3, "leaf_weights", "[num_trees, 2**depth, units]");
+    OP_REQUIRES(ctx, g.dims() == 0,
+                InvalidArgument("gamma must be a scalar, got shape ", g.shape().DebugString()));
+    const SoftTreeDims d = EnsembleDims(x, w, o);
+    OP_REQUIRES(ctx, d.depth >= 1 && d.depth <= kMaxDepth,
+                InvalidArgument("node_weights.shape[1] must be 2**depth - 1 with 1 <= depth <= ",
+                                kMaxDepth, ", got ", d.num_internal));
+    OP_REQUIRES(ctx, w.dim_size(2) == d.input_dim,
+                InvalidArgument("node_weights.shape[2] (", w.dim_size(2),
+                                ") must equal the input dimension x.shape[1] (", d.input_dim, ")"));
+    OP_REQUIRES(ctx, b.dims() == 2 && b.dim_size(0) == d.trees && b.dim_size(1) == d.num_internal,
+                InvalidArgument("node_bias must have shape [", d.trees, ", ", d.num_internal,
+                                "], got ", b.shape().DebugString()));
+    OP_REQUIRES(ctx, o.dim_size(0) == d.trees && o.dim_size(1) == d.num_internal + 1,
+                InvalidArgument("leaf_weights must have shape [", d.trees, ", ",
+                                d.num_internal + 1, ", units], got ", o.shape().DebugString()));
+    const T gamma = g.scalar<T>()();
+    OP_REQUIRES(ctx, std::isfinite(gamma) && gamma > T(0),
+                InvalidArgument("gamma must be a finite number > 0, got ", gamma));
+    const T* xd = x.flat<T>().data();
+    OP_REQUIRES(ctx, AllFinite(xd, x.NumElements()),
+                InvalidArgument("x contains NaN or Inf; the tree ensemble needs finite inputs"));
+
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({d.batch, d.units}), &out));
+    Tensor* offsets = nullptr;
+    const int64_t pairs = with_trace_ ? d.batch * d.trees + 1 : 0;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({pairs}), &offsets));
+    if (!with_trace_) {
+      Tensor* unused = nullptr;
+      OP_REQUIRES_OK(ctx, ctx->allocate_output(2, TensorShape({0}), &unused));
+      OP_REQUIRES_OK(ctx, ctx->allocate_output(3, TensorShape({0, 2}), &unused));
+    }
+    // The trace's length is known only after the walk: the core asks for its
+    // outputs then.
+    TraceOutput<T> trace;
+    trace.offsets = offsets->flat<int64_t>().data();
+    trace.allocate = [ctx](int64_t records, int32_t** index, T** value) {
+      Tensor* index_t = nullptr;
+      Tensor* value_t = nullptr;
+      if (!ctx->allocate_output(2, TensorShape({records}), &index_t).ok()) return false;
+      if (!ctx->allocate_output(3, TensorShape({records, 2}), &value_t).ok()) return false;
+      *index = index_t->flat<int32_t>().data();
+      *value = value_t->flat<T>().data();
+      return true;
+    };
+    // A failed allocation has already set the error on ctx.
+    SoftTreeEnsembleForward<T>(d, xd, w.flat<T>().data(), b.flat<T>().data(), o.flat<T>().data(),
+                               gamma, out->flat<T>().data(), with_trace_ ? &trace : nullptr,
+                               CpuParallelFor(ctx));
+  }
+
+ private:
+  bool with_trace_;
+};
+
+template <typename T>
+class SoftTreeEnsembleGradOp : public OpKernel {
+ public:
+  explicit SoftTreeEnsembleGradOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& gy = ctx->input(0);
+    const Tensor& x = ctx->input(1);
+    const Tensor& w = ctx->input(2);
+    const Tensor& o = ctx->input(3);
+    const Tensor& offsets = ctx->input(4);
+    const Tensor& index = ctx->input(5);
+    const Tensor& value = ctx->input(6);
+    OP_REQUIRES(ctx, x.dims() == 2 && w.dims() == 3 && o.dims() == 3 && gy.dims() == 2,
+                InvalidArgument("SoftTreeEnsembleGrad: x and grad_output must have rank 2, "
+                                "node_weights and leaf_weights rank 3"));
+    const SoftTreeDims d = EnsembleDims(x, w, o);
+    const int64_t batch = d.batch, trees = d.trees, num_leaves = d.num_internal + 1;
+    OP_REQUIRES(ctx, d.depth >= 1 && d.depth <= kMaxDepth && w.dim_size(2) == d.input_dim &&
+                         o.dim_size(0) == trees && o.dim_size(1) == num_leaves,
+                InvalidArgument("SoftTreeEnsembleGrad: inconsistent parameter shapes"));
+    OP_REQUIRES(ctx, gy.dim_size(0) == batch && gy.dim_size(1) == d.units,
+                InvalidArgument("grad_output must have shape [", batch, ", ", d.units, "], got ",
+                                gy.shape().DebugString()));
+    OP_REQUIRES(ctx, offsets.dims() == 1 && offsets.dim_size(0) == batch * trees + 1,
+                InvalidArgument("trace_offsets must have ", batch * trees + 1,
+                                " entries; pass the trace of the same forward call"));
+    const int64_t total = index.NumElements();
+    OP_REQUIRES(ctx, value.dims() == 2 && value.dim_size(0) == total && value.dim_size(1) == 2,
+                InvalidArgument("trace_value must have shape [", total, ", 2]"));
+    const int64_t* off = offsets.flat<int64_t>().data();
+    for (int64_t i = 0; i < batch * trees; ++i) {
+      OP_REQUIRES(ctx, off[i] <= off[i + 1] && off[i + 1] - off[i] < 2 * num_leaves,
+                  InvalidArgument("trace_offsets is not a trace of this tree ensemble"));
+    }
+    OP_REQUIRES(ctx, off[0] == 0 && off[batch * trees] == total,
+                InvalidArgument("trace_offsets does not match trace_index"));
+
+    Tensor *gx = nullptr, *gw = nullptr, *gb = nullptr, *go = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, x.shape(), &gx));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, w.shape(), &gw));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, TensorShape({trees, d.num_internal}), &gb));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(3, o.shape(), &go));
+    Tensor workspace;
+    OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DataTypeToEnum<T>::value,
+                                           TensorShape({SoftTreeEnsembleGradWorkspaceSize(total)}),
+                                           &workspace));
+    const bool ok = SoftTreeEnsembleBackward<T>(
+        d, gy.flat<T>().data(), x.flat<T>().data(), w.flat<T>().data(), o.flat<T>().data(), off,
+        index.flat<int32_t>().data(), value.flat<T>().data(), workspace.flat<T>().data(),
+        gx->flat<T>().data(), gw->flat<T>().data(), gb->flat<T>().data(), go->flat<T>().data(),
+        CpuParallelFor(ctx));
+    OP_REQUIRES(ctx, ok, InvalidArgument("trace_index/trace_value are not a valid trace"));
+  }
+};
+
+#define REGISTER_TREE_ENSEMBLE(T)                                                         \
+  REGISTER_KERNEL_BUILDER(                                                                \
+      Name("KerasTrees>SoftTreeEnsemble").Device(::tensorflow::DEVICE_CPU).TypeConstraint<T>("T"), \
+      SoftTreeEnsembleOp<T>);                                                             \
+  REGISTER_KERNEL_BUILDER(Name("KerasTrees>SoftTreeEnsembleGrad")                        \
+                              .Device(::tensorflow::DEVICE_CPU)                           \
+                              .TypeConstraint<T>("T"),                                    \
+                          SoftTreeEnsembleGradOp<T>);
+
+REGISTER_TREE_ENSEMBLE(float);
+REGISTER_TREE_ENSEMBLE(double);
+
+}  // namespace keras_trees
