@@ -28,8 +28,10 @@ class PolytopeAnnealing(keras.callbacks.Callback):
     :class:`~keras_trees.layers.convex_polytope_tree.ConvexPolytopeTree` in the
     model gets ``lambda = steepness + increment * e`` (capped at
     ``max_steepness``), written into the layer's non-trainable ``steepness``
-    variable, so the compiled training step sees it. ``fit_greedy`` and
-    ``refine`` apply the same schedule internally.
+    variable with ``assign``, so the compiled training step sees it (no
+    variable is created during training). Trees are found recursively, also
+    inside nested ``Sequential``, Functional and subclassed models.
+    ``fit_greedy`` and ``refine`` apply the same schedule internally.
 
     Args:
         increment: ``lambda`` increase per epoch (>= 0).

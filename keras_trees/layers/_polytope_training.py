@@ -16,16 +16,30 @@ Not public: use :meth:`ConvexPolytopeTree.fit_greedy` and
 * Joint refinement (Section 3.3.1): all splits of the fixed topology train
   together with the probabilistic tree; thresholds then become ``S0`` (the
   threshold 0.5 on the annealed ``f_lambda``).
+
+Everything here is ``keras.ops`` and NumPy, so it runs on every Keras backend;
+the optimizer steps come from :func:`keras_trees.layers._gradient_step.make_train_step`
+(under ``tf.distribute`` every replica computes the step on the full batch).
+
+Sample weights (``sample_weight``, and ``class_weight`` multiplied into them as
+in ``keras.Model.fit``) weight every statistic: the soft counts (moments) of
+the information objective and its normalization, the prior's ``1 / N`` (``N``
+becomes the total weight), the threshold gains and the leaf values. An integer
+weight is the same as repeating the sample (up to the mini-batch order);
+samples of weight 0 are ignored. Sample counts (``min_samples_split``,
+``min_samples_leaf``) count samples of positive weight, like scikit-learn.
 """
 
 import math
+import sys
 
 import keras
 import numpy as np
-import tensorflow as tf
 from keras import ops
 
 from keras_trees import topology
+from keras_trees.layers._gradient_step import make_train_step
+from keras_trees.layers._random import numpy_generator
 from keras_trees.losses.conditional_entropy import conditional_entropy_from_counts
 from keras_trees.losses.leaf_variance import leaf_variance_from_moments
 from keras_trees.ops import polytope as poly
@@ -36,19 +50,71 @@ def _softplus_inverse(y):
     return np.where(y > 30, y, np.log(np.expm1(np.minimum(y, 30.0))))
 
 
+def print_msg(message):
+    """One line of progress the Keras way: stdout, or absl logging when
+    ``keras.config.disable_interactive_logging()`` was called."""
+    if keras.config.is_interactive_logging_enabled():
+        sys.stdout.write(f"{message}\n")
+        sys.stdout.flush()
+    else:
+        from absl import logging
+
+        logging.info(message)
+
+
+# --------------------------------------------------------------- weights
+def sample_weights(y, sample_weight=None, class_weight=None, num_classes=None, where="fit"):
+    """Per-sample weights ``(n,)`` (float64) as ``keras.Model.fit`` forms them.
+
+    ``class_weight`` maps a class id to a weight (classes not in the dict weigh
+    1) and multiplies ``sample_weight`` (default: ones). Only classification
+    takes ``class_weight``; ``y`` holds class ids then.
+    """
+    n = len(y)
+    if sample_weight is None:
+        w = np.ones(n)
+    else:
+        w = np.asarray(sample_weight, dtype=np.float64)
+        if w.ndim > 1 and w.size == n:
+            w = w.reshape(n)
+        if w.shape != (n,):
+            raise ValueError(f"{where}: sample_weight must have shape ({n},) (one weight per sample), "
+                             f"got {np.shape(sample_weight)}")
+    if class_weight is not None:
+        if num_classes is None:
+            raise ValueError(f"{where}: class_weight needs a classification tree (num_classes)")
+        if not isinstance(class_weight, dict):
+            raise TypeError(f"{where}: class_weight must be a dict {{class: weight}}, got {type(class_weight).__name__}")
+        table = np.ones(num_classes)
+        for k, v in class_weight.items():
+            if not 0 <= int(k) < num_classes:
+                raise ValueError(f"{where}: class_weight has class {k!r} outside [0, {num_classes})")
+            table[int(k)] = float(v)
+        w = w * table[np.asarray(y, dtype=np.int64).reshape(n)]
+    if not np.all(np.isfinite(w)) or np.any(w < 0):
+        raise ValueError(f"{where}: sample weights must be finite and >= 0")
+    if n and not w.sum() > 0:
+        raise ValueError(f"{where}: all sample weights are 0")
+    return w
+
+
 # --------------------------------------------------------------- thresholds
-def best_threshold(rate, y, num_classes=None, min_samples_leaf=1):
+def best_threshold(rate, y, num_classes=None, min_samples_leaf=1, sample_weight=None):
     """Threshold on a node's split function with the largest information gain.
 
     Samples with ``rate <= threshold`` go left. Classification (``num_classes``
     given, integer ``y``) minimizes ``n0/N H(left) + (N-n0)/N H(right)``
     (Section 3.3.2); regression (``num_classes=None``, ``y`` of shape ``(n,)``
-    or ``(n, units)``) minimizes the summed within-child squared error.
+    or ``(n, units)``) minimizes the summed within-child squared error. With
+    ``sample_weight`` the class counts, the squared errors and ``N`` are
+    weighted (an integer weight equals repeating the sample); both children
+    need a positive weight, and ``min_samples_leaf`` counts samples.
 
     Returns:
         ``(threshold, gain, n_left)``; ``(None, 0.0, 0)`` when no cut leaves at
         least ``min_samples_leaf`` samples on each side (e.g. all rates equal).
-        ``gain`` is in nats (classification) or squared units per sample.
+        ``gain`` is in nats (classification) or squared units per unit of
+        weight (per sample without weights).
 
     >>> import numpy as np
     >>> t, gain, n0 = best_threshold(np.array([0.1, 0.2, 0.9, 1.0]), np.array([0, 0, 1, 1]), 2)
@@ -59,16 +125,19 @@ def best_threshold(rate, y, num_classes=None, min_samples_leaf=1):
     n = len(rate)
     if n < 2 * min_samples_leaf or n < 2:
         return None, 0.0, 0
+    w = np.ones(n) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64).ravel()
     order = np.argsort(rate, kind="stable")
-    s = rate[order]
+    s, w = rate[order], w[order]
     i = np.arange(1, n)  # left = first i samples
-    valid = (s[1:] > s[:-1]) & (i >= min_samples_leaf) & (n - i >= min_samples_leaf)
-    if not valid.any():
+    cw = np.cumsum(w)
+    wl, W = cw[:-1], cw[-1]
+    valid = (s[1:] > s[:-1]) & (i >= min_samples_leaf) & (n - i >= min_samples_leaf) & (wl > 0) & (W - wl > 0)
+    if not valid.any() or not W > 0:
         return None, 0.0, 0
     if num_classes is not None:
         yy = np.asarray(y).ravel()[order].astype(np.int64)
         onehot = np.zeros((n, num_classes))
-        onehot[np.arange(n), yy] = 1.0
+        onehot[np.arange(n), yy] = w
         cum = np.cumsum(onehot, axis=0)
         left, total = cum[:-1], cum[-1]
         right = total - left
@@ -83,78 +152,121 @@ def best_threshold(rate, y, num_classes=None, min_samples_leaf=1):
         child = hsum(left) + hsum(right)
     else:
         yy = np.asarray(y, dtype=np.float64).reshape(n, -1)[order]
-        yy = yy - yy.mean(0)
-        c1, c2 = np.cumsum(yy, 0), np.cumsum(yy * yy, 0)
-        nl = i[:, None].astype(np.float64)
+        yy = yy - (w[:, None] * yy).sum(0) / W
+        c1, c2 = np.cumsum(w[:, None] * yy, 0), np.cumsum(w[:, None] * yy * yy, 0)
+        nl = np.maximum(wl, 1e-300)[:, None]
+        nr = np.maximum(W - wl, 1e-300)[:, None]
         sse_l = c2[:-1] - c1[:-1] ** 2 / nl
         r1, r2 = c1[-1] - c1[:-1], c2[-1] - c2[:-1]
-        sse_r = r2 - r1**2 / (n - nl)
-        parent = float((c2[-1] - c1[-1] ** 2 / n).sum())
+        sse_r = r2 - r1**2 / nr
+        parent = float((c2[-1] - c1[-1] ** 2 / W).sum())
         child = (sse_l + sse_r).sum(-1)
-    gain = (parent - child) / n
+    gain = (parent - child) / W
     gain = np.where(valid, gain, -np.inf)
     k = int(np.argmax(gain))
     return float(0.5 * (s[k] + s[k + 1])), float(gain[k]), k + 1
 
 
 # --------------------------------------------------------------- objectives
-def _stump_objective(layer, x, y, node, num_samples):
-    """Information objective of the stumps at ``node`` (one per sample) + prior."""
+def _stump_objective(layer, x, y, w, node, inverse_weight):
+    """Weighted information objective of the stumps at ``node`` (one per sample)
+    + prior / total weight of the training set (``inverse_weight`` is
+    ``1 / total``: an argument, not a constant, so one compiled step serves
+    every call)."""
+    x = ops.cast(x, layer.variable_dtype)
+    w = ops.cast(w, x.dtype)[:, None]
     kernel = ops.take(layer.expert_kernel[0], node, axis=0)
     bias = ops.take(layer.expert_bias[0], node, axis=0)
     r = ops.take(layer.expert_weights()[0], node, axis=0)
     s0 = ops.take(layer.rate0()[0], node)
     lam = ops.take(layer.steepness[0], node)
     _, log_r, log_l = poly.stump_log_probabilities(x, kernel, bias, r, s0, lam, layer.annealing)
-    pr, pl = ops.exp(log_r)[:, None], ops.exp(log_l)[:, None]
+    pr, pl = ops.exp(log_r)[:, None] * w, ops.exp(log_l)[:, None] * w
     ids = ops.concatenate([2 * node + 1, 2 * node + 2], axis=0)
     positions = layer.num_positions
-    batch = ops.cast(ops.shape(x)[0], x.dtype)
+    batch = ops.sum(w)
     if layer.is_classifier:
         onehot = ops.one_hot(ops.cast(y, "int32"), layer.num_classes, dtype=x.dtype)
         counts = ops.segment_sum(ops.concatenate([pl * onehot, pr * onehot], 0), ids, num_segments=positions)
         loss = conditional_entropy_from_counts(counts, total=batch)
     else:
+        y = ops.cast(y, x.dtype)
         p = ops.concatenate([pl, pr], 0)
         yy = ops.concatenate([y, y], 0)
         m = ops.segment_sum(ops.concatenate([p, p * yy, p * yy * yy], 1), ids, num_segments=positions)
         u = layer.units
         loss = leaf_variance_from_moments(m[:, 0], m[:, 1: 1 + u], m[:, 1 + u:], batch)
-    return loss + _prior(layer, num_samples)
+    return loss + _prior(layer, inverse_weight)
 
 
-def _tree_objective(layer, x, y, num_samples):
-    """Joint objective of the probabilistic tree (Algorithm 1) + prior."""
-    p = ops.exp(layer.leaf_log_probabilities(x))  # (batch, positions)
-    batch = ops.cast(ops.shape(x)[0], x.dtype)
+def _tree_objective(layer, x, y, w, inverse_weight):
+    """Weighted joint objective of the probabilistic tree (Algorithm 1) + prior."""
+    x = ops.cast(x, layer.variable_dtype)
+    w = ops.cast(w, x.dtype)[:, None]
+    p = ops.exp(layer.leaf_log_probabilities(x)) * w  # (batch, positions)
+    batch = ops.sum(w)
     if layer.is_classifier:
         onehot = ops.one_hot(ops.cast(y, "int32"), layer.num_classes, dtype=x.dtype)
         loss = conditional_entropy_from_counts(ops.matmul(ops.transpose(p), onehot), total=batch)
     else:
+        y = ops.cast(y, x.dtype)
         pt = ops.transpose(p)
         loss = leaf_variance_from_moments(ops.sum(p, 0), ops.matmul(pt, y), ops.matmul(pt, y * y), batch)
-    return loss + _prior(layer, num_samples)
+    return loss + _prior(layer, inverse_weight)
 
 
-def _prior(layer, num_samples):
+def _prior(layer, inverse_weight):
     if layer.prior is None:
         return 0.0
-    return layer.prior(layer.log_expert_weight[0], layer.expert_kernel[0], layer.trained_splits[0]) / float(num_samples)
+    penalty = layer.prior(layer.log_expert_weight[0], layer.expert_kernel[0], layer.trained_splits[0])
+    return penalty * ops.cast(inverse_weight, penalty.dtype)
 
 
-def _train_step_fn(layer, optimizer, objective):
-    variables = layer.trainable_variables
+def _train_step(layer, kind, learning_rate):
+    """``(optimizer, step)`` for ``kind`` ("stump" or "tree") of ``layer``.
 
-    @tf.function(reduce_retracing=True)
-    def step(*args):
-        with tf.GradientTape() as tape:
-            loss = objective(*args)
-        grads = tape.gradient(loss, variables)
-        grads = [tf.convert_to_tensor(g) if g is not None else tf.zeros_like(v) for g, v in zip(grads, variables)]
-        optimizer.apply_gradients(zip(grads, variables))
-        return loss
+    One Adam and one compiled step per layer and kind, kept on the layer and
+    reused by later calls with a fresh optimizer state and the new learning
+    rate (as a new Adam would be), so growing a tree again does not compile
+    again. The objective reads the layer's variables at every call.
+    """
+    cache = layer.__dict__.setdefault("_polytope_train_steps", {})
+    if kind not in cache:
+        objective = {"stump": _stump_objective, "tree": _tree_objective}[kind]
+        optimizer = keras.optimizers.Adam(learning_rate)
+        step = make_train_step(lambda *args: objective(layer, *args), layer.trainable_variables, optimizer,
+                               state_variables=layer.variables)
+        cache[kind] = (optimizer, step)
+        return cache[kind]
+    optimizer, step = cache[kind]
+    _reset_optimizer(optimizer)
+    optimizer.learning_rate.assign(float(learning_rate))
+    return optimizer, step
 
-    return step
+
+def _reset_optimizer(optimizer):
+    """Fresh optimizer state (step count and moments), keeping the learning rate:
+    a new Adam per level without building (and compiling) a new step."""
+    lr = optimizer.learning_rate
+    for v in optimizer.variables:
+        if v is lr or v.path.endswith("learning_rate"):
+            continue
+        v.assign(np.zeros(v.shape, dtype=v.dtype))
+
+
+def _batches(rng, idx, batch_size):
+    """Shuffled mini-batches of ``idx``, all of ``batch_size`` rows: the last one
+    is filled up with copies of its first sample, flagged by ``keep`` (their
+    weight is set to 0, so they change nothing). One batch shape means one
+    compiled step (``jax.jit`` and ``tf.function`` specialize on shapes)."""
+    perm = rng.permutation(idx)
+    for start in range(0, len(perm), batch_size):
+        sel = perm[start: start + batch_size]
+        keep = np.ones(batch_size, bool)
+        if len(sel) < batch_size:
+            keep[len(sel):] = False
+            sel = np.concatenate([sel, np.full(batch_size - len(sel), sel[0])])
+        yield sel, keep
 
 
 def anneal(layer, epoch, increment, mask=None, max_steepness=None):
@@ -181,34 +293,72 @@ def _check_training_args(epochs, batch_size, learning_rate, increment):
         raise ValueError(f"annealing_increment must be a finite number >= 0, got {increment!r}")
 
 
-def _targets(layer, y):
-    """Training targets as float32 (classes as ids; regression standardized)."""
+def _check_verbose(verbose):
+    """Keras convention: ``"auto"`` (= 1), 0 (silent), 1 or 2 (one line per level / epoch)."""
+    if isinstance(verbose, str) and verbose == "auto":
+        return 1
+    if isinstance(verbose, bool) or not isinstance(verbose, (int, np.integer)) or verbose not in (0, 1, 2):
+        raise ValueError(f'verbose must be "auto", 0, 1 or 2, got {verbose!r}')
+    return int(verbose)
+
+
+def _targets(layer, y, w):
+    """Training targets as float32 (classes as ids; regression standardized with the weights)."""
     if layer.is_classifier:
         return y.astype(np.float32), None
-    mean, std = y.mean(0), y.std(0)
+    mean = np.average(y, axis=0, weights=w)
+    std = np.sqrt(np.average((y - mean) ** 2, axis=0, weights=w))
     std = np.where(std > 0, std, 1.0)
     return ((y - mean) / std).astype(np.float32), (mean, std)
 
 
-def _score(layer, x, y):
-    """Accuracy (classification) or negative MSE of the deterministic tree."""
-    pred = np.asarray(layer(x, training=False))
+def _validation(layer, validation_data, where):
+    """``(x_val, y_val, w_val)`` from ``(x, y)`` or ``(x, y, sample_weight)``."""
+    if validation_data is None:
+        return None
+    if not isinstance(validation_data, (tuple, list)) or len(validation_data) not in (2, 3):
+        raise ValueError(f"{where}: validation_data must be (x_val, y_val) or (x_val, y_val, sample_weight_val)")
+    x_val, y_val = layer._check_xy(validation_data[0], validation_data[1], f"{where} validation_data")
+    w = validation_data[2] if len(validation_data) == 3 else None
+    return x_val, y_val, sample_weights(y_val, w, None, layer.num_classes, f"{where} validation_data")
+
+
+def _scores(layer, pred, y, w):
+    """Weighted accuracy (classification) or negative MSE of predictions."""
+    pred = np.asarray(pred, dtype=np.float64)
     if layer.is_classifier:
-        return float((pred.argmax(1) == y).mean())
-    return -float(((pred - y) ** 2).mean())
+        return float(np.average(pred.argmax(1) == y, weights=w))
+    return -float(np.average(((pred - y) ** 2).mean(-1), weights=w))
+
+
+def _score(layer, x, y, w=None):
+    """Score of the deterministic tree (accuracy or negative MSE)."""
+    node = layer._route_numpy(x)
+    values = np.asarray(ops.convert_to_numpy(layer.leaf_values))[0]
+    return _scores(layer, values[node], y, w)
+
+
+def _score_name(layer):
+    return "val_accuracy" if layer.is_classifier else "val_mse"
+
+
+def _shown_score(layer, score):
+    return score if layer.is_classifier else -score
 
 
 # --------------------------------------------------------------- greedy
 def fit_greedy(layer, x, y, validation_data=None, max_depth=None, epochs=20, batch_size=512,
                learning_rate=0.01, annealing_increment=0.1, min_samples_split=10, min_samples_leaf=1,
-               min_gain=1e-6, refine_epochs=0, refine_learning_rate=None, verbose=0):
+               min_gain=1e-6, refine_epochs=0, refine_learning_rate=None, verbose="auto",
+               sample_weight=None, class_weight=None):
     """Grows the tree from a root stump (Section 3.3.2) and sets its leaves.
 
     Args:
         x, y: training data (integer classes or float targets).
-        validation_data: optional ``(x_val, y_val)``: the tree is cut back to
-            the depth with the best validation accuracy (lowest MSE), and a
-            refinement is kept only if it does not lower that score.
+        validation_data: optional ``(x_val, y_val)`` or
+            ``(x_val, y_val, sample_weight_val)``: the tree is cut back to the
+            depth with the best (weighted) validation accuracy (lowest MSE),
+            and a refinement is kept only if it does not lower that score.
         max_depth: growth limit (default: the layer's ``max_depth``).
         epochs: training epochs of each level's stumps (on their samples).
         batch_size, learning_rate: Adam mini-batches (fresh Adam per level).
@@ -216,10 +366,15 @@ def fit_greedy(layer, x, y, validation_data=None, max_depth=None, epochs=20, bat
             layer's ``steepness`` (Appendix B).
         min_samples_split: nodes with fewer samples stay leaves.
         min_samples_leaf: thresholds leave at least this many samples per side.
-        min_gain: smallest information gain (variance reduction per sample of
-            the node) that makes a split.
+        min_gain: smallest information gain (variance reduction per unit of
+            weight of the node) that makes a split.
         refine_epochs: optional joint refinement afterwards (:func:`refine`).
-        verbose: 1 prints one line per level.
+        verbose: ``"auto"`` (1), 0 (silent), 1 or 2: one line per level with
+            its depth, the number of leaves, the stumps' objective (last
+            epoch) and, with validation data, the validation score.
+        sample_weight: optional ``(n,)`` weights of the training samples.
+        class_weight: optional ``{class: weight}`` multiplied into
+            ``sample_weight`` (classification).
 
     Returns:
         A dict with per-level ``levels`` records, the validation score per
@@ -228,6 +383,7 @@ def fit_greedy(layer, x, y, validation_data=None, max_depth=None, epochs=20, bat
     layer._ensure_built(x)
     x, y = layer._check_xy(x, y, "fit_greedy")
     _check_training_args(epochs, batch_size, learning_rate, annealing_increment)
+    verbose = _check_verbose(verbose)
     depth_limit = layer.max_depth if max_depth is None else int(max_depth)
     if not 1 <= depth_limit <= layer.max_depth:
         raise ValueError(f"max_depth must be in [1, {layer.max_depth}] (the layer's max_depth), got {max_depth}")
@@ -235,23 +391,27 @@ def fit_greedy(layer, x, y, validation_data=None, max_depth=None, epochs=20, bat
         raise ValueError(f"min_samples_split must be an integer >= 2, got {min_samples_split!r}")
     if int(min_samples_leaf) < 1:
         raise ValueError(f"min_samples_leaf must be an integer >= 1, got {min_samples_leaf!r}")
-    if validation_data is not None:
-        x_val, y_val = layer._check_xy(validation_data[0], validation_data[1], "fit_greedy validation_data")
-    n = len(x)
-    targets, _ = _targets(layer, y)
+    w = sample_weights(y, sample_weight, class_weight, layer.num_classes, "fit_greedy")
+    val = _validation(layer, validation_data, "fit_greedy")
+    total_weight = float(w.sum())
+    targets, _ = _targets(layer, y, w)
+    weights32 = w.astype(np.float32)
+    positive = w > 0
     I, K = layer.num_internal, layer.num_experts
     state = topology.root_leaf(1, layer.max_depth)
     layer.node_state.assign(state)
     layer.trained_splits.assign(np.zeros((1, I), np.float32))
     history = {"levels": [], "validation": {}}
-    rng = np.random.default_rng(layer.seed)
+    rng = numpy_generator(layer.seed)
+    batch = None
+    inverse_weight = np.asarray(1.0 / total_weight, np.float32)
     for level in range(depth_limit):
         node = layer._route_numpy(x)
         candidates = []
         for leaf in topology.leaves(state, 0):
             if topology.position_depth(leaf) != level:
                 continue
-            at = node == leaf
+            at = (node == leaf) & positive
             count = int(at.sum())
             if count < min_samples_split or count < 2 * min_samples_leaf:
                 continue
@@ -268,17 +428,22 @@ def fit_greedy(layer, x, y, validation_data=None, max_depth=None, epochs=20, bat
         log_r = np.array(ops.convert_to_numpy(layer.log_expert_weight))
         p0 = np.array(ops.convert_to_numpy(layer.p0_logit))
         for c in candidates:
-            xc = x[node == c]
-            k, b = layer._draw_experts(1, xc.mean(0), np.maximum(xc.std(0), 1e-3))
+            at = (node == c) & positive
+            xc, wc = x[at], w[at]
+            mean = np.average(xc, axis=0, weights=wc)
+            std = np.sqrt(np.average((xc - mean) ** 2, axis=0, weights=wc))
+            k, b = layer._draw_experts(1, mean, np.maximum(std, 1e-3))
             kernel[0, c], bias[0, c] = k[0], b[0]
             # r_k = 1/K scaled so the rate S spreads by about one unit over the
             # node's samples (a usable slope of f_lambda at lambda ~ 1), and S0
             # at the median rate (half of the samples on each side).
             rate = np.logaddexp(0.0, xc @ k[0].T + b[0]).mean(-1)
-            scale = 1.0 / max(float(rate.std()), 1e-6)
+            rate_mean = np.average(rate, weights=wc)
+            rate_std = math.sqrt(float(np.average((rate - rate_mean) ** 2, weights=wc)))
+            scale = 1.0 / max(rate_std, 1e-6)
             log_scale = float(np.clip(np.log(scale), -9.0, 9.0))
             log_r[0, c] = log_scale - math.log(K)
-            p0[0, c] = _softplus_inverse(np.median(rate) * math.exp(log_scale))
+            p0[0, c] = _softplus_inverse(_weighted_median(rate, wc) * math.exp(log_scale))
         layer.expert_kernel.assign(kernel)
         layer.expert_bias.assign(bias)
         layer.log_expert_weight.assign(log_r)
@@ -286,30 +451,29 @@ def fit_greedy(layer, x, y, validation_data=None, max_depth=None, epochs=20, bat
         mask = np.zeros((1, I), bool)
         mask[0, candidates] = True
         layer.trained_splits.assign(mask.astype(np.float32))
-        idx = np.flatnonzero(np.isin(node, candidates))
-        optimizer = keras.optimizers.Adam(learning_rate)
-        step = _train_step_fn(
-            layer, optimizer, lambda xb, yb, nb: _stump_objective(layer, xb, yb, nb, n)
-        )
+        idx = np.flatnonzero(np.isin(node, candidates) & positive)
+        if batch is None:  # the root's samples: every level's batches have this size
+            batch = min(int(batch_size), len(idx))
+        _, step = _train_step(layer, "stump", learning_rate)  # fresh Adam state per level
         losses = []
         for epoch in range(epochs):
             anneal(layer, epoch, annealing_increment, mask)
-            perm = rng.permutation(idx)
-            total = 0.0
-            for start in range(0, len(perm), batch_size):
-                sel = perm[start: start + batch_size]
-                nb = node[sel].astype(np.int32)
-                total += float(step(x[sel], targets[sel], nb)) * len(sel)
-            losses.append(total / max(len(perm), 1))
-            if verbose > 1:
-                print(f"  level {level} epoch {epoch}: loss {losses[-1]:.5f}")
+            total, mass = 0.0, 0.0
+            for sel, keep in _batches(rng, idx, batch):
+                wb = np.where(keep, weights32[sel], np.float32(0))
+                wsum = float(wb.sum(dtype=np.float64))
+                loss = step(x[sel], targets[sel], wb, node[sel].astype(np.int32), inverse_weight)
+                total += float(loss) * wsum
+                mass += wsum
+            losses.append(total / max(mass, 1e-300))
         # Deterministic split: the best threshold on each stump's split function.
-        rate_all = np.asarray(layer.split_values(x[idx]))
+        rate_all = layer._split_values_numpy(x[idx])
         thr = np.array(ops.convert_to_numpy(layer.threshold))
         committed = []
         for c in candidates:
             at = node[idx] == c
-            t, gain, _ = best_threshold(rate_all[at, c], y[idx][at], layer.num_classes, int(min_samples_leaf))
+            t, gain, _ = best_threshold(rate_all[at, c], y[idx][at], layer.num_classes, int(min_samples_leaf),
+                                        sample_weight=w[idx][at])
             if t is None or gain <= min_gain:
                 continue
             thr[0, c] = t
@@ -318,30 +482,48 @@ def fit_greedy(layer, x, y, validation_data=None, max_depth=None, epochs=20, bat
         layer.threshold.assign(thr)
         layer.node_state.assign(state)
         layer.trained_splits.assign(np.zeros((1, I), np.float32))
+        layer.set_leaves_from_data(x, y, sample_weight=w)
         record = {"level": level, "candidates": len(candidates), "splits": len(committed),
-                  "leaves": int(topology.num_leaves(state)[0]), "loss": losses[-1] if losses else None}
+                  "depth": layer.depth(), "leaves": int(topology.num_leaves(state)[0]),
+                  "loss": losses[-1] if losses else None}
+        if val is not None:
+            record["val_score"] = _score(layer, *val)
         history["levels"].append(record)
         if verbose:
-            print(f"level {level}: {record['splits']}/{record['candidates']} splits, "
-                  f"{record['leaves']} leaves, stump loss {record['loss']}")
+            line = (f"Level {level + 1}/{depth_limit} - depth: {record['depth']} - leaves: {record['leaves']}"
+                    f" - splits: {record['splits']}/{record['candidates']}")
+            if record["loss"] is not None:
+                line += f" - objective: {record['loss']:.4f}"
+            if val is not None:
+                line += f" - {_score_name(layer)}: {_shown_score(layer, record['val_score']):.4f}"
+            print_msg(line)
         if not committed:
             break
-    layer.set_leaves_from_data(x, y)
-    if validation_data is not None:
-        history["validation"] = select_depth(layer, x_val, y_val)
+    layer.set_leaves_from_data(x, y, sample_weight=w)
+    if val is not None:
+        history["validation"] = select_depth(layer, *val)
     if refine_epochs:
         history["refine"] = refine(
             layer, x, y, validation_data=validation_data, epochs=refine_epochs, batch_size=batch_size,
             learning_rate=refine_learning_rate or learning_rate * 0.1, annealing_increment=annealing_increment,
+            verbose=verbose, sample_weight=w,
         )
     history["depth"] = layer.depth()
     history["leaves"] = layer.num_leaves()
     return history
 
 
-def select_depth(layer, x_val, y_val):
-    """Cuts the tree back to the depth with the best validation score (ties:
-    the shallowest). Needs values at internal positions (set by
+def _weighted_median(values, weights):
+    if np.all(weights == weights[0]):
+        return float(np.median(values))
+    order = np.argsort(values, kind="stable")
+    cum = np.cumsum(weights[order])
+    return float(values[order][min(int(np.searchsorted(cum, 0.5 * cum[-1])), len(values) - 1)])
+
+
+def select_depth(layer, x_val, y_val, w_val=None):
+    """Cuts the tree back to the depth with the best (weighted) validation
+    score (ties: the shallowest). Needs values at internal positions (set by
     :meth:`set_leaves_from_data`). Returns ``{depth: score}``."""
     state = np.asarray(ops.convert_to_numpy(layer.node_state))
     full = layer._route_numpy(x_val)
@@ -350,11 +532,7 @@ def select_depth(layer, x_val, y_val):
     scores = {}
     for d in range(0, topology.tree_depth(state, 0) + 1):
         anc = ((full + 1) >> np.maximum(depth_of - d, 0)) - 1
-        pred = values[anc]
-        if layer.is_classifier:
-            scores[d] = float((pred.argmax(1) == y_val).mean())
-        else:
-            scores[d] = -float(((pred - y_val) ** 2).mean())
+        scores[d] = _scores(layer, values[anc], y_val, w_val)
     best = max(scores, key=lambda d: (scores[d], -d))
     for s in topology.splits(state, 0):
         if topology.position_depth(s) == best and state[0, s] == topology.SPLIT:
@@ -365,65 +543,79 @@ def select_depth(layer, x_val, y_val):
 
 # --------------------------------------------------------------- refinement
 def refine(layer, x, y, validation_data=None, epochs=10, batch_size=512, learning_rate=1e-3,
-           annealing_increment=0.1, start_steepness=None):
+           annealing_increment=0.1, start_steepness=None, verbose=0, sample_weight=None, class_weight=None):
     """Joint refinement of all splits of the current topology (Algorithm 1).
 
     Each node's ``S0`` starts at its threshold (so the probabilistic tree
-    starts at the deterministic one), all splits train with the information
-    objective of the whole tree and the prior, ``lambda`` grows by
+    starts at the deterministic one), all splits train with the (weighted)
+    information objective of the whole tree and the prior, ``lambda`` grows by
     ``annealing_increment`` per epoch from ``start_steepness`` (default: the
     layer's largest current steepness), and finally thresholds become ``S0``
     (``f_lambda = 0.5``) and leaves are reset from the training data. With
-    ``validation_data`` the refinement is undone when it lowers the
-    validation score. Returns a dict of losses and scores.
+    ``validation_data`` (``(x, y)`` or ``(x, y, sample_weight)``) the
+    refinement is undone when it lowers the validation score. ``verbose``
+    (``"auto"``, 0, 1 or 2) prints one line per epoch. Returns a dict of
+    losses and scores.
     """
     layer._ensure_built(x)
     x, y = layer._check_xy(x, y, "refine")
     _check_training_args(epochs, batch_size, learning_rate, annealing_increment)
+    verbose = _check_verbose(verbose)
+    w = sample_weights(y, sample_weight, class_weight, layer.num_classes, "refine")
+    val = _validation(layer, validation_data, "refine")
     state = np.asarray(ops.convert_to_numpy(layer.node_state))
     is_split = state[:, : layer.num_internal] == topology.SPLIT
     if not is_split.any() or epochs == 0:
         return {"losses": [], "kept": False}
     backup = [np.array(ops.convert_to_numpy(v)) for v in layer.weights]
     before = None
-    if validation_data is not None:
-        x_val, y_val = layer._check_xy(validation_data[0], validation_data[1], "refine validation_data")
-        before = _score(layer, x_val, y_val)
+    if val is not None:
+        before = _score(layer, *val)
     thr = np.asarray(ops.convert_to_numpy(layer.threshold), dtype=np.float64)
     p0 = np.array(ops.convert_to_numpy(layer.p0_logit))
     p0[is_split] = _softplus_inverse(thr[is_split])
     layer.p0_logit.assign(p0)
     layer.trained_splits.assign(is_split.astype(np.float32))
     lam0 = float(np.asarray(ops.convert_to_numpy(layer.steepness))[is_split].max()) if start_steepness is None else float(start_steepness)
-    targets, _ = _targets(layer, y)
-    n = len(x)
-    optimizer = keras.optimizers.Adam(learning_rate)
-    step = _train_step_fn(layer, optimizer, lambda xb, yb: _tree_objective(layer, xb, yb, n))
-    rng = np.random.default_rng(layer.seed)
+    targets, _ = _targets(layer, y, w)
+    if not layer.is_classifier:
+        targets = targets.reshape(len(targets), -1)
+    weights32 = w.astype(np.float32)
+    idx = np.flatnonzero(w > 0)
+    total_weight = float(w.sum())
+    _, step = _train_step(layer, "tree", learning_rate)
+    inverse_weight = np.asarray(1.0 / total_weight, np.float32)
+    rng = numpy_generator(layer.seed)
+    batch = min(int(batch_size), len(idx))
     losses = []
     for epoch in range(epochs):
         anneal(layer, 0, 0.0, is_split)  # reset to steepness0, then offset
         lam = np.array(ops.convert_to_numpy(layer.steepness))
         lam[is_split] = lam0 + annealing_increment * epoch
         layer.steepness.assign(lam)
-        perm = rng.permutation(n)
-        total = 0.0
-        for start in range(0, n, batch_size):
-            sel = perm[start: start + batch_size]
-            yb = targets[sel] if layer.is_classifier else targets[sel].reshape(len(sel), -1)
-            total += float(step(x[sel], yb)) * len(sel)
-        losses.append(total / n)
+        total, mass = 0.0, 0.0
+        for sel, keep in _batches(rng, idx, batch):
+            wb = np.where(keep, weights32[sel], np.float32(0))
+            wsum = float(wb.sum(dtype=np.float64))
+            total += float(step(x[sel], targets[sel], wb, inverse_weight)) * wsum
+            mass += wsum
+        losses.append(total / max(mass, 1e-300))
+        if verbose:
+            print_msg(f"Refine epoch {epoch + 1}/{epochs} - objective: {losses[-1]:.4f}")
     thr = np.array(ops.convert_to_numpy(layer.threshold))
     thr[is_split] = np.asarray(ops.convert_to_numpy(layer.rate0()))[is_split]
     layer.threshold.assign(thr)
     layer.trained_splits.assign(np.zeros_like(is_split, dtype=np.float32))
-    layer.set_leaves_from_data(x, y)
+    layer.set_leaves_from_data(x, y, sample_weight=w)
     result = {"losses": losses, "kept": True}
     if before is not None:
-        after = _score(layer, x_val, y_val)
+        after = _score(layer, *val)
         result.update(before=before, after=after)
         if after < before:
             for v, value in zip(layer.weights, backup):
                 v.assign(value)
             result["kept"] = False
+        if verbose:
+            print_msg(f"Refinement {'kept' if result['kept'] else 'undone'} - {_score_name(layer)}: "
+                      f"{_shown_score(layer, before):.4f} -> {_shown_score(layer, after):.4f}")
     return result

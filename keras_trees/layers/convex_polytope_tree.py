@@ -7,12 +7,11 @@ import numpy as np
 from keras import ops
 
 from keras_trees import topology
-from keras_trees.layers import _validation
+from keras_trees.layers import _gradient_step, _polytope_training, _validation
 from keras_trees.layers._heap import HeapTreeMixin
 from keras_trees.layers._end_to_end import _const
-from keras_trees.losses.conditional_entropy import conditional_entropy_from_counts
+from keras_trees.layers._random import numpy_generator
 from keras_trees.losses.gamma_process_prior import GammaProcessPrior
-from keras_trees.losses.leaf_variance import leaf_variance_from_moments
 from keras_trees.ops import hard_routing
 from keras_trees.ops import polytope as poly
 from keras_trees.layers._xla import XLACompatibility
@@ -70,6 +69,14 @@ class ConvexPolytopeTree(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
     :class:`keras_trees.callbacks.polytope_leaves.PolytopeLeafUpdate`).
     ``K = 1`` gives oblique trees.
 
+    All of it runs on the TensorFlow, JAX and PyTorch backends, inside a
+    ``tf.distribute`` strategy or a ``keras.distribution`` (the growth steps
+    come from :func:`keras_trees.layers._gradient_step.make_train_step`), and
+    under mixed precision: routing and the objectives stay in the variables'
+    float32 (inputs are cast to it), outputs come in the compute dtype. With
+    ``seed=None`` the random expert directions follow
+    ``keras.utils.set_random_seed``.
+
     ``call(x, training=True)`` is the probabilistic tree (leaf values mixed by
     the annealed path probabilities, Eq. 7), so the layer can also be trained
     inside ``model.fit`` with any Keras loss; ``call(x)`` at inference routes
@@ -106,7 +113,7 @@ class ConvexPolytopeTree(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
     >>> y = (np.linalg.norm(x, axis=1) < 0.6).astype("int32")
     >>> tree = ConvexPolytopeTree(max_depth=2, num_experts=8, num_classes=2, seed=0)
     >>> model = keras.Sequential([keras.Input((2,)), tree])
-    >>> _ = tree.fit_greedy(x, y, epochs=5, batch_size=200)
+    >>> _ = tree.fit_greedy(x, y, epochs=5, batch_size=200, verbose=0)
     >>> model.predict(x, verbose=0).shape
     (400, 2)
     """
@@ -143,7 +150,13 @@ class ConvexPolytopeTree(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
             raise ValueError(f"facet_tolerance must be in [0, 1), got {facet_tolerance}")
         self.facet_tolerance = facet_tolerance
         self.seed = seed
-        self._rng = np.random.default_rng(seed)
+        # seed=None follows keras.utils.set_random_seed (NumPy's global state).
+        self._rng = numpy_generator(seed)
+        # Routing and the training objectives run in the variables' precision
+        # (float32) under mixed precision too: thresholds on S(x) and the
+        # soft counts are not float16 material. Inputs are cast to the
+        # variable dtype in `features`, outputs to the compute dtype in `call`.
+        self.autocast = False
         self.input_spec = keras.layers.InputSpec(min_ndim=2)
 
     def build(self, input_shape):
@@ -159,14 +172,17 @@ class ConvexPolytopeTree(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
             "use a smaller max_depth or fewer experts.",
         )
         kernel, bias = self._draw_experts(I, np.zeros(d), np.ones(d))
-        self.expert_kernel = self.add_weight(name="expert_kernel", shape=(1, I, K, d), initializer=_const(kernel[None]))
-        self.expert_bias = self.add_weight(name="expert_bias", shape=(1, I, K), initializer=_const(bias[None]))
+        own = dict(autocast=False)  # see __init__: float32 routing under mixed precision
+        self.expert_kernel = self.add_weight(
+            name="expert_kernel", shape=(1, I, K, d), initializer=_const(kernel[None]), **own
+        )
+        self.expert_bias = self.add_weight(name="expert_bias", shape=(1, I, K), initializer=_const(bias[None]), **own)
         self.log_expert_weight = self.add_weight(
             name="log_expert_weight", shape=(1, I, K), initializer=keras.initializers.Constant(-math.log(K)),
-            constraint=ClipValues(MIN_LOG_EXPERT_WEIGHT, MAX_LOG_EXPERT_WEIGHT),
+            constraint=ClipValues(MIN_LOG_EXPERT_WEIGHT, MAX_LOG_EXPERT_WEIGHT), **own,
         )
-        self.p0_logit = self.add_weight(name="p0_logit", shape=(1, I), initializer="zeros")
-        fixed = dict(trainable=False)
+        self.p0_logit = self.add_weight(name="p0_logit", shape=(1, I), initializer="zeros", **own)
+        fixed = dict(trainable=False, **own)
         self.steepness = self.add_weight(
             name="steepness", shape=(1, I), initializer=keras.initializers.Constant(self.initial_steepness), **fixed
         )
@@ -205,9 +221,8 @@ class ConvexPolytopeTree(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
 
     # ------------------------------------------------------------ routing
     def features(self, inputs):
-        x = ops.convert_to_tensor(inputs)
-        if not keras.backend.is_float_dtype(x.dtype):
-            x = ops.cast(x, self.compute_dtype)
+        """Inputs flattened to ``(batch, d)`` in the variables' dtype (float32)."""
+        x = ops.cast(ops.convert_to_tensor(inputs), self.variable_dtype)
         return ops.reshape(x, (-1, self.feature_dim))
 
     def split_values(self, inputs):
@@ -228,22 +243,36 @@ class ConvexPolytopeTree(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
 
     def leaf_log_probabilities(self, inputs):
         """``(batch, 2**(D+1) - 1)`` log path probabilities (Eq. 7) of the
-        probabilistic tree; ``-inf``-like values (``-1e30``) where no leaf is."""
+        probabilistic tree; ``-inf``-like values (``-1e30``) where no leaf is.
+
+        Only the present splits (and the root) are evaluated, except on JAX,
+        whose compiled functions need static shapes: there every internal
+        node is, so the cost grows with ``2**max_depth``."""
         x = self.features(inputs)
         I = self.num_internal
-        # Only present splits are evaluated (deep heaps are mostly empty).
-        ids = ops.cast(ops.nonzero(ops.equal(self.node_state[0, :I], topology.SPLIT))[0], "int32")
-        kernel = ops.take(self.expert_kernel[0], ids, axis=0)
-        z = ops.einsum("bd,skd->bsk", x, kernel) + ops.take(self.expert_bias[0], ids, axis=0)[None]
-        rate = poly.noisy_or_rate(z, ops.take(self.expert_weights()[0], ids, axis=0)[None])
+        if keras.backend.backend() == "jax":
+            # jax.jit needs static shapes: every internal node is evaluated;
+            # positions below non-splits are not leaves and are masked below.
+            ids = None
+            take = lambda v, axis=0: v  # noqa: E731
+        else:
+            # Only present splits are evaluated (deep heaps are mostly empty),
+            # and the root, so that the output depends on the trainable
+            # variables even before the first split (zero gradients, not none).
+            evaluated = ops.logical_or(ops.equal(self.node_state[0, :I], topology.SPLIT), ops.arange(I) == 0)
+            ids = ops.cast(ops.nonzero(evaluated)[0], "int32")
+            take = lambda v, axis=0: ops.take(v, ids, axis=axis)  # noqa: E731
+        z = ops.einsum("bd,skd->bsk", x, take(self.expert_kernel[0])) + take(self.expert_bias[0])[None]
+        rate = poly.noisy_or_rate(z, take(self.expert_weights()[0])[None])
         if self.annealing:
             log_r, log_l = poly.annealed_log_probabilities(
-                rate, ops.take(self.rate0()[0], ids)[None], ops.take(self.steepness[0], ids)[None]
+                rate, take(self.rate0()[0])[None], take(self.steepness[0])[None]
             )
         else:
             log_r, log_l = poly.noisy_or_log_probabilities(rate)
-        dense = lambda v: ops.transpose(ops.scatter(ids[:, None], ops.transpose(v), (I, ops.shape(x)[0])))  # noqa: E731
-        log_r, log_l = dense(log_r), dense(log_l)
+        if ids is not None:
+            dense = lambda v: ops.transpose(ops.scatter(ids[:, None], ops.transpose(v), (I, ops.shape(x)[0])))  # noqa: E731
+            log_r, log_l = dense(log_r), dense(log_l)
         levels = [ops.zeros_like(x[:, :1])]
         logp = levels[0]
         batch = ops.shape(x)[0]
@@ -258,24 +287,26 @@ class ConvexPolytopeTree(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
     def call(self, inputs, training=None):
         if training:
             p = ops.exp(self.leaf_log_probabilities(inputs))
-            return ops.matmul(p, ops.cast(self.leaf_values[0], p.dtype))
-        node = self.route(inputs)
-        return ops.take(self.leaf_values[0], node, axis=0)
+            out = ops.matmul(p, ops.cast(self.leaf_values[0], p.dtype))
+        else:
+            out = ops.take(self.leaf_values[0], self.route(inputs), axis=0)
+        return ops.cast(out, self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
         return (input_shape[0], self.output_dim)
 
     # ------------------------------------------------------------ leaves
-    def _leaf_statistics(self, node, y):
-        """Per-position sums (subtree totals for internal positions): counts
-        ``(N, C)`` or ``(mass (N,), sum y (N, units))``."""
+    def _leaf_statistics(self, node, y, sample_weight=None):
+        """Per-position weighted sums (subtree totals for internal positions):
+        class weights ``(N, C)`` or ``(mass (N,), sum w y (N, units))``."""
         N = self.num_positions
+        w = np.ones(len(node)) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
         if self.is_classifier:
             stats = np.zeros((N, self.num_classes))
-            np.add.at(stats, (node, y), 1.0)
+            np.add.at(stats, (node, y), w)
         else:
             stats = np.zeros((N, self.units + 1))
-            np.add.at(stats, node, np.concatenate([np.ones((len(y), 1)), y.reshape(len(y), -1)], 1))
+            np.add.at(stats, node, w[:, None] * np.concatenate([np.ones((len(y), 1)), y.reshape(len(y), -1)], 1))
         for i in range(self.num_internal - 1, -1, -1):  # children before parents
             stats[i] += stats[2 * i + 1] + stats[2 * i + 2]
         return stats
@@ -287,16 +318,19 @@ class ConvexPolytopeTree(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
         mass = stats[:, :1]
         return np.where(mass > 0, stats[:, 1:] / np.maximum(mass, 1e-300), old)
 
-    def set_leaves_from_data(self, x, y, batch_size=4096):
+    def set_leaves_from_data(self, x, y, batch_size=4096, sample_weight=None, class_weight=None):
         """Sets every position's value to the empirical class distribution (or
         mean response) of the training samples routed deterministically through
-        it (Section 3.3.1); positions no sample reaches keep their value.
-        Internal positions get the value of their subtree, so pruning needs no
-        new statistics. Returns the number of samples per position."""
+        it (Section 3.3.1), weighted by ``sample_weight`` times
+        ``class_weight[y]`` when given (as in ``keras.Model.fit``); positions no
+        sample (of positive weight) reaches keep their value. Internal
+        positions get the value of their subtree, so pruning needs no new
+        statistics. Returns the (weighted) number of samples per position."""
         self._ensure_built(x)
         x, y = self._check_xy(x, y, "set_leaves_from_data")
+        w = _polytope_training.sample_weights(y, sample_weight, class_weight, self.num_classes, "set_leaves_from_data")
         node = self._route_numpy(x, batch_size)
-        stats = self._leaf_statistics(node, y)
+        stats = self._leaf_statistics(node, y, w)
         old = np.asarray(ops.convert_to_numpy(self.leaf_values))[0].astype(np.float64)
         self.leaf_values.assign(self._values_from_stats(stats, old)[None].astype(np.float32))
         return stats.sum(-1) if self.is_classifier else stats[:, 0]
@@ -328,9 +362,49 @@ class ConvexPolytopeTree(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
                 raise ValueError(f"{where}: y contains NaN or Inf")
         return x, y
 
+    def _host_fn(self, name):
+        """``self.<name>`` for NumPy batches on the host. On JAX it is one
+        ``jax.jit`` of the whole method with the variables as arguments (eager
+        JAX would compile every primitive for every new batch shape)."""
+        method = getattr(self, name)
+        if keras.backend.backend() != "jax":
+            return method
+        cache = self.__dict__.setdefault("_host_fns", {})
+        if name not in cache:
+            import jax
+
+            variables = list(self.variables)
+
+            def pure(values, x):
+                with keras.StatelessScope(state_mapping=list(zip(variables, values))):
+                    return method(x)
+
+            jitted = jax.jit(pure)
+            cache[name] = lambda x: jitted([v.value for v in variables], x)
+        return cache[name]
+
+    def _map_numpy(self, name, x, batch_size):
+        """``self.<name>`` over ``x`` in batches, as NumPy. On JAX batches are
+        padded to a power of two, at least 1024 rows (few shapes, few
+        compilations)."""
+        fn = self._host_fn(name)
+        pad = keras.backend.backend() == "jax"
+        out = []
+        for i in range(0, len(x), batch_size):
+            xb = x[i: i + batch_size]
+            n = len(xb)
+            size = max(1024, 1 << (n - 1).bit_length())
+            if pad and n < size:
+                xb = np.concatenate([xb, np.repeat(xb[:1], size - n, axis=0)])
+            out.append(np.asarray(ops.convert_to_numpy(fn(xb)))[:n])
+        return out
+
     def _route_numpy(self, x, batch_size=4096):
-        out = [np.asarray(ops.convert_to_numpy(self.route(x[i: i + batch_size]))) for i in range(0, len(x), batch_size)]
-        return np.concatenate(out).astype(np.int64)
+        return np.concatenate(self._map_numpy("route", x, batch_size)).astype(np.int64)
+
+    def _split_values_numpy(self, x, batch_size=4096):
+        out = self._map_numpy("split_values", x, batch_size)
+        return np.concatenate(out).astype(np.float64) if out else np.zeros((0, self.num_internal))
 
     # ------------------------------------------------------- interpretation
     def num_leaves(self):
@@ -406,15 +480,24 @@ class ConvexPolytopeTree(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
 
     # ------------------------------------------------------------ training
     def fit_greedy(self, x, y, validation_data=None, **kwargs):
-        """Greedy topology learning (Section 3.3.2); see
-        :func:`keras_trees.layers._polytope_training.fit_greedy` for the arguments."""
-        from keras_trees.layers import _polytope_training
+        """Greedy topology learning (Section 3.3.2).
 
-        return _polytope_training.fit_greedy(self, x, y, validation_data=validation_data, **kwargs)
+        ``x`` are the layer's inputs. Keyword arguments (see
+        :func:`keras_trees.layers._polytope_training.fit_greedy`): ``max_depth``,
+        ``epochs`` (per level), ``batch_size``, ``learning_rate``,
+        ``annealing_increment``, ``min_samples_split``, ``min_samples_leaf``,
+        ``min_gain``, ``refine_epochs``, ``refine_learning_rate``, ``verbose``
+        (``"auto"``, 0, 1, 2: one line per level), ``sample_weight`` and
+        ``class_weight`` (as in ``keras.Model.fit``). Works on every backend
+        and inside a ``tf.distribute`` strategy's scope. Returns a history dict.
+        """
+        with _gradient_step.distribution_scope(self.variables):
+            return _polytope_training.fit_greedy(self, x, y, validation_data=validation_data, **kwargs)
 
     def refine(self, x, y, validation_data=None, **kwargs):
         """Joint refinement of all splits (Section 3.3.1, Algorithm 1); see
-        :func:`keras_trees.layers._polytope_training.refine`."""
-        from keras_trees.layers import _polytope_training
-
-        return _polytope_training.refine(self, x, y, validation_data=validation_data, **kwargs)
+        :func:`keras_trees.layers._polytope_training.refine` (``epochs``,
+        ``batch_size``, ``learning_rate``, ``annealing_increment``,
+        ``start_steepness``, ``verbose``, ``sample_weight``, ``class_weight``)."""
+        with _gradient_step.distribution_scope(self.variables):
+            return _polytope_training.refine(self, x, y, validation_data=validation_data, **kwargs)

@@ -20,6 +20,8 @@ class ConvexPolytopeHyperModel(TreeHyperModel):
     (classification) or ``val_loss`` (mean squared error) to the tuner through
     its callbacks, so ``objective="val_accuracy"`` (or ``"val_loss"``) selects
     trials and the best tree reloads with ``tuner.get_best_models()``.
+    ``verbose`` (as given to ``tuner.search``; default ``"auto"``),
+    ``sample_weight`` and ``class_weight`` reach ``fit_greedy``.
     """
 
     def __init__(self, input_shape, num_classes=None, units=None, max_depth=8,
@@ -49,6 +51,8 @@ class ConvexPolytopeHyperModel(TreeHyperModel):
             x, y, validation_data=validation_data, epochs=hp.get("epochs_per_level"),
             batch_size=hp.get("batch_size"), learning_rate=hp.get("learning_rate"),
             annealing_increment=hp.get("annealing_increment"), refine_epochs=hp.get("refine_epochs"),
+            verbose=kwargs.get("verbose", "auto"), sample_weight=kwargs.get("sample_weight"),
+            class_weight=kwargs.get("class_weight"),
         )
         logs = {}
         for name, (xs, ys) in (("", (x, y)), ("val_", validation_data)) if validation_data else (("", (x, y)),):

@@ -15,6 +15,7 @@ from keras_trees.tuner import (  # noqa: E402
     NonGreedyHyperModel,
     TreeEnsembleHyperModel,
 )
+from keras_trees import topology  # noqa: E402
 from tests.conftest import run_python  # noqa: E402
 
 
@@ -99,3 +100,21 @@ same = np.array_equal(model.predict(x, verbose=0), np.load({os.path.join(str(tmp
 print("identical predictions =", same)
 """
     assert "identical predictions = True" in run_python(code, cwd=tmp_path)
+
+
+def test_convex_polytope_trial_passes_verbose_and_weights_to_fit_greedy(rng, capsys):
+    x, y = tiny(rng)
+    hypermodel = ConvexPolytopeHyperModel((4,), num_classes=3, max_depth=2, num_experts=(1,))
+    hp = kt.HyperParameters()
+    hp.Fixed("epochs_per_level", 2)  # fixed before build: the search space's Choice keeps it
+    model = hypermodel.build(hp)
+    tree = model.layers[-1]
+    hypermodel.fit(hp, model, x[:90], y[:90], validation_data=(x[90:], y[90:]), verbose=0)
+    assert capsys.readouterr().out == ""
+    # class 2 weighs 0: no leaf predicts it (the weights reach fit_greedy's leaves)
+    logs = hypermodel.fit(hp, model, x[:90], y[:90], validation_data=(x[90:], y[90:]), verbose=2,
+                          class_weight={2: 0.0})
+    out = capsys.readouterr().out
+    assert out.count("Level 1/") == 1 and "val_accuracy:" in out, out
+    leaves = np.asarray(tree.node_state)[0] == topology.LEAF
+    assert np.all(np.asarray(tree.leaf_values)[0][leaves, 2] == 0) and "val_accuracy" in logs
