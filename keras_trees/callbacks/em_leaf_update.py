@@ -5,7 +5,8 @@ import numpy as np
 from keras import ops
 
 from keras_trees.callbacks._common import (
-    batches, check_data, check_labels, compiled, end_to_end_layers, layer_input_fn,
+    batches, check_data, check_labels, check_weights, compiled, effective_weights, end_to_end_layers,
+    ensure_built, layer_input_fn, weights_config,
 )
 
 
@@ -22,11 +23,30 @@ class EMLeafUpdate(keras.callbacks.Callback):
     grown greedily only the leaves of the stumps being trained change; committed
     leaves keep the distributions inherited from their stump.
 
+    Layers with ``leaf_learning="auto"`` (the default) read the EM leaves during
+    this ``fit`` (the EM table takes over the leaves they had, also leaves the
+    optimizer learnt) and hand the final EM leaves back to their trainable
+    logits when it ends, so a later ``fit`` without this callback goes on from
+    them by gradient. Layers with ``leaf_learning="gradient"`` are refused.
+
+    Weights: a callback cannot see the ``sample_weight``/``class_weight`` given
+    to ``fit``; pass them here as well. Each sample's counts are multiplied by
+    its weight, ``pi_{l,k} = sum_n w_n 1(y_n = k) h_{n,l} / sum_n w_n h_{n,l}``
+    (an integer weight equals repeating the sample). ``class_weight`` maps
+    class ids to weights (omitted classes weigh 1) and excludes
+    ``sample_weight``, as in Keras.
+
+    The E-step runs compiled: ``tf.function`` on TensorFlow, ``jax.jit`` (of a
+    stateless function of the model's variable values) on JAX.
+
     Args:
         x, y: the training inputs (as given to ``fit``) and integer labels.
         batch_size: samples per E-step batch.
         layers: optional layer name(s) (default: every classification
-            ``EndToEndTree``/``EndToEndForest`` in the model).
+            ``EndToEndTree``/``EndToEndForest`` in the model, also inside
+            nested sub-models; ``leaf_learning="gradient"`` layers are skipped).
+        sample_weight: optional ``(n,)`` non-negative weights of the samples.
+        class_weight: optional dict class id -> weight.
 
     Example:
 
@@ -37,7 +57,7 @@ class EMLeafUpdate(keras.callbacks.Callback):
     4096
     """
 
-    def __init__(self, x, y, batch_size=4096, layers=None):
+    def __init__(self, x, y, batch_size=4096, layers=None, sample_weight=None, class_weight=None):
         super().__init__()
         self.num_samples = check_data(x, y, "EMLeafUpdate")
         self.x = x
@@ -46,40 +66,78 @@ class EMLeafUpdate(keras.callbacks.Callback):
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.layer_names = layers
+        self.sample_weight, self.class_weight = check_weights(
+            sample_weight, class_weight, self.num_samples, "EMLeafUpdate"
+        )
         self._fns = {}
+        self._inputs = {}
+
+    def _layers(self):
+        layers = end_to_end_layers(self.model, self.layer_names, classifiers_only=True)
+        if self.layer_names is None:
+            em = [layer for layer in layers if layer.leaf_learning != "gradient"]
+            if not em:
+                raise ValueError(
+                    "EMLeafUpdate found only layers with leaf_learning='gradient' (their leaves are "
+                    "trained by the optimizer); use leaf_learning='auto' or 'em' for EM leaves"
+                )
+            layers = em
+        # Named layers: use_em_leaves() refuses gradient ones.
+        return ensure_built(self.model, layers, self.x)
 
     def _statistics_fn(self, layer):
-        key = id(layer)
+        # One compiled E-step per training-time model (greedy growth or soft),
+        # chosen here: each compiles only its own branch.
+        mode = "growth" if int(ops.convert_to_numpy(layer.growing)) else "soft"
+        key = (id(layer), mode)
         if key not in self._fns:
-            to_input = layer_input_fn(self.model, layer)
-            self._fns[key] = compiled(lambda x, y: layer.em_statistics(to_input(x), y))
+            to_input = self._inputs.get(id(layer))
+            if to_input is None:
+                to_input = self._inputs[id(layer)] = layer_input_fn(self.model, layer)
+            self._fns[key] = compiled(
+                lambda x, y, w: layer.em_statistics(to_input(x), y, w, branch=mode), self.model
+            )
         return self._fns[key]
 
     def update(self):
         """One E-step over the data and one leaf M-step, for every layer."""
-        for layer in end_to_end_layers(self.model, self.layer_names, classifiers_only=True):
+        for layer in self._layers():
             y = check_labels(self.y, layer.num_classes, "EMLeafUpdate")
+            w = effective_weights(self.sample_weight, self.class_weight, y, "EMLeafUpdate")
+            if w is None:
+                w = np.ones(self.num_samples)
             fn = self._statistics_fn(layer)
             counts = None
             for sl in batches(self.num_samples, self.batch_size):
-                c = ops.convert_to_numpy(fn(ops.convert_to_tensor(self.x[sl]), ops.convert_to_tensor(y[sl])))
+                c = ops.convert_to_numpy(fn(
+                    ops.convert_to_tensor(self.x[sl]),
+                    ops.convert_to_tensor(y[sl].astype("int32")),
+                    ops.convert_to_tensor(w[sl].astype("float32")),
+                ))
                 counts = c.astype(np.float64) if counts is None else counts + c
             layer.set_leaf_distributions(counts)
 
     def on_train_begin(self, logs=None):
         self._fns = {}
+        self._inputs = {}
+        for layer in self._layers():
+            layer.use_em_leaves()
 
     def on_epoch_begin(self, epoch, logs=None):
         self.update()
 
     def on_train_end(self, logs=None):
         self.update()
+        for layer in self._layers():
+            layer.end_em_leaves()
 
-    def get_config(self):  # the data is not part of the config
-        return {"batch_size": self.batch_size, "layers": self.layer_names}
+    def get_config(self):  # the data (x, y, sample_weight) is not part of the config
+        return {"batch_size": self.batch_size, "layers": self.layer_names,
+                "class_weight": weights_config(self.class_weight)}
 
     def __deepcopy__(self, memo):
         # Keras Tuner deep-copies callbacks per trial: share the (read-only) data.
-        clone = EMLeafUpdate(self.x, self.y, self.batch_size, self.layer_names)
+        clone = EMLeafUpdate(self.x, self.y, self.batch_size, self.layer_names,
+                             sample_weight=self.sample_weight, class_weight=self.class_weight)
         memo[id(self)] = clone
         return clone

@@ -8,7 +8,8 @@ from keras import ops
 
 from keras_trees import topology
 from keras_trees.callbacks._common import (
-    batches, check_data, check_labels, compiled, end_to_end_layers, layer_input_fn, reset_optimizer,
+    batches, check_data, check_labels, check_weights, compiled, effective_weights, end_to_end_layers,
+    ensure_built, identity, layer_input_fn, reset_optimizer, weights_config,
 )
 from keras_trees.layers._end_to_end import (
     PHASE_DONE, PHASE_FINETUNING, PHASE_GROWING, PHASE_IDLE,
@@ -60,7 +61,28 @@ class GreedyLevelGrowth(keras.callbacks.Callback):
     and a bias placing the hyperplane through the mean of the node's samples.
     All progress lives in the layer's variables (``node_state``, ``candidate``,
     ``attempts``, ``candidate_gain``, ``growing``, ``growth_phase``,
-    ``phase_epoch``).
+    ``phase_epoch``). New split directions and feature subsets come from the
+    layer's generator (seeded by its ``seed``, or with ``seed=None`` by NumPy's
+    global generator, so ``keras.utils.set_random_seed`` makes growth
+    reproducible).
+
+    Weights: a callback cannot see the ``sample_weight``/``class_weight`` given
+    to ``fit``; pass them here as well. They weight every statistic growth
+    computes: class counts and leaf distributions (or regression sums), the
+    purity, ``min_samples_split`` and failed-split checks, the information
+    gains of ``best_first`` and the data centers new stumps start from (an
+    integer weight equals repeating the sample; zero-weight samples are
+    ignored). ``class_weight`` (classification only) maps class ids to
+    weights, omitted classes weigh 1, and excludes ``sample_weight`` (as in Keras).
+
+    Progress: at the end of every epoch the callback writes ``growth_phase``
+    (1 growing, 2 finetuning, 3 done, for the next epoch) and ``num_leaves``
+    (leaves of all trees) into ``logs`` (with several grown layers:
+    ``<layer name>/growth_phase`` and ``<layer name>/num_leaves``), so
+    ``History``, ``CSVLogger`` and ``TensorBoard`` record them; list this
+    callback before those in ``callbacks``. With ``verbose=1`` it prints one
+    line per finished level (depth, leaves, the epoch's loss and validation
+    metrics) and one when finetuning starts and ends.
 
     Args:
         x, y: training inputs (as given to ``fit``) and labels (integer classes;
@@ -72,7 +94,11 @@ class GreedyLevelGrowth(keras.callbacks.Callback):
         max_attempts: tries per split (authors: 5).
         best_first: grow by largest information gain instead of level by level.
         batch_size: samples per routing batch.
-        layers: optional layer name(s) to grow.
+        layers: optional layer name(s) to grow (default: every end-to-end layer,
+            also inside nested sub-models).
+        sample_weight: optional ``(n,)`` non-negative weights of the samples.
+        class_weight: optional dict class id -> weight.
+        verbose: 0 (silent) or 1 (one line per level).
 
     Example:
 
@@ -84,7 +110,8 @@ class GreedyLevelGrowth(keras.callbacks.Callback):
     """
 
     def __init__(self, x, y, epochs_per_level=45, finetune_epochs=None, max_leaves=None,
-                 min_samples_split=2, max_attempts=5, best_first=False, batch_size=4096, layers=None):
+                 min_samples_split=2, max_attempts=5, best_first=False, batch_size=4096, layers=None,
+                 sample_weight=None, class_weight=None, verbose=0):
         super().__init__()
         self.num_samples = check_data(x, y, "GreedyLevelGrowth")
         self.x, self.y = x, np.asarray(y)
@@ -102,6 +129,10 @@ class GreedyLevelGrowth(keras.callbacks.Callback):
             raise ValueError("best_first=True needs max_leaves")
         self.batch_size = _positive("batch_size", batch_size)
         self.layer_names = layers
+        self.sample_weight, self.class_weight = check_weights(
+            sample_weight, class_weight, self.num_samples, "GreedyLevelGrowth"
+        )
+        self.verbose = int(verbose)
         self._fns = {}
 
     def max_epochs(self, max_depth):
@@ -121,17 +152,25 @@ class GreedyLevelGrowth(keras.callbacks.Callback):
         rounds = (self.max_leaves if self.best_first else depth) * self.max_attempts
         return rounds * self.epochs_per_level + self.finetune_epochs
 
-    def get_config(self):  # the data is not part of the config
+    def get_config(self):  # the data (x, y, sample_weight) is not part of the config
         return {k: getattr(self, k) for k in (
             "epochs_per_level", "finetune_epochs", "max_leaves", "min_samples_split",
-            "max_attempts", "best_first", "batch_size")} | {"layers": self.layer_names}
+            "max_attempts", "best_first", "batch_size", "verbose")} | {
+            "layers": self.layer_names, "class_weight": weights_config(self.class_weight)}
 
     def __deepcopy__(self, memo):
-        clone = GreedyLevelGrowth(self.x, self.y, **{k: v for k, v in self.get_config().items()})
+        clone = GreedyLevelGrowth(self.x, self.y, sample_weight=self.sample_weight,
+                                  **self.get_config())
         memo[id(self)] = clone
         return clone
 
     # ---------------------------------------------------------------- data
+    def _weights(self, layer, targets):
+        """Per-sample weights ``(n,)`` (ones without weights)."""
+        labels = targets if layer.is_classifier else None
+        w = effective_weights(self.sample_weight, self.class_weight, labels, "GreedyLevelGrowth")
+        return np.ones(self.num_samples) if w is None else w
+
     def _targets(self, layer):
         if layer.is_classifier:
             return check_labels(self.y, layer.num_classes, "GreedyLevelGrowth")
@@ -146,11 +185,18 @@ class GreedyLevelGrowth(keras.callbacks.Callback):
         key = id(layer)
         if key not in self._fns:
             to_input = layer_input_fn(self.model, layer)
-            self._fns[key] = compiled(lambda x: layer.features(to_input(x), training=False))
+            if to_input is identity and layer.split_features is None:
+                self._fns[key] = None  # the features are the inputs: no model to run
+            else:
+                self._fns[key] = compiled(lambda x: layer.features(to_input(x), training=False), self.model)
         fn = self._fns[key]
-        out = [ops.convert_to_numpy(fn(ops.convert_to_tensor(self.x[sl])))
-               for sl in batches(self.num_samples, self.batch_size)]
-        feats = np.concatenate(out).astype(np.float64)
+        if fn is None:
+            x = np.asarray(ops.convert_to_numpy(self.x))
+            feats = x.reshape(self.num_samples, -1).astype(layer.variable_dtype).astype(np.float64)
+        else:
+            out = [ops.convert_to_numpy(fn(ops.convert_to_tensor(self.x[sl])))
+                   for sl in batches(self.num_samples, self.batch_size)]
+            feats = np.concatenate(out).astype(np.float64)
         if not np.all(np.isfinite(feats)):
             raise ValueError("GreedyLevelGrowth: the split features contain NaN or Inf")
         return feats
@@ -158,27 +204,28 @@ class GreedyLevelGrowth(keras.callbacks.Callback):
     def _stops(self, layer, feats, is_split):
         w = ops.convert_to_numpy(layer.effective_kernel())
         b = ops.convert_to_numpy(layer.split_bias)
+        route = _routing_fn()
         out = []
         for sl in batches(len(feats), self.batch_size):
-            node, _ = hard_route(feats[sl].astype(w.dtype), w, b, is_split, with_path_values=False)
-            out.append(ops.convert_to_numpy(node))
+            out.append(ops.convert_to_numpy(route(feats[sl].astype(w.dtype), w, b, is_split)))
         return np.concatenate(out)  # (n, T)
 
-    def _node_stats(self, layer, stops, targets):
-        """Per position: sample counts (T, N, K) for classes or (T, N, 1) for regression,
-        plus target sums / squared sums for regression."""
+    def _node_stats(self, layer, stops, targets, weights):
+        """Per position: weighted sample counts (T, N, K) for classes or (T, N, 1) for
+        regression, plus weighted target sums / squared sums for regression."""
         T, N = layer.num_trees, layer.num_positions
         flat = (stops + np.arange(T)[None] * N).ravel()
+        w = np.repeat(weights, T)
         if layer.is_classifier:
             K = layer.num_classes
             idx = flat * K + np.repeat(targets, T)
-            return np.bincount(idx, minlength=T * N * K).reshape(T, N, K).astype(np.float64), None
-        counts = np.bincount(flat, minlength=T * N).reshape(T, N, 1).astype(np.float64)
-        ys = np.repeat(targets, T, axis=0)
+            return np.bincount(idx, weights=w, minlength=T * N * K).reshape(T, N, K), None
+        counts = np.bincount(flat, weights=w, minlength=T * N).reshape(T, N, 1)
+        ys = np.repeat(targets, T, axis=0) * w[:, None]
         sums = np.zeros((T * N, targets.shape[1]))
         sq = np.zeros(T * N)
         np.add.at(sums, flat, ys)
-        np.add.at(sq, flat, (ys ** 2).sum(1))
+        np.add.at(sq, flat, (ys * np.repeat(targets, T, axis=0)).sum(1))
         return counts, (sums.reshape(T, N, -1), sq.reshape(T, N))
 
     # ---------------------------------------------------------------- edits
@@ -228,7 +275,7 @@ class GreedyLevelGrowth(keras.callbacks.Callback):
             "state": get(layer.node_state), "candidate": get(layer.candidate), "mask": get(layer.feature_mask),
             "kernel": get(layer.split_kernel), "bias": get(layer.split_bias), "gamma": get(layer.gamma),
             "epochs": get(layer.node_epochs), "attempts": get(layer.attempts), "gain": get(layer.candidate_gain),
-            "leaves": get(layer.leaf_values),
+            "leaves": layer.leaves_numpy(),
         }
 
     def _write(self, layer, a):
@@ -236,17 +283,18 @@ class GreedyLevelGrowth(keras.callbacks.Callback):
         for var, key in ((layer.node_state, "state"), (layer.candidate, "candidate"),
                          (layer.feature_mask, "mask"), (layer.split_kernel, "kernel"),
                          (layer.split_bias, "bias"), (layer.gamma, "gamma"), (layer.node_epochs, "epochs"),
-                         (layer.attempts, "attempts"), (layer.candidate_gain, "gain"),
-                         (layer.leaf_values, "leaves")):
+                         (layer.attempts, "attempts"), (layer.candidate_gain, "gain")):
             var.assign(a[key].astype(var.dtype))
+        layer.set_leaf_values(a["leaves"])
 
     # ------------------------------------------------------------ callbacks
     def on_train_begin(self, logs=None):
         self._fns = {}
-        for layer in end_to_end_layers(self.model, self.layer_names):
+        for layer in ensure_built(self.model, end_to_end_layers(self.model, self.layer_names), self.x):
             if int(ops.convert_to_numpy(layer.growth_phase)) in (PHASE_GROWING, PHASE_FINETUNING):
                 continue  # resume where a previous fit stopped
             targets = self._targets(layer)
+            weights = self._weights(layer, targets)
             feats = self._features(layer)
             a = self._read(layer)
             T = layer.num_trees
@@ -256,8 +304,8 @@ class GreedyLevelGrowth(keras.callbacks.Callback):
             a["epochs"][:] = 0
             a["gain"][:] = -np.inf
             stops = np.zeros((self.num_samples, T), dtype=np.int64)
-            counts, reg = self._node_stats(layer, stops, targets)
-            center = feats.mean(0)
+            counts, reg = self._node_stats(layer, stops, targets, weights)
+            center = np.average(feats, axis=0, weights=weights)
             for t in range(T):
                 value = self._node_value(layer, t, 0, counts, reg, a["leaves"][t, 0])
                 a["leaves"][t, 0] = value
@@ -281,11 +329,42 @@ class GreedyLevelGrowth(keras.callbacks.Callback):
             if phase == PHASE_GROWING and done >= self.epochs_per_level:
                 layer.phase_epoch.assign(0)
                 self._end_level(layer)
+                self._report(layer, epoch, logs, "level")
             elif phase == PHASE_FINETUNING and done >= self.finetune_epochs:
                 layer.growth_phase.assign(PHASE_DONE)
+                self._report(layer, epoch, logs, "finetuned")
         phases = [int(ops.convert_to_numpy(layer.growth_phase)) for layer in layers]
+        if logs is not None:
+            for layer, phase in zip(layers, phases):
+                prefix = "" if len(layers) == 1 else f"{layer.name}/"
+                logs[prefix + "growth_phase"] = float(phase)
+                logs[prefix + "num_leaves"] = float(layer.num_leaves().sum())
         if all(p in (PHASE_DONE, PHASE_IDLE) for p in phases):
             self.model.stop_training = True
+
+    def _report(self, layer, epoch, logs, event):
+        if not self.verbose:
+            return
+        leaves = layer.num_leaves()
+        parts = [f"GreedyLevelGrowth: epoch {epoch + 1}, {layer.name}"]
+        if event == "finetuned":
+            parts.append("finetuning done")
+        else:
+            phase = int(ops.convert_to_numpy(layer.growth_phase))
+            parts.append(f"depth {int(layer.tree_depths().max())}")
+            if phase == PHASE_FINETUNING:
+                parts.append("growth done, finetuning")
+            elif phase == PHASE_DONE:
+                parts.append("growth done")
+        parts.append(f"leaves {int(leaves.sum())}" + (f" ({leaves.min()}-{leaves.max()} per tree)"
+                                                       if len(leaves) > 1 else ""))
+        for key, value in sorted((logs or {}).items()):
+            if key == "loss" or key.startswith("val_"):
+                try:
+                    parts.append(f"{key} {float(value):.4f}")
+                except (TypeError, ValueError):
+                    pass
+        print(", ".join(parts), flush=True)
 
     def on_train_end(self, logs=None):
         for layer in end_to_end_layers(self.model, self.layer_names):
@@ -308,6 +387,7 @@ class GreedyLevelGrowth(keras.callbacks.Callback):
 
     def _end_level(self, layer):
         targets = self._targets(layer)
+        weights = self._weights(layer, targets)
         feats = self._features(layer)
         a = self._read(layer)
         state, I = a["state"], layer.num_internal
@@ -318,18 +398,20 @@ class GreedyLevelGrowth(keras.callbacks.Callback):
         # Route with the candidate (and waiting) stumps acting as splits, so the
         # counts at their children are the data each child would receive.
         stops = self._stops(layer, feats, (state[:, :I] == topology.SPLIT) | training | waiting)
-        counts, reg = self._node_stats(layer, stops, targets)
+        counts, reg = self._node_stats(layer, stops, targets, weights)
         T = layer.num_trees
         flat_stops = stops + np.arange(T)[None] * layer.num_positions
 
         flat_ids = flat_stops.ravel()
-        sums = np.stack([np.bincount(flat_ids, weights=np.repeat(feats[:, j], T), minlength=T * layer.num_positions)
+        w = np.repeat(weights, T)
+        sums = np.stack([np.bincount(flat_ids, weights=np.repeat(feats[:, j], T) * w,
+                                     minlength=T * layer.num_positions)
                          for j in range(feats.shape[1])], axis=1).reshape(T, layer.num_positions, -1)
         sizes = counts.sum(-1)
 
         def center_of(t, nodes):
             total = sum(sizes[t, c] for c in nodes)
-            return sum(sums[t, c] for c in nodes) / total if total > 0 else feats.mean(0)
+            return sum(sums[t, c] for c in nodes) / total if total > 0 else np.average(feats, axis=0, weights=weights)
 
         committed = []
         for t, n in zip(*np.nonzero(training)):
@@ -393,6 +475,26 @@ class GreedyLevelGrowth(keras.callbacks.Callback):
             self._start_finetune(layer)
         else:
             reset_optimizer(getattr(self.model, "optimizer", None))
+
+
+_ROUTING = {}
+
+
+def _routing_fn():
+    """Hard routing of NumPy arrays, compiled once per process (``jax.jit`` on JAX,
+    where op-by-op execution would compile every operation; the TensorFlow op
+    and PyTorch run eagerly)."""
+    backend = keras.backend.backend()
+    if backend not in _ROUTING:
+        def route(x, w, b, is_split):
+            return hard_route(x, w, b, is_split, with_path_values=False)[0]
+
+        if backend == "jax":
+            import jax
+
+            route = jax.jit(route)
+        _ROUTING[backend] = route
+    return _ROUTING[backend]
 
 
 def _positive(name, value):

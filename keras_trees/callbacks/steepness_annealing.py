@@ -26,7 +26,8 @@ class SteepnessAnnealing(keras.callbacks.Callback):
         increment: steepness increase per epoch (>= 0).
         max_gamma: optional cap.
         layers: optional layer name(s) to anneal (default: every
-            ``EndToEndTree``/``EndToEndForest`` in the model).
+            ``EndToEndTree``/``EndToEndForest`` in the model, also inside
+            nested sub-models).
 
     Example:
 
@@ -46,8 +47,18 @@ class SteepnessAnnealing(keras.callbacks.Callback):
         self.max_gamma = None if max_gamma is None else float(max_gamma)
         self.layer_names = layers
 
+    def on_train_begin(self, logs=None):
+        self._unbuilt = []
+
     def on_epoch_begin(self, epoch, logs=None):
+        self._unbuilt = []
         for layer in end_to_end_layers(self.model, self.layer_names):
+            if not layer.built:
+                # A subclassed model on TensorFlow is built by the first training
+                # step: its splits start at gamma0 (this epoch's value); the
+                # epoch is counted when it ends.
+                self._unbuilt.append(layer)
+                continue
             trained = trained_splits(layer)
             epochs = ops.convert_to_numpy(layer.node_epochs)
             gamma = np.array(ops.convert_to_numpy(layer.gamma))
@@ -57,6 +68,13 @@ class SteepnessAnnealing(keras.callbacks.Callback):
             gamma[trained] = new[trained]
             layer.gamma.assign(gamma)
             layer.node_epochs.assign(epochs + trained.astype(epochs.dtype))
+
+    def on_epoch_end(self, epoch, logs=None):
+        for layer in getattr(self, "_unbuilt", []):
+            if layer.built:
+                epochs = ops.convert_to_numpy(layer.node_epochs)
+                layer.node_epochs.assign(epochs + trained_splits(layer).astype(epochs.dtype))
+        self._unbuilt = []
 
     def get_config(self):
         return {"increment": self.increment, "max_gamma": self.max_gamma, "layers": self.layer_names}

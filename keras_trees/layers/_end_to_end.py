@@ -13,6 +13,7 @@ from keras import ops
 from keras_trees import topology
 from keras_trees.layers import _validation
 from keras_trees.layers._heap import HeapTreeMixin
+from keras_trees.layers._random import numpy_generator
 from keras_trees.ops import hard_routing, path_probabilities
 from keras_trees.layers._xla import XLACompatibility
 
@@ -22,6 +23,11 @@ MAX_DEPTH = 24
 TOPOLOGIES = ("perfect", "stump", "leaf")
 SPLIT_TYPES = ("oblique", "axis_aligned", "per_split")
 ROUTINGS = ("hard", "soft")
+LEAF_LEARNING = ("auto", "em", "gradient")
+# Which leaf table the model reads (the layer's ``leaf_mode`` variable).
+LEAVES_EM, LEAVES_GRADIENT = 0, 1
+# Smallest probability written into the leaf logits (log of 0 would be -inf).
+_MIN_PROBABILITY = 1e-30
 # Growth phases stored in the layer (written by GreedyLevelGrowth).
 PHASE_IDLE, PHASE_GROWING, PHASE_FINETUNING, PHASE_DONE = 0, 1, 2, 3
 
@@ -57,6 +63,7 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
         inference_routing="hard",
         split_regularizer=None,
         leaf_smoothing=1e-6,
+        leaf_learning="auto",
         seed=None,
         **kwargs,
     ):
@@ -103,8 +110,15 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
         self.leaf_smoothing = float(leaf_smoothing)
         if not (self.leaf_smoothing >= 0):
             raise ValueError(f"leaf_smoothing must be >= 0, got {leaf_smoothing}")
+        if leaf_learning not in LEAF_LEARNING:
+            raise ValueError(f"leaf_learning must be one of {LEAF_LEARNING}, got {leaf_learning!r}")
+        if leaf_learning == "em" and self.num_classes is None:
+            raise ValueError("leaf_learning='em' needs a classification layer (num_classes=...); "
+                             "regression leaves are trained by the optimizer")
+        self.leaf_learning = leaf_learning
         self.seed = seed
-        self._rng = np.random.default_rng(seed)
+        # seed=None follows keras.utils.set_random_seed (NumPy's global generator).
+        self._rng = numpy_generator(seed)
         self.input_spec = keras.layers.InputSpec(min_ndim=2)
 
     # ------------------------------------------------------------------ build
@@ -149,14 +163,19 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
         kernel, bias = self.draw_splits(mask)
         # split_regularizer is applied in call() to the splits being trained only:
         # committed (frozen) splits of a growing tree must not move.
-        self.split_kernel = self.add_weight(name="split_kernel", shape=(T, I, q), initializer=_const(kernel))
-        self.split_bias = self.add_weight(name="split_bias", shape=(T, I), initializer=_const(bias))
+        # Float variables are never autocast: routing is computed in the variable
+        # dtype (float32) under mixed precision (see ``call``).
+        float_var = dict(autocast=False)
+        self.split_kernel = self.add_weight(
+            name="split_kernel", shape=(T, I, q), initializer=_const(kernel), **float_var
+        )
+        self.split_bias = self.add_weight(name="split_bias", shape=(T, I), initializer=_const(bias), **float_var)
         self.feature_mask = self.add_weight(
-            name="feature_mask", shape=(T, I, q), initializer=_const(mask), trainable=False
+            name="feature_mask", shape=(T, I, q), initializer=_const(mask), trainable=False, **float_var
         )
         self.gamma = self.add_weight(
             name="gamma", shape=(T, I), initializer=keras.initializers.Constant(self.initial_gamma),
-            trainable=False,
+            trainable=False, **float_var
         )
         if self.initial_topology == "perfect":
             state = topology.perfect(T, self.max_depth)
@@ -171,19 +190,35 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
         self.attempts = self.add_weight(name="attempts", shape=(T, I), initializer="zeros", **int_var)
         self.candidate_gain = self.add_weight(
             name="candidate_gain", shape=(T, I), initializer=keras.initializers.Constant(-np.inf),
-            trainable=False,
+            trainable=False, **float_var
         )
         self.growing = self.add_weight(name="growing", shape=(), initializer="zeros", **int_var)
         self.growth_phase = self.add_weight(name="growth_phase", shape=(), initializer="zeros", **int_var)
         self.phase_epoch = self.add_weight(name="phase_epoch", shape=(), initializer="zeros", **int_var)
         K = self.output_dim
         if self.is_classifier:
-            self.leaf_values = self.add_weight(
+            # Two pre-allocated leaf tables, selected by ``leaf_mode`` (callbacks
+            # switch it with assign; no variable is ever added while training):
+            # ``leaf_table`` holds the class distributions the EM M-step (Eq. 13)
+            # writes, ``leaf_logits`` the trainable logits whose softmax is the
+            # gradient-trained distribution. Writes through ``set_leaf_values``
+            # keep both consistent.
+            self.leaf_table = self.add_weight(
                 name="leaf_values", shape=(T, N, K), initializer=keras.initializers.Constant(1.0 / K),
-                trainable=False,
+                trainable=False, **float_var
+            )
+            self.leaf_logits = self.add_weight(
+                name="leaf_logits", shape=(T, N, K), initializer="zeros",
+                trainable=self.leaf_learning != "em", **float_var
+            )
+            mode = LEAVES_EM if self.leaf_learning == "em" else LEAVES_GRADIENT
+            self.leaf_mode = self.add_weight(
+                name="leaf_mode", shape=(), initializer=keras.initializers.Constant(mode), **int_var
             )
         else:
-            self.leaf_values = self.add_weight(name="leaf_values", shape=(T, N, K), initializer="zeros")
+            self.leaf_table = self.add_weight(
+                name="leaf_values", shape=(T, N, K), initializer="zeros", **float_var
+            )
         self.input_spec = keras.layers.InputSpec(min_ndim=2, axes={-1: input_shape[-1]})
 
     # ------------------------------------------------- random split parameters
@@ -244,9 +279,17 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
         if self.split_features is not None:
             x = self.split_features(x, training=training)
         x = ops.convert_to_tensor(x)
-        if not keras.backend.is_float_dtype(x.dtype):
-            x = ops.cast(x, self.compute_dtype)
+        # Routing runs in the variable dtype (float32 under mixed precision):
+        # float16 split values overflow and bfloat16 ones are too coarse.
+        if keras.backend.standardize_dtype(x.dtype) != self.variable_dtype:
+            x = ops.cast(x, self.variable_dtype)
         return ops.reshape(x, (-1, self.feature_dim))
+
+    @property
+    def input_dtype(self):
+        # Inputs are not cast to a (mixed) compute dtype on the way in: the splits
+        # read them in the variable dtype (a split feature model casts for itself).
+        return self.variable_dtype
 
     def effective_kernel(self):
         return self.split_kernel * ops.cast(self.feature_mask, self.split_kernel.dtype)
@@ -259,8 +302,70 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
         trained = ops.where(self.growing > 0, candidate, ops.equal(state, topology.SPLIT))
         return self.effective_kernel() * ops.cast(trained, self.split_kernel.dtype)[..., None]
 
+    # ---------------------------------------------------------------- leaves
+    @property
+    def leaf_values(self):
+        """Leaf outputs ``(num_trees, 2**(D+1) - 1, K)`` the model uses.
+
+        Classification: class distributions, read from the EM table
+        (``leaf_table``) or the softmax of the trainable ``leaf_logits``,
+        whichever ``leaf_mode`` selects (a tensor; write with
+        :meth:`set_leaf_values`). Regression: the trainable ``leaf_table``
+        variable itself.
+        """
+        return self._leaves()
+
+    def _leaves(self):
+        if not self.is_classifier:
+            return self.leaf_table
+        return ops.where(
+            ops.equal(ops.convert_to_tensor(self.leaf_mode), LEAVES_GRADIENT),
+            ops.softmax(ops.convert_to_tensor(self.leaf_logits), axis=-1),
+            ops.convert_to_tensor(self.leaf_table),
+        )
+
     def _flat_leaves(self, dtype):
-        return ops.cast(ops.reshape(self.leaf_values, (self.num_trees * self.num_positions, -1)), dtype)
+        return ops.cast(ops.reshape(self._leaves(), (self.num_trees * self.num_positions, -1)), dtype)
+
+    def leaves_numpy(self):
+        """The leaf outputs as a float64 NumPy array."""
+        return np.array(ops.convert_to_numpy(ops.stop_gradient(self._leaves())), dtype=np.float64)
+
+    def set_leaf_values(self, values, mask=None):
+        """Writes leaf outputs (class distributions or regression values).
+
+        ``mask`` ``(num_trees, positions)`` limits the write to some positions.
+        For classifiers both leaf tables are written (the distributions and their
+        logarithms as logits), so the model predicts them whichever table
+        ``leaf_mode`` selects.
+        """
+        values = np.asarray(values, dtype=np.float64).reshape(tuple(self.leaf_table.shape))
+        if mask is not None:
+            mask = np.asarray(mask, bool).reshape(values.shape[:2])
+            values = np.where(mask[..., None], values, self.leaves_numpy())
+        self.leaf_table.assign(values.astype(self.leaf_table.dtype))
+        if self.is_classifier:
+            logits = np.log(np.maximum(values, _MIN_PROBABILITY))
+            self.leaf_logits.assign(logits.astype(self.leaf_logits.dtype))
+
+    def use_em_leaves(self):
+        """Starts EM leaf learning: the model reads the EM table, which takes over
+        the current leaves (also those the optimizer learnt). Called by
+        :class:`~keras_trees.callbacks.EMLeafUpdate` when training begins."""
+        if not self.is_classifier or self.leaf_learning == "gradient":
+            raise ValueError(
+                f"{self.name}: EM leaf updates need a classification layer with leaf_learning "
+                f"'auto' or 'em', got {'units=' + str(self.units) if not self.is_classifier else self.leaf_learning!r}"
+            )
+        self.set_leaf_values(self.leaves_numpy())
+        self.leaf_mode.assign(LEAVES_EM)
+
+    def end_em_leaves(self):
+        """Ends EM leaf learning: ``leaf_learning="auto"`` layers go back to
+        gradient-trained leaves, starting from the EM distributions."""
+        if self.is_classifier and self.leaf_learning == "auto":
+            self.set_leaf_values(self.leaves_numpy())
+            self.leaf_mode.assign(LEAVES_GRADIENT)
 
     # Heaps up to this many positions per tree use the dense level-by-level
     # computation; deeper (typically sparse) trees evaluate present nodes only.
@@ -276,7 +381,8 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
             mu = path_probabilities.heap_leaf_probabilities(
                 feats, self.effective_kernel(), self.split_bias, self.gamma, self.node_state
             )
-            return ops.einsum("btn,tnk->bk", mu, ops.cast(self.leaf_values, feats.dtype)) / self.num_trees
+            leaves = ops.cast(self._leaves(), feats.dtype)
+            return ops.einsum("btn,tnk->bk", mu, leaves) / self.num_trees
         leaf_ids, log_mu = path_probabilities.soft_leaf_log_probabilities(
             feats, self.effective_kernel(), self.split_bias, self.gamma, self.node_state
         )
@@ -332,17 +438,19 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
         if training and self.split_regularizer is not None:
             self.add_loss(self.split_regularizer(self.trained_kernel()))
         if training:
-            return ops.cond(
+            out = ops.cond(
                 self.growing > 0,
                 lambda: self.growth_posterior(feats),
                 lambda: self.soft_posterior(feats),
             )
-        routing = routing or self.inference_routing
-        if routing not in ROUTINGS:
-            raise ValueError(f"routing must be one of {ROUTINGS}, got {routing!r}")
-        if routing == "soft":
-            return self.soft_posterior(feats)
-        return self.hard_posterior(feats)
+        else:
+            routing = routing or self.inference_routing
+            if routing not in ROUTINGS:
+                raise ValueError(f"routing must be one of {ROUTINGS}, got {routing!r}")
+            out = self.soft_posterior(feats) if routing == "soft" else self.hard_posterior(feats)
+        # Computed in the variable dtype, returned in the compute dtype (Keras'
+        # mixed precision convention).
+        return ops.cast(out, self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
         return (input_shape[0], self.output_dim)
@@ -352,19 +460,28 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
         return self(inputs, training=False, routing=routing)
 
     # ------------------------------------------------------------ statistics
-    def em_statistics(self, inputs, labels):
-        """E-step (Eq. 10) for a batch: ``sum_n 1(y_n = k) h_{n,l}`` per leaf position.
+    def em_statistics(self, inputs, labels, sample_weight=None, branch=None):
+        """E-step (Eq. 10) for a batch: ``sum_n w_n 1(y_n = k) h_{n,l}`` per leaf position.
 
         Uses the training-time model (the greedy-growth model while growing).
-        Returns a ``(num_trees * positions, num_classes)`` tensor; responsibilities
-        are normalized over all leaves of all trees (the forest's likelihood,
-        Eq. 20 inside Eq. 4; for a single tree this is exactly Eq. 10).
+        Returns a ``(num_trees * positions, num_classes)`` tensor in the
+        variable dtype (also under mixed precision); responsibilities are
+        normalized over all leaves of all trees (the forest's likelihood, Eq. 20
+        inside Eq. 4; for a single tree this is exactly Eq. 10). ``sample_weight``
+        ``(batch,)`` weights each sample's counts (``w_n = 1`` without it).
+        ``branch`` (``"growth"`` or ``"soft"``) picks the training-time model in
+        Python instead of by the ``growing`` variable (callers that know it
+        compile only that branch).
         """
         if not self.is_classifier:
             raise ValueError("EM leaf updates need a classification layer (num_classes=...)")
         feats = self.features(inputs, training=False)
         y = ops.cast(ops.reshape(labels, (-1,)), "int32")
         onehot = ops.one_hot(y, self.num_classes, dtype=feats.dtype)
+        # Responsibilities use the one-hot labels; counts add them up weighted.
+        counted = onehot
+        if sample_weight is not None:
+            counted = onehot * ops.reshape(ops.cast(sample_weight, feats.dtype), (-1, 1))
         total = self.num_trees * self.num_positions
         T = float(self.num_trees)
         leaves = self._flat_leaves(feats.dtype)
@@ -373,11 +490,11 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
             mu = path_probabilities.heap_leaf_probabilities(
                 feats, self.effective_kernel(), self.split_bias, self.gamma, self.node_state
             )
-            values = ops.cast(self.leaf_values, feats.dtype)
+            values = ops.cast(self._leaves(), feats.dtype)
             pi_y = ops.einsum("tnk,bk->btn", values, onehot)
             p_y = ops.sum(mu * pi_y, axis=(1, 2)) / T
             h = mu * pi_y / (T * ops.maximum(p_y, 1e-30))[:, None, None]
-            return ops.reshape(ops.einsum("btn,bk->tnk", h, onehot), (total, self.num_classes))
+            return ops.reshape(ops.einsum("btn,bk->tnk", h, counted), (total, self.num_classes))
 
         def soft():
             if self._dense_soft:
@@ -390,7 +507,7 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
             p_y = ops.sum(ops.matmul(mu, values) * onehot, axis=1) / T
             pi_y = ops.transpose(ops.take(ops.transpose(values), y, axis=0))  # (L, B)
             h = ops.transpose(pi_y) * mu / (T * ops.maximum(p_y, 1e-30)[:, None])
-            counts = ops.matmul(ops.transpose(h), onehot)
+            counts = ops.matmul(ops.transpose(h), counted)
             return ops.scatter(leaf_ids[:, None], counts, (total, self.num_classes))
 
         def growth():
@@ -406,11 +523,17 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
             norm = 1.0 / (T * ops.maximum(p_y, 1e-30))[:, None]
             idx = ops.concatenate([ops.reshape(i, (-1, 1)) for i in (left_idx, right_idx, own_idx)], 0)
             val = ops.concatenate(
-                [ops.reshape((h * norm)[..., None] * onehot[:, None, :], (-1, self.num_classes))
+                [ops.reshape((h * norm)[..., None] * counted[:, None, :], (-1, self.num_classes))
                  for h in (h_left, h_right, h_own)], 0,
             )
             return ops.scatter(idx, val, (total, self.num_classes))
 
+        if branch == "growth":
+            return growth()
+        if branch == "soft":
+            return soft()
+        if branch is not None:
+            raise ValueError(f"branch must be 'growth', 'soft' or None, got {branch!r}")
         return ops.cond(self.growing > 0, growth, soft)
 
     def em_update_mask(self):
@@ -435,9 +558,9 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
         ok = mask & (total[..., 0] > 0)
         smoothed = counts + self.leaf_smoothing * total / self.num_classes
         new = smoothed / np.maximum(smoothed.sum(-1, keepdims=True), 1e-300)
-        values = np.array(ops.convert_to_numpy(self.leaf_values), dtype=np.float64)
+        values = self.leaves_numpy()
         values[ok] = new[ok]
-        self.leaf_values.assign(values.astype(self.leaf_values.dtype))
+        self.set_leaf_values(values)
         return int(ok.sum())
 
     def num_leaves(self):
@@ -474,10 +597,25 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
                 "inference_routing": self.inference_routing,
                 "split_regularizer": ser(self.split_regularizer),
                 "leaf_smoothing": self.leaf_smoothing,
+                "leaf_learning": self.leaf_learning,
                 "seed": self.seed,
             }
         )
         return config
+
+    def load_own_variables(self, store):
+        # Classifiers saved before the gradient leaf table existed hold 13
+        # variables (no leaf_logits, no leaf_mode): load them and derive the rest.
+        names = ("split_kernel", "split_bias", "feature_mask", "gamma", "node_state", "candidate",
+                 "node_epochs", "attempts", "candidate_gain", "growing", "growth_phase",
+                 "phase_epoch", "leaf_table")
+        if self.is_classifier and len(store.keys()) == len(names):
+            for i, name in enumerate(names):
+                getattr(self, name).assign(store[f"{i}"])
+            self.set_leaf_values(np.asarray(store[f"{len(names) - 1}"]))
+            self.leaf_mode.assign(LEAVES_EM if self.leaf_learning == "em" else LEAVES_GRADIENT)
+            return
+        super().load_own_variables(store)
 
     @classmethod
     def from_config(cls, config):

@@ -22,12 +22,18 @@ class EndToEndTree(EndToEndTreesBase):
     ``call(x, routing="soft")``.
 
     Classification leaves hold categorical distributions (outputs are class
-    probabilities; train with ``SparseCategoricalCrossentropy()``) learned by
-    the closed-form EM update of Eq. 13 (:class:`keras_trees.callbacks.EMLeafUpdate`),
-    while the optimizer updates the splits (Eq. 14: the gradient of the
-    log-likelihood with respect to the splits equals the gradient of Eq. 14 at
-    the current responsibilities). Regression leaves (``units=...``) are
-    trained by the optimizer. The topology (:mod:`keras_trees.topology`) is a
+    probabilities; train with ``SparseCategoricalCrossentropy()``). With
+    :class:`keras_trees.callbacks.EMLeafUpdate` they are learned by the
+    closed-form EM update of Eq. 13 while the optimizer updates the splits
+    (Eq. 14: the gradient of the log-likelihood with respect to the splits
+    equals the gradient of Eq. 14 at the current responsibilities). Without
+    the callback (plain ``fit``, scikit-learn wrappers, ...) the optimizer
+    trains them too, as the softmax of trainable logits (``leaf_learning``).
+    Regression leaves (``units=...``) are trained by the optimizer.
+
+    Mixed precision: the layer routes in its variable dtype (float32) under
+    ``mixed_float16``/``mixed_bfloat16`` policies (inputs are cast to it) and
+    returns outputs in the compute dtype. The topology (:mod:`keras_trees.topology`) is a
     heap of maximum depth ``max_depth`` held in Keras variables;
     :class:`keras_trees.callbacks.GreedyLevelGrowth` grows it from a root stump
     (Section 2.5) and :class:`keras_trees.callbacks.SteepnessAnnealing` raises
@@ -36,8 +42,11 @@ class EndToEndTree(EndToEndTreesBase):
     Variables (per position of the heap, see :mod:`keras_trees.topology`):
     ``split_kernel`` ``(1, 2**D - 1, q)``, ``split_bias`` ``(1, 2**D - 1)``,
     ``feature_mask`` (which features each split may use), ``gamma`` (steepness
-    per split), ``node_state`` (topology), ``leaf_values``
-    ``(1, 2**(D+1) - 1, K)``, and growth bookkeeping (``candidate``,
+    per split), ``node_state`` (topology), the leaves ``(1, 2**(D+1) - 1, K)``
+    (classification: ``leaf_table``, the EM distributions, and the trainable
+    ``leaf_logits``, selected by ``leaf_mode``; read the leaves in use with the
+    ``leaf_values`` property, write them with ``set_leaf_values``; regression:
+    the trainable ``leaf_table``), and growth bookkeeping (``candidate``,
     ``node_epochs``, ``attempts``, ``candidate_gain``, ``growing``,
     ``growth_phase``, ``phase_epoch``). All are allocated when the layer is built;
     growth only assigns values.
@@ -63,6 +72,13 @@ class EndToEndTree(EndToEndTreesBase):
             :class:`keras_trees.regularizers.SpatialLaplacian` (Eq. 15).
         leaf_smoothing: pseudo-count (relative to a leaf's data mass) that keeps
             EM leaf probabilities away from exactly 0.
+        leaf_learning: how classification leaves learn: ``"em"`` (only by
+            ``EMLeafUpdate``; a ``fit`` without it leaves them unchanged),
+            ``"gradient"`` (by the optimizer, as trainable logits; ``EMLeafUpdate``
+            refuses the layer) or ``"auto"`` (default: by EM during a ``fit``
+            with ``EMLeafUpdate``, which takes over the current leaves and hands
+            its result back to the logits when training ends; by the optimizer
+            in every other ``fit``).
         seed: seed of the random split directions (unit sphere) and feature subsets.
 
     Example:

@@ -15,7 +15,8 @@ class EndToEndTreeHyperModel(TreeHyperModel):
     also ``num_trees`` and ``features_per_split``.
 
     ``fit`` adds :class:`GreedyLevelGrowth`, :class:`EMLeafUpdate` (classification)
-    and :class:`SteepnessAnnealing` on the training data of the trial and runs
+    and :class:`SteepnessAnnealing` on the training data of the trial (with the
+    ``sample_weight``/``class_weight`` given to ``search``, if any) and runs
     for ``growth.max_epochs(max_depth)`` epochs (growth and finetuning stop the
     trial themselves); the ``epochs`` given to ``search`` are ignored.
     """
@@ -53,10 +54,12 @@ class EndToEndTreeHyperModel(TreeHyperModel):
 
     def fit(self, hp, model, x=None, y=None, *args, callbacks=None, epochs=None, **kwargs):
         kwargs.pop("batch_size", None)  # tuned
-        growth = GreedyLevelGrowth(x, y, epochs_per_level=hp.get("epochs_per_level"))
+        # The weights given to search() weight the leaf statistics too.
+        weights = {"sample_weight": kwargs.get("sample_weight"), "class_weight": kwargs.get("class_weight")}
+        growth = GreedyLevelGrowth(x, y, epochs_per_level=hp.get("epochs_per_level"), **weights)
         ours = [growth, SteepnessAnnealing(hp.get("annealing"))]
         if self.num_classes is not None:
-            ours.insert(1, EMLeafUpdate(x, y))
+            ours.insert(1, EMLeafUpdate(x, y, **weights))
         return model.fit(x, y, *args, batch_size=hp.get("batch_size"),
                          callbacks=list(callbacks or []) + ours,
                          epochs=growth.max_epochs(hp.get("max_depth")), **kwargs)

@@ -4,6 +4,7 @@ import copy
 
 import keras
 import numpy as np
+import pytest
 
 from keras_trees.callbacks import EMLeafUpdate, GreedyLevelGrowth, SteepnessAnnealing
 from keras_trees.callbacks._common import reset_optimizer
@@ -55,3 +56,38 @@ def test_reset_optimizer_keeps_learning_rate(rng):
     assert int(opt.iterations.numpy()) == 0
     assert float(opt.learning_rate.numpy()) == np.float32(0.123)
     assert all(np.all(np.asarray(m) == 0) for m in opt._momentums + opt._velocities)
+
+
+def test_reset_optimizer_keeps_the_loss_scale_of_mixed_float16():
+    # Growth resets the optimizer at every level; zeroing a LossScaleOptimizer's
+    # dynamic scale made mixed_float16 training NaN.
+    v = keras.Variable(np.ones(3, "float32"))
+    opt = keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam(0.1))
+    opt.apply_gradients([(np.ones(3, "float32"), v)])
+    scale = float(opt.dynamic_scale.numpy())
+    assert int(opt.iterations.numpy()) == 1 and scale > 0
+    reset_optimizer(opt)
+    assert float(opt.dynamic_scale.numpy()) == scale
+    assert int(opt.iterations.numpy()) == 0
+    inner = opt.inner_optimizer
+    assert all(np.all(np.asarray(m) == 0) for m in inner._momentums + inner._velocities)
+
+
+def test_callback_configs_and_deep_copies_keep_weights(rng):
+    x = rng.normal(size=(10, 2)).astype("float32")
+    y = np.arange(10) % 2
+    w = np.arange(10, dtype="float32")
+    g = GreedyLevelGrowth(x, y, epochs_per_level=2, sample_weight=w, verbose=1, class_weight=None)
+    config = g.get_config()
+    assert config["verbose"] == 1 and config["class_weight"] is None
+    clone = copy.deepcopy(g)
+    np.testing.assert_array_equal(clone.sample_weight, w)
+    em = EMLeafUpdate(x, y, class_weight={0: 2.0, 1: 0.5})
+    assert em.get_config()["class_weight"] == {"0": 2.0, "1": 0.5}
+    assert copy.deepcopy(em).class_weight == {0: 2.0, 1: 0.5}
+    clone = GreedyLevelGrowth(x, y, **(GreedyLevelGrowth(x, y, class_weight={1: 3.0}).get_config()))
+    assert clone.class_weight == {1: 3.0}  # JSON string keys are read back
+    with pytest.raises(ValueError, match="finite and >= 0"):
+        EMLeafUpdate(x, y, sample_weight=-w)
+    with pytest.raises(ValueError, match="integer class ids"):
+        EMLeafUpdate(x, y, class_weight={"a": 1.0})

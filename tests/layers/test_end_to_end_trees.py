@@ -25,7 +25,7 @@ def test_em_update_equals_closed_form(rng):
     x, y = blobs(rng, 60)
     tree = EndToEndTree(max_depth=2, num_classes=4, seed=1)
     model = model_for(tree, 2)
-    tree.leaf_values.assign(rng.dirichlet(np.ones(4), size=(1, 7)).astype("float32"))
+    tree.set_leaf_values(rng.dirichlet(np.ones(4), size=(1, 7)).astype("float32"))
     tree.gamma.assign(np.array([[0.7, 1.3, 2.0]], "float32"))
     w, b = np.asarray(tree.effective_kernel())[0], np.asarray(tree.split_bias)[0]
     g, pi = np.asarray(tree.gamma)[0], np.asarray(tree.leaf_values)[0].astype(np.float64)
@@ -46,7 +46,7 @@ def test_deterministic_model_equals_probabilistic_as_gamma_grows(rng):
     x, y = blobs(rng, 200)
     forest = EndToEndForest(num_trees=3, max_depth=3, num_classes=4, seed=2)
     model_for(forest, 2)
-    forest.leaf_values.assign(rng.dirichlet(np.ones(4), size=(3, 15)).astype("float32"))
+    forest.set_leaf_values(rng.dirichlet(np.ones(4), size=(3, 15)).astype("float32"))
     hard = np.asarray(forest(x, training=False))
     gaps = []
     for gamma in (1.0, 10.0, 1000.0):
