@@ -33,9 +33,13 @@ def main(argv):
         cmd = [sys.executable, "-m", "pytest", *RUNS[backend], *argv]
         print(f"\n=== KERAS_BACKEND={backend}: {' '.join(cmd[1:])}", flush=True)
         start = time.time()
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
-        sys.stdout.write(proc.stdout)
-        tail = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
+        tail = ""
+        with subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True) as proc:
+            for line in proc.stdout:  # streamed, and the closing line kept for the totals
+                sys.stdout.write(line)
+                sys.stdout.flush()
+                if line.strip():
+                    tail = line
         for count, word in re.findall(r"(\d+) (passed|failed|skipped|error)", tail):
             totals[word] += int(count)
         print(f"=== KERAS_BACKEND={backend}: exit {proc.returncode} in {time.time() - start:.0f} s", flush=True)
