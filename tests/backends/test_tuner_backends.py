@@ -37,7 +37,10 @@ def test_search_and_reload_best_model(family, tmp_path):
                             directory=str(tmp_path), project_name=family)
     tuner.search(x[:90], y[:90], validation_data=(x[90:], y[90:]), epochs=2, verbose=0)
     assert len([t for t in tuner.oracle.trials.values() if t.status == "COMPLETED"]) == 2
-    expected = tuner.get_best_models(1)[0].predict(x, verbose=0)
+    # Reload one named trial: with tied scores (tiny validation sets) the best
+    # trial of the in-memory oracle and of a reloaded one may differ.
+    trial_id = tuner.oracle.get_best_trials(1)[0].trial_id
+    expected = tuner.load_model(tuner.oracle.get_trial(trial_id)).predict(x, verbose=0)
     assert expected.shape == (120, 3) and np.all(np.isfinite(expected))
     np.save(tmp_path / "x.npy", x)
     np.save(tmp_path / "expected.npy", expected)
@@ -49,7 +52,7 @@ from keras_trees import tuner as kt_tuner
 hm = eval({HYPERMODELS[family]!r}, vars(kt_tuner))
 tuner = kt.RandomSearch(hm, objective="val_accuracy", max_trials=2, seed=0,
                         directory={str(tmp_path)!r}, project_name={family!r}, overwrite=False)
-model = tuner.get_best_models(1)[0]
+model = tuner.load_model(tuner.oracle.get_trial({trial_id!r}))
 x = np.load({os.path.join(str(tmp_path), "x.npy")!r})
 expected = np.load({os.path.join(str(tmp_path), "expected.npy")!r})
 print("identical predictions =", np.array_equal(model.predict(x, verbose=0), expected))
