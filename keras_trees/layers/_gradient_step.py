@@ -108,7 +108,10 @@ def make_train_step(loss_fn, trainable_variables, optimizer, state_variables=())
         return _jax_step(loss_fn, trainable, optimizer, state)
     if backend == "torch":
         return _torch_step(loss_fn, trainable, optimizer)
-    raise NotImplementedError(f"make_train_step does not support the {backend!r} backend")
+    raise ValueError(
+        f"training outside model.fit needs the tensorflow, jax or torch Keras backend, not {backend!r} "
+        "(the numpy and openvino backends cannot compute gradients)"
+    )
 
 
 def _tensorflow_step(loss_fn, trainable, optimizer):
