@@ -74,7 +74,12 @@ def tune_tree(out, quick):
     tuner = kt.RandomSearch(hypermodel, objective="val_accuracy", max_trials=2 if quick else 10, seed=0,
                             directory=out, project_name="tree_wine", overwrite=True)
     tuner.search(x_tr, y_tr, validation_data=(x_val, y_val), verbose=0)
-    model = tuner.get_best_models(1)[0]
+    # Trials may tie on a small validation set, and a reloaded oracle may order ties
+    # differently: remember the best trial by its id.
+    [best_trial] = tuner.oracle.get_best_trials(1)
+    model = tuner.load_model(best_trial)
+    with open(os.path.join(out, "best_tree_trial_id.txt"), "w") as f:
+        f.write(best_trial.trial_id)
     print("tree best hyperparameters:", tuner.get_best_hyperparameters(1)[0].values)
     print(f"tree test accuracy {np.mean(model.predict(x_te, verbose=0).argmax(1) == y_te):.3f}")
     np.save(os.path.join(out, "x_test.npy"), x_te)
@@ -100,7 +105,8 @@ hm = EndToEndTreeHyperModel(input_shape=(13,), num_classes=3, max_depth=4, epoch
                             batch_sizes=(32, 64))
 tuner = kt.RandomSearch(hm, objective="val_accuracy", max_trials=1, directory={out!r},
                         project_name="tree_wine", overwrite=False)
-model = tuner.get_best_models(1)[0]
+trial_id = open({os.path.join(out, "best_tree_trial_id.txt")!r}).read().strip()
+model = tuner.load_model(tuner.oracle.get_trial(trial_id))
 x = np.load({os.path.join(out, "x_test.npy")!r})
 print(np.array_equal(model.predict(x, verbose=0), np.load({os.path.join(out, "best_tree_predictions.npy")!r})))
 """
