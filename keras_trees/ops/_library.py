@@ -1,6 +1,14 @@
-"""Loading of the compiled op library and the switch between it and the reference path."""
+"""Loading of the compiled kernels and the switch between them and the reference path.
+
+Two bindings of the same kernel cores exist: TensorFlow custom ops (TensorFlow
+backend) and XLA FFI handlers (JAX backend). :func:`load` builds and loads the
+one of the active Keras backend; :func:`binding` returns the backend's wrapper
+module of an op family (``keras_trees.ops._tf_<family>`` or ``_jax_<family>``).
+The PyTorch backend runs the ``keras.ops`` reference path.
+"""
 
 import contextlib
+import importlib
 import os
 import threading
 import warnings
@@ -8,6 +16,18 @@ import warnings
 import keras
 
 _DISABLE_ENV = "KERAS_TREES_DISABLE_CUSTOM_OPS"
+# Backends with compiled kernels -> prefix of their wrapper modules.
+_BINDINGS = {"tensorflow": "tf", "jax": "jax"}
+# The XLA FFI handlers exported by the JAX library (custom_ops/xla/).
+_FFI_TARGETS = (
+    "KerasTreesSoftTreeEnsemble",
+    "KerasTreesSoftTreeEnsembleGrad",
+    "KerasTreesHingeForest",
+    "KerasTreesHingeForestGrad",
+    "KerasTreesHardRouting",
+    "KerasTreesHardRoutingExperts",
+    "KerasTreesLossAugmentedInference",
+)
 _lock = threading.Lock()
 _state = {"loaded": None, "module": None, "error": None, "warned": False}
 _local = threading.local()
@@ -18,7 +38,8 @@ def _env_disabled():
 
 
 def load():
-    """Builds (if needed) and loads the op library; returns True on success.
+    """Builds (if needed) and loads the kernels of the active Keras backend;
+    returns True on success.
 
     Never raises: failures are recorded, reported once with a warning, and the
     library keeps working through the ``keras.ops`` reference path.
@@ -26,32 +47,51 @@ def load():
     with _lock:
         if _state["loaded"] is not None:
             return _state["loaded"]
-        if keras.backend.backend() != "tensorflow":
-            _state["error"] = f"the Keras backend is {keras.backend.backend()!r}, not 'tensorflow'"
+        backend = keras.backend.backend()
+        if backend not in _BINDINGS:
+            _state["error"] = f"the Keras backend is {backend!r}; compiled kernels exist for TensorFlow and JAX"
         elif _env_disabled():
             _state["error"] = f"{_DISABLE_ENV} is set"
         else:
             try:
-                import tensorflow as tf
-
                 from keras_trees import _build
 
-                path = _build.build()
-                _state["module"] = tf.load_op_library(str(path))
-                _register_gradients()
+                path = _build.build(framework=backend)
+                _state["module"] = _load_tensorflow(path) if backend == "tensorflow" else _load_jax(path)
             except Exception as exc:  # noqa: BLE001 - any failure means fall back
                 _state["error"] = f"{type(exc).__name__}: {exc}"
         _state["loaded"] = _state["module"] is not None
-        expected = _env_disabled() or keras.backend.backend() != "tensorflow"
+        expected = _env_disabled() or backend not in _BINDINGS
         if not _state["loaded"] and not expected and not _state["warned"]:
             _state["warned"] = True
             warnings.warn(
-                "keras-trees: custom ops unavailable, using the slower keras.ops reference "
+                "keras-trees: compiled kernels unavailable, using the slower keras.ops reference "
                 f"path ({_state['error']}).",
                 RuntimeWarning,
                 stacklevel=3,
             )
         return _state["loaded"]
+
+
+def _load_tensorflow(path):
+    import tensorflow as tf
+
+    module = tf.load_op_library(str(path))
+    _register_gradients()
+    return module
+
+
+def _load_jax(path):
+    """Loads the XLA FFI library and registers its handlers for the CPU."""
+    import ctypes
+
+    import jax
+    import jax.ffi
+
+    library = ctypes.cdll.LoadLibrary(str(path))
+    for name in _FFI_TARGETS:
+        jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(library, name)), platform="cpu")
+    return library
 
 
 def _register_gradients():
@@ -73,7 +113,7 @@ def load_error():
 
 
 def module():
-    """The loaded op module (raises if unavailable)."""
+    """The loaded TensorFlow op module or JAX ctypes library (raises if unavailable)."""
     if not load():
         raise RuntimeError(f"keras-trees custom ops are unavailable: {_state['error']}")
     return _state["module"]
@@ -123,6 +163,20 @@ def _target_is_cpu():
     return "CPU" in _requested_device().upper()
 
 
+def binding(family):
+    """The active backend's wrapper module of an op family, e.g. ``binding("hinge")``
+    is ``keras_trees.ops._tf_hinge`` on TensorFlow and ``_jax_hinge`` on JAX."""
+    prefix = _BINDINGS[keras.backend.backend()]
+    return importlib.import_module(f"keras_trees.ops._{prefix}_{family}")
+
+
+def _jax_on_cpu():
+    """The kernels have CPU handlers only: on a JAX GPU/TPU the reference runs there."""
+    import jax
+
+    return jax.default_backend() == "cpu"
+
+
 def kernels_block_xla():
     """True when keras-trees layers call custom ops that XLA cannot compile: the
     TensorFlow backend with the op library loaded (layers then report
@@ -133,14 +187,18 @@ def kernels_block_xla():
 def custom_ops_available():
     """True when op calls made here and now run the compiled kernels.
 
-    That needs the TensorFlow backend, the loaded op library, no
-    :func:`reference_only` context, no XLA compilation in progress (inside
-    ``tf.function(jit_compile=True)`` the XLA-compatible ``keras.ops`` path is
-    traced instead) and CPU placement (on a GPU the ``keras.ops`` path runs on
-    the GPU). :func:`execution_report` says the same in words.
+    That needs the TensorFlow or JAX backend, the loaded kernels and no
+    :func:`reference_only` context. On TensorFlow also no XLA compilation in
+    progress (inside ``tf.function(jit_compile=True)`` the XLA-compatible
+    ``keras.ops`` path is traced instead) and CPU placement (on a GPU the
+    ``keras.ops`` path runs on the GPU); on JAX the CPU as the default device
+    (the XLA FFI handlers are CPU handlers; they compile under ``jax.jit``).
+    :func:`execution_report` says the same in words.
     """
     if not load() or getattr(_local, "reference_only", False):
         return False
+    if keras.backend.backend() == "jax":
+        return _jax_on_cpu()
     return not _in_xla_context() and _target_is_cpu()
 
 
@@ -148,10 +206,10 @@ def execution_report():
     """What runs where, as a dict (also a readable summary under ``"summary"``).
 
     Keys: ``backend``; ``library_loaded`` and ``load_error``; ``devices``, a map
-    from each device TensorFlow sees (or the backend's default device) to
+    from each device TensorFlow or JAX sees (PyTorch: ``"default"``) to
     ``"kernels"`` (compiled CPU kernels) or ``"reference"`` (the ``keras.ops``
     path); ``xla`` ("reference path" on TensorFlow when XLA compiles, "native"
-    elsewhere).
+    elsewhere: the JAX kernels are XLA FFI calls).
 
     >>> from keras_trees import ops
     >>> sorted(ops.execution_report())
@@ -167,6 +225,13 @@ def execution_report():
             kernels = loaded and device.device_type == "CPU" and not getattr(_local, "reference_only", False)
             devices[device.name] = "kernels" if kernels else "reference"
         xla = "reference path (custom ops cannot be XLA-compiled)" if loaded else "native"
+    elif backend == "jax":
+        import jax
+
+        for device in jax.devices():
+            kernels = loaded and device.platform == "cpu" and not getattr(_local, "reference_only", False)
+            devices[str(device)] = "kernels" if kernels else "reference"
+        xla = "native (the kernels are XLA FFI custom calls)"
     else:
         devices["default"] = "reference"
         xla = "native (the keras.ops path compiles like any layer)"

@@ -171,9 +171,8 @@ def hard_route(x, split_weights, split_bias, is_split, with_path_values=True, ex
         _validate_experts(x, split_weights, split_bias, is_split, expert_weights, threshold)
         _check_nonnegative_eager(expert_weights)
         if _library.custom_ops_available():
-            from keras_trees.ops import _tf_hard_routing
-
-            return _tf_hard_routing.hard_route_experts(
+            kernels = _library.binding("hard_routing")
+            return kernels.hard_route_experts(
                 x, split_weights, split_bias, expert_weights, threshold, is_split, with_path_values
             )
         _check_finite_eager(x)
@@ -185,9 +184,8 @@ def hard_route(x, split_weights, split_bias, is_split, with_path_values=True, ex
         raise ValueError("expert_weights and threshold need rank-4 split_weights (noisy-OR splits)")
     _validate(x, split_weights, split_bias, is_split)
     if _library.custom_ops_available():
-        from keras_trees.ops import _tf_hard_routing
-
-        return _tf_hard_routing.hard_route(x, split_weights, split_bias, is_split, with_path_values)
+        kernels = _library.binding("hard_routing")
+        return kernels.hard_route(x, split_weights, split_bias, is_split, with_path_values)
     _check_finite_eager(x)
     node, path = hard_route_reference(x, split_weights, split_bias, is_split)
     if not with_path_values:

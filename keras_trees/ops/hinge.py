@@ -210,9 +210,8 @@ def hinge_forest(x, thresholds, feature_indices, leaf_weights, fern=False):
     )
     _validate_shapes(x, thresholds, feature_indices, leaf_weights, fern)
     if _library.custom_ops_available():
-        from keras_trees.ops import _tf_hinge
-
-        return _tf_hinge.hinge_forest(x, thresholds, feature_indices, leaf_weights, fern)
+        kernels = _library.binding("hinge")
+        return kernels.hinge_forest(x, thresholds, feature_indices, leaf_weights, fern)
     _check_eager(x, thresholds, feature_indices)
     return hinge_forest_reference(x, thresholds, feature_indices, leaf_weights, fern)
 
@@ -226,10 +225,9 @@ def hinge_forest_traversal(x, thresholds, feature_indices, fern=False):
     x, thresholds, feature_indices, _ = _convert(x, thresholds, feature_indices, None)
     depth = _validate_shapes(x, thresholds, feature_indices, None, fern)
     if _library.custom_ops_available():
-        from keras_trees.ops import _tf_hinge
-
+        kernels = _library.binding("hinge")
         no_units = ops.zeros((thresholds.shape[0], 2**depth, 0), dtype=x.dtype)
-        _, leaf, margin, vertex = _tf_hinge.hinge_forest_traversal(
+        _, leaf, margin, vertex = kernels.hinge_forest_traversal(
             x, thresholds, feature_indices, no_units, fern
         )
         return leaf, margin, vertex

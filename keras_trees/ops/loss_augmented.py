@@ -183,9 +183,8 @@ def loss_augmented_inference(x, split_weights, split_bias, leaf_values, labels, 
     _validate(x, split_weights, split_bias, leaf_values, labels, loss)
     _check_eager(x, leaf_values, labels, loss)
     if _library.custom_ops_available():
-        from keras_trees.ops import _tf_loss_augmented
-
-        return _tf_loss_augmented.loss_augmented_inference(
+        kernels = _library.binding("loss_augmented")
+        return kernels.loss_augmented_inference(
             x, split_weights, split_bias, leaf_values, labels, loss, fast
         )
     return loss_augmented_inference_reference(x, split_weights, split_bias, leaf_values, labels, loss, fast)

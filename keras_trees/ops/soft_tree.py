@@ -108,9 +108,8 @@ def soft_tree_ensemble(
     node_bias = None if node_bias is None else ops.convert_to_tensor(node_bias)
     _validate_shapes(x, node_weights, node_bias, leaf_weights)
     if activation == "smooth_step" and _library.custom_ops_available():
-        from keras_trees.ops import _tf_soft_tree
-
-        return _tf_soft_tree.soft_tree_ensemble(
+        kernels = _library.binding("soft_tree")
+        return kernels.soft_tree_ensemble(
             x, node_weights, node_bias, leaf_weights, gamma, with_trace=training
         )
     _check_finite_eager(x, gamma)
@@ -124,9 +123,11 @@ def mean_reachable_leaves(x, node_weights, node_bias, gamma, activation="smooth_
     x = ops.convert_to_tensor(x)
     node_weights = ops.convert_to_tensor(node_weights)
     if activation == "smooth_step" and _library.custom_ops_available():
-        from keras_trees.ops import _tf_soft_tree
-
-        return _tf_soft_tree.mean_reachable_leaves(x, node_weights, node_bias, gamma)
+        kernels = _library.binding("soft_tree")
+    else:
+        kernels = None
+    if hasattr(kernels, "mean_reachable_leaves"):  # TensorFlow counts on the trace
+        return kernels.mean_reachable_leaves(x, node_weights, node_bias, gamma)
     probs = soft_tree_leaf_probabilities(x, node_weights, node_bias, gamma, activation)
     return ops.mean(ops.sum(ops.cast(probs > 0, "float32"), axis=-1))
 

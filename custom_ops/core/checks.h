@@ -1,0 +1,275 @@
+// Input checks shared by every framework adapter: each returns an empty string
+// when the inputs are valid and otherwise the message of the error to raise,
+// naming the argument and what was expected. Shapes are plain vectors of
+// dimensions, so TensorFlow tensors and XLA buffers are checked by the same
+// code and fail with the same words. Framework-free; see core/common.h.
+#ifndef KERAS_TREES_CORE_CHECKS_H_
+#define KERAS_TREES_CORE_CHECKS_H_
+
+#include <cstdint>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/common.h"
+#include "core/hard_routing.h"
+#include "core/hinge.h"
+#include "core/loss_augmented.h"
+#include "core/tree_ensemble.h"
+
+namespace keras_trees {
+
+using Shape = std::vector<int64_t>;
+
+namespace checks_internal {
+
+inline std::string ShapeString(const Shape& s) {
+  std::ostringstream out;
+  out << "[";
+  for (size_t i = 0; i < s.size(); ++i) out << (i ? ", " : "") << s[i];
+  out << "]";
+  return out.str();
+}
+
+template <typename... Args>
+std::string Message(Args&&... args) {
+  std::ostringstream out;
+  (out << ... << std::forward<Args>(args));
+  return out.str();
+}
+
+inline std::string Rank(const Shape& s, size_t rank, const char* name, const char* layout) {
+  if (s.size() == rank) return "";
+  return Message(name, " must have rank ", rank, " ", layout, ", got shape ", ShapeString(s));
+}
+
+inline std::string Exact(const Shape& s, const Shape& want, const char* name) {
+  if (s == want) return "";
+  return Message(name, " must have shape ", ShapeString(want), ", got ", ShapeString(s));
+}
+
+}  // namespace checks_internal
+
+// Returns the first non-empty message of a sequence of checks.
+#define KT_RETURN_IF_ERROR(expr)       \
+  do {                                 \
+    std::string kt_message_ = (expr);  \
+    if (!kt_message_.empty()) return kt_message_; \
+  } while (0)
+
+// Tree Ensemble Layer: x [batch, input_dim], node_weights [trees, 2**depth - 1,
+// input_dim], node_bias [trees, 2**depth - 1], leaf_weights [trees, 2**depth,
+// units], gamma a scalar. Fills *d.
+inline std::string CheckSoftTreeEnsembleShapes(const Shape& x, const Shape& w, const Shape& b,
+                                               const Shape& o, const Shape& g, SoftTreeDims* d) {
+  using namespace checks_internal;
+  KT_RETURN_IF_ERROR(Rank(x, 2, "x", "[batch, input_dim]"));
+  KT_RETURN_IF_ERROR(Rank(w, 3, "node_weights", "[num_trees, 2**depth - 1, input_dim]"));
+  KT_RETURN_IF_ERROR(Rank(o, 3, "leaf_weights", "[num_trees, 2**depth, units]"));
+  if (!g.empty()) return Message("gamma must be a scalar, got shape ", ShapeString(g));
+  d->batch = x[0];
+  d->input_dim = x[1];
+  d->trees = w[0];
+  d->num_internal = w[1];
+  d->units = o[2];
+  d->depth = DepthFromInternalNodes(d->num_internal);
+  if (d->depth < 1 || d->depth > kMaxDepth) {
+    return Message("node_weights.shape[1] must be 2**depth - 1 with 1 <= depth <= ", kMaxDepth,
+                   ", got ", d->num_internal);
+  }
+  if (w[2] != d->input_dim) {
+    return Message("node_weights.shape[2] (", w[2], ") must equal the input dimension x.shape[1] (",
+                   d->input_dim, ")");
+  }
+  if (b != Shape{d->trees, d->num_internal}) {
+    return Message("node_bias must have shape [", d->trees, ", ", d->num_internal, "], got ",
+                   ShapeString(b));
+  }
+  if (o[0] != d->trees || o[1] != d->num_internal + 1) {
+    return Message("leaf_weights must have shape [", d->trees, ", ", d->num_internal + 1,
+                   ", units], got ", ShapeString(o));
+  }
+  return "";
+}
+
+template <typename T>
+std::string CheckSoftTreeEnsembleValues(const SoftTreeDims& d, const T* x, T gamma) {
+  using checks_internal::Message;
+  if (!(std::isfinite(gamma) && gamma > T(0))) {
+    return Message("gamma must be a finite number > 0, got ", gamma);
+  }
+  if (!AllFinite(x, d.batch * d.input_dim)) {
+    return "x contains NaN or Inf; the tree ensemble needs finite inputs";
+  }
+  return "";
+}
+
+// Hinge trees and ferns: x [batch, features], thresholds and feature_indices
+// [trees, vertices], leaf_weights [trees, 2**depth, units]. Fills *d.
+inline std::string CheckHingeShapes(bool fern, const Shape& x, const Shape& t, const Shape& f,
+                                    const Shape& w, HingeDims* d) {
+  using namespace checks_internal;
+  KT_RETURN_IF_ERROR(Rank(x, 2, "x", "[batch, num_features]"));
+  KT_RETURN_IF_ERROR(Rank(f, 2, "feature_indices", "[num_trees, num_vertices]"));
+  KT_RETURN_IF_ERROR(Rank(w, 3, "leaf_weights", "[num_trees, 2**depth, units]"));
+  if (t != f) {
+    return Message("thresholds and feature_indices must have the same shape "
+                   "[num_trees, num_vertices], got ", ShapeString(t), " and ", ShapeString(f));
+  }
+  *d = MakeHingeDims(fern, x[0], x[1], f[0], f[1], w[2]);
+  if (d->depth < 1) {
+    return fern ? Message("a fern has one threshold per level: thresholds.shape[1] is the depth "
+                          "and must be in [1, ", kMaxDepth, "], got ", d->vertices)
+                : Message("thresholds.shape[1] must be 2**depth - 1 (a perfect tree) with "
+                          "1 <= depth <= ", kMaxDepth, ", got ", d->vertices);
+  }
+  if (w[0] != d->trees || w[1] != d->leaves) {
+    return Message("leaf_weights must have shape [", d->trees, ", ", d->leaves, ", units] for ",
+                   d->trees, fern ? " ferns" : " trees", " of depth ", d->depth, ", got ",
+                   ShapeString(w));
+  }
+  return "";
+}
+
+template <typename T>
+std::string CheckHingeValues(const HingeDims& d, const T* x, const T* thresholds,
+                             const int32_t* feature_indices) {
+  using checks_internal::Message;
+  const int64_t n = d.trees * d.vertices;
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t f = feature_indices[i];
+    if (f < 0 || f >= d.features) {
+      return Message("feature_indices[", i / d.vertices, ", ", i % d.vertices, "] = ", f,
+                     " is out of range: x has ", d.features, " features (valid indices are 0..",
+                     d.features - 1, ")");
+    }
+  }
+  if (!AllFinite(x, d.batch * d.features)) return "x contains NaN or Inf; hinge trees need finite inputs";
+  if (!AllFinite(thresholds, n)) return "thresholds contain NaN or Inf (did training diverge?)";
+  return "";
+}
+
+// Hard routing: x [batch, input_dim]; split_weights [trees, 2**depth - 1,
+// input_dim] (experts = 0) or [trees, 2**depth - 1, experts, input_dim];
+// split_bias [trees, 2**depth - 1] or [trees, 2**depth - 1, experts];
+// is_split [trees, 2**depth - 1]; with experts also expert_weights (like
+// split_bias) and threshold [trees, 2**depth - 1]. Fills *d.
+inline std::string CheckRoutingShapes(bool experts, const Shape& x, const Shape& w, const Shape& b,
+                                      const Shape& is_split, const Shape& r, const Shape& c,
+                                      RoutingDims* d) {
+  using namespace checks_internal;
+  KT_RETURN_IF_ERROR(Rank(x, 2, "x", "[batch, input_dim]"));
+  const size_t rank = experts ? 4 : 3;
+  KT_RETURN_IF_ERROR(Rank(w, rank, "split_weights",
+                          experts ? "[num_trees, 2**depth - 1, num_experts, input_dim]"
+                                  : "[num_trees, 2**depth - 1, input_dim]"));
+  d->batch = x[0];
+  d->input_dim = x[1];
+  d->trees = w[0];
+  d->num_internal = w[1];
+  d->experts = experts ? w[2] : 1;
+  d->depth = DepthFromInternalNodes(d->num_internal);
+  if (d->depth < 1 || d->depth > kMaxDepth) {
+    return Message("split_weights.shape[1] must be 2**depth - 1 with 1 <= depth <= ", kMaxDepth,
+                   ", got ", d->num_internal);
+  }
+  if (w[rank - 1] != d->input_dim) {
+    return Message("split_weights.shape[", rank - 1, "] (", w[rank - 1],
+                   ") must equal the input dimension x.shape[1] (", d->input_dim, ")");
+  }
+  if (is_split != Shape{d->trees, d->num_internal}) {
+    return Message("is_split must have shape [", d->trees, ", ", d->num_internal, "], got ",
+                   ShapeString(is_split));
+  }
+  if (!experts) return Exact(b, {d->trees, d->num_internal}, "split_bias");
+  if (d->experts < 1) return "split_weights.shape[2] (the number of experts) must be >= 1";
+  const Shape per_expert{d->trees, d->num_internal, d->experts};
+  KT_RETURN_IF_ERROR(Exact(b, per_expert, "split_bias"));
+  KT_RETURN_IF_ERROR(Exact(r, per_expert, "expert_weights"));
+  return Exact(c, {d->trees, d->num_internal}, "threshold");
+}
+
+template <typename T>
+std::string CheckRoutingValues(const RoutingDims& d, const T* x, const T* expert_weights) {
+  using checks_internal::Message;
+  if (!AllFinite(x, d.batch * d.input_dim)) return "x contains NaN or Inf; hard routing needs finite inputs";
+  if (expert_weights != nullptr) {
+    const int64_t n = d.trees * d.num_internal * d.experts;
+    for (int64_t i = 0; i < n; ++i) {
+      if (!(expert_weights[i] >= T(0))) {
+        return Message("expert_weights must be >= 0 (noisy-OR rates), got ", expert_weights[i]);
+      }
+    }
+  }
+  return "";
+}
+
+// Loss-augmented inference: x [batch, input_dim], split_weights
+// [2**depth - 1, input_dim], split_bias [2**depth - 1], leaf_values
+// [2**depth, K]; labels [batch] (log loss) or targets [batch, K] (squared).
+inline std::string CheckLossAugmentedShapes(bool log_loss, const Shape& x, const Shape& w,
+                                            const Shape& b, const Shape& theta, const Shape& y,
+                                            LossAugmentedDims* d) {
+  using namespace checks_internal;
+  KT_RETURN_IF_ERROR(Rank(x, 2, "x", "[batch, input_dim]"));
+  KT_RETURN_IF_ERROR(Rank(w, 2, "split_weights", "[2**depth - 1, input_dim]"));
+  d->batch = x[0];
+  d->input_dim = x[1];
+  d->num_internal = w[0];
+  d->depth = DepthFromInternalNodes(d->num_internal);
+  if (d->depth < 1 || d->depth > kMaxDepth) {
+    return Message("split_weights.shape[0] must be 2**depth - 1 with 1 <= depth <= ", kMaxDepth,
+                   ", got ", d->num_internal);
+  }
+  if (w[1] != d->input_dim) {
+    return Message("split_weights.shape[1] (", w[1], ") must equal the input dimension x.shape[1] (",
+                   d->input_dim, ")");
+  }
+  if (b != Shape{d->num_internal}) {
+    return Message("split_bias must have shape [", d->num_internal, "], got ", ShapeString(b));
+  }
+  if (!(theta.size() == 2 && theta[0] == d->num_internal + 1 && theta[1] >= 1)) {
+    return Message("leaf_values must have shape [", d->num_internal + 1, ", K >= 1], got ",
+                   ShapeString(theta));
+  }
+  d->classes = theta[1];
+  if (log_loss && y != Shape{d->batch}) {
+    return Message("labels must have shape [", d->batch, "] for loss='log', got ", ShapeString(y));
+  }
+  if (!log_loss && y != Shape{d->batch, d->classes}) {
+    return Message("targets must have shape [", d->batch, ", ", d->classes,
+                   "] for loss='squared', got ", ShapeString(y));
+  }
+  return "";
+}
+
+template <typename T, typename TL>
+std::string CheckLossAugmentedValues(const LossAugmentedDims& d, bool log_loss, const T* x,
+                                     const T* w, const T* b, const T* theta, const TL* y) {
+  using checks_internal::Message;
+  if (!AllFinite(x, d.batch * d.input_dim)) {
+    return "x contains NaN or Inf; loss-augmented inference needs finite inputs";
+  }
+  if (!AllFinite(w, d.num_internal * d.input_dim) || !AllFinite(b, d.num_internal)) {
+    return "split_weights or split_bias contain NaN or Inf";
+  }
+  if (!AllFinite(theta, (d.num_internal + 1) * d.classes)) return "leaf_values contain NaN or Inf";
+  if (log_loss) {
+    for (int64_t i = 0; i < d.batch; ++i) {
+      const int64_t label = static_cast<int64_t>(y[i]);
+      if (label < 0 || label >= d.classes) {
+        return Message("labels[", i, "] = ", label, " is outside [0, ", d.classes, ")");
+      }
+    }
+  } else if (!AllFinite(y, d.batch * d.classes)) {
+    return "targets contain NaN or Inf";
+  }
+  return "";
+}
+
+#undef KT_RETURN_IF_ERROR
+
+}  // namespace keras_trees
+
+#endif  // KERAS_TREES_CORE_CHECKS_H_
