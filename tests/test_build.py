@@ -27,6 +27,21 @@ def test_sources_are_found_and_hashed_recursively():
             "tensorflow/tree_ensemble_ops.cc", "tensorflow/tree_ensemble_kernels.cc"} <= names
     units = {p.relative_to(src).parts[0] for p in _build._units()}
     assert units == {"core", "tensorflow"}
+    assert {p.relative_to(src).parts[0] for p in _build._units("jax")} == {"core", "xla"}
+
+
+def test_each_framework_has_its_own_library_and_cache_key():
+    """The JAX (XLA FFI) library is keyed by JAX's version and hashes only the
+    cores and the XLA adapters: a TensorFlow-only source change rebuilds
+    nothing of JAX's, and neither build needs the other framework."""
+    jax = pytest.importorskip("jax")
+    tf_path, jax_path = _build.library_path("tensorflow"), _build.library_path("jax")
+    assert jax_path.name == "_keras_trees_xla.so" and jax_path.parent.name.startswith(f"jax{jax.__version__}-")
+    assert tf_path.parent != jax_path.parent
+    src = _build.source_dir()
+    assert not any(p.relative_to(src).parts[0] == "tensorflow" for p in _build._sources("jax"))
+    with pytest.raises(_build.BuildError, match="framework must be one of"):
+        _build.library_path("torch")
 
 
 def test_kernel_cores_compile_without_tensorflow():

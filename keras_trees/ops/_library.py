@@ -8,7 +8,6 @@ The PyTorch backend runs the ``keras.ops`` reference path.
 """
 
 import contextlib
-import importlib
 import os
 import threading
 import warnings
@@ -167,7 +166,9 @@ def binding(family):
     """The active backend's wrapper module of an op family, e.g. ``binding("hinge")``
     is ``keras_trees.ops._tf_hinge`` on TensorFlow and ``_jax_hinge`` on JAX."""
     prefix = _BINDINGS[keras.backend.backend()]
-    return importlib.import_module(f"keras_trees.ops._{prefix}_{family}")
+    # The builtin __import__, not importlib: AutoGraph (inside tf.function)
+    # leaves builtins alone but warns that it cannot convert importlib.
+    return __import__(f"keras_trees.ops._{prefix}_{family}", fromlist=["_"])
 
 
 def _jax_on_cpu():

@@ -1,0 +1,285 @@
+"""The compiled kernels of the active backend's binding against the keras.ops
+reference and finite differences: TensorFlow custom ops under TensorFlow, XLA
+FFI handlers under JAX (CI runs this file with both). Every kernel: forward
+pass, every gradient, batch 0 and 1, float32 and float64, compiled
+(``tf.function`` / ``jax.jit``) and eager, bit-identical reruns, bad inputs.
+PyTorch has no binding: the layers run the reference there.
+"""
+
+import contextlib
+import os
+
+import numpy as np
+import pytest
+
+from keras_trees import ops as tree_ops
+from tests.backends.conftest import BACKEND
+
+pytestmark = pytest.mark.skipif(BACKEND not in ("tensorflow", "jax"), reason=f"no compiled kernels on {BACKEND}")
+
+DTYPES = ["float32", "float64"]
+# (batch, dtype): both dtypes at a real batch, the edge batches once each.
+CASES = [(9, "float32"), (9, "float64"), (1, "float32"), (0, "float64")]
+TOL = {"float32": 2e-5, "float64": 1e-10}
+
+
+def test_compiled_kernels_are_built_and_loaded():
+    """Guard: the suite fails if the kernels silently fall back to the reference."""
+    if os.environ.get("KERAS_TREES_DISABLE_CUSTOM_OPS"):
+        pytest.skip("KERAS_TREES_DISABLE_CUSTOM_OPS is set")
+    assert tree_ops.custom_ops_available(), tree_ops.load_error()
+    report = tree_ops.execution_report()
+    assert report["library_loaded"] and "kernels" in report["devices"].values(), report["summary"]
+
+
+@contextlib.contextmanager
+def precision(dtype):
+    """float64 arrays need JAX's x64 mode."""
+    if BACKEND == "jax" and dtype == "float64":
+        import jax
+
+        with jax.enable_x64(True):
+            yield
+    else:
+        yield
+
+
+def compiled(fn):
+    if BACKEND == "jax":
+        import jax
+
+        return jax.jit(fn)
+    import tensorflow as tf
+
+    return tf.function(fn)
+
+
+def numpy(tree):
+    return [np.asarray(t) for t in tree] if isinstance(tree, (list, tuple)) else np.asarray(tree)
+
+
+def value_and_gradients(fn, args, diff, cotangent):
+    """``sum(fn(*args) * cotangent)`` and its gradients with respect to args[i], i in diff."""
+    if BACKEND == "jax":
+        import jax
+        import jax.numpy as jnp
+
+        def loss(*free):
+            full = list(args)
+            for i, v in zip(diff, free):
+                full[i] = v
+            return jnp.sum(fn(*full) * cotangent)
+
+        value, grads = jax.jit(jax.value_and_grad(loss, argnums=tuple(range(len(diff)))))(
+            *[args[i] for i in diff])
+        return float(value), numpy(grads)
+    import tensorflow as tf
+
+    full = [tf.Variable(a) if i in diff else tf.constant(a) for i, a in enumerate(args)]
+    with tf.GradientTape() as tape:
+        value = tf.reduce_sum(fn(*full) * cotangent)
+    grads = tape.gradient(value, [full[i] for i in diff])
+    return float(value), [np.zeros(args[i].shape) if g is None else tf.convert_to_tensor(g).numpy()
+                          for i, g in zip(diff, grads)]
+
+
+def check_gradients(kernel, reference, args, diff, dtype, rng, fd_coords=8):
+    """Kernel vs reference autodiff; in float64 also vs central differences."""
+    out = np.asarray(kernel(*args))
+    cot = rng.normal(size=out.shape).astype(dtype)
+    _, g_kernel = value_and_gradients(kernel, args, diff, cot)
+    _, g_ref = value_and_gradients(reference, args, diff, cot)
+    for i, a, b in zip(diff, g_kernel, g_ref):
+        np.testing.assert_allclose(a, b, rtol=TOL[dtype] * 10, atol=TOL[dtype] * 10, err_msg=f"gradient {i}")
+    if dtype != "float64":
+        return
+    eps = 1e-6
+    for i, g in zip(diff, g_kernel):
+        flat = args[i].reshape(-1)
+        for j in rng.choice(flat.size, size=min(fd_coords, flat.size), replace=False):
+            shifted = []
+            for sign in (1, -1):
+                p = flat.copy()
+                p[j] += sign * eps
+                full = list(args)
+                full[i] = p.reshape(args[i].shape)
+                shifted.append(float(np.sum(np.asarray(kernel(*full)) * cot)))
+            numeric = (shifted[0] - shifted[1]) / (2 * eps)
+            assert abs(g.reshape(-1)[j] - numeric) <= 1e-5 * max(1.0, abs(numeric)), (i, j)
+
+
+def check_deterministic(fn, args):
+    first = numpy(fn(*args))
+    again = numpy(compiled(fn)(*args))
+    for a, b in zip(first if isinstance(first, list) else [first], again if isinstance(again, list) else [again]):
+        np.testing.assert_array_equal(a, b)
+
+
+# ---------------------------------------------------------------- Tree Ensemble Layer
+
+
+def ensemble_args(rng, batch, dtype, trees=3, depth=3, features=4, units=2):
+    x = rng.normal(size=(batch, features)).astype(dtype)
+    w = rng.normal(size=(trees, 2**depth - 1, features)).astype(dtype)
+    b = rng.normal(scale=0.3, size=(trees, 2**depth - 1)).astype(dtype)
+    o = rng.normal(size=(trees, 2**depth, units)).astype(dtype)
+    return [x, w, b, o]
+
+
+@pytest.mark.parametrize("batch,dtype", CASES)
+def test_soft_tree_ensemble(dtype, batch):
+    rng = np.random.default_rng(batch)
+    gamma = 2.0
+    kernel = lambda x, w, b, o: tree_ops.soft_tree_ensemble(x, w, b, o, gamma)  # noqa: E731
+    reference = lambda x, w, b, o: tree_ops.soft_tree_ensemble_reference(x, w, b, o, gamma)  # noqa: E731
+    with precision(dtype):
+        args = ensemble_args(rng, batch, dtype)
+        out = np.asarray(kernel(*args))
+        assert out.shape == (batch, 2) and out.dtype == dtype
+        np.testing.assert_allclose(out, np.asarray(reference(*args)), rtol=TOL[dtype], atol=TOL[dtype])
+        np.testing.assert_allclose(np.asarray(compiled(kernel)(*args)), out, rtol=TOL[dtype], atol=TOL[dtype])
+        if batch > 1:
+            check_gradients(kernel, reference, args, [0, 1, 2, 3], dtype, rng)
+        check_deterministic(kernel, args)
+
+
+# ---------------------------------------------------------------- hinge trees and ferns
+
+
+def hinge_args(rng, batch, dtype, fern, trees=3, depth=3, features=5, units=2):
+    n = depth if fern else 2**depth - 1
+    x = rng.normal(size=(batch, features)).astype(dtype)
+    t = rng.uniform(-1.5, 1.5, size=(trees, n)).astype(dtype)
+    f = rng.integers(0, features, size=(trees, n)).astype("int32")
+    w = rng.normal(size=(trees, 2**depth, units)).astype(dtype)
+    return [x, t, f, w]
+
+
+@pytest.mark.parametrize("fern", [False, True], ids=["tree", "fern"])
+@pytest.mark.parametrize("batch,dtype", CASES)
+def test_hinge_forest(fern, dtype, batch):
+    rng = np.random.default_rng(batch + 10 * fern)
+    kernel = lambda x, t, f, w: tree_ops.hinge_forest(x, t, f, w, fern=fern)  # noqa: E731
+    reference = lambda x, t, f, w: tree_ops.hinge_forest_reference(x, t, f, w, fern=fern)  # noqa: E731
+    with precision(dtype):
+        args = hinge_args(rng, batch, dtype, fern)
+        out = np.asarray(kernel(*args))
+        assert out.shape == (batch, 3, 2) and out.dtype == dtype
+        np.testing.assert_allclose(out, np.asarray(reference(*args)), rtol=TOL[dtype], atol=TOL[dtype])
+        dense = np.asarray(tree_ops.hinge_forest_dense(*args, fern=fern))
+        np.testing.assert_allclose(out, dense, rtol=TOL[dtype], atol=TOL[dtype])
+        if batch > 1:
+            check_gradients(kernel, reference, args, [0, 1, 3], dtype, rng)
+        check_deterministic(kernel, args)
+        # The margin output is differentiable too (the layers' margin regularizers use it).
+        margin = lambda x, t, f, w: tree_ops.hinge_forest_traversal(x, t, f, fern=fern)[1]  # noqa: E731
+        margin_ref = lambda x, t, f, w: tree_ops.hinge_traversal_reference(x, t, f, fern=fern)[1]  # noqa: E731
+        leaf, _, vertex = numpy(tree_ops.hinge_forest_traversal(*args[:3], fern=fern))
+        leaf_ref, _, vertex_ref = numpy(tree_ops.hinge_traversal_reference(*args[:3], fern=fern))
+        np.testing.assert_array_equal(leaf, leaf_ref)
+        np.testing.assert_array_equal(vertex, vertex_ref)
+        if batch > 1:
+            check_gradients(margin, margin_ref, args, [0, 1], dtype, rng)
+
+
+def test_hinge_forest_rejects_bad_inputs():
+    rng = np.random.default_rng(0)
+    x, t, f, w = hinge_args(rng, 4, "float32", fern=False)
+    bad = f.copy()
+    bad[1, 2] = 7
+    for fn in (tree_ops.hinge_forest, compiled(tree_ops.hinge_forest)):
+        with pytest.raises(Exception, match=r"feature_indices\[1, 2\] = 7 is out of range"):
+            np.asarray(fn(x, t, bad, w))
+        nan = x.copy()
+        nan[0, 0] = np.nan
+        with pytest.raises(Exception, match="x contains NaN"):
+            np.asarray(fn(nan, t, f, w))
+    with pytest.raises(ValueError, match="leaf_weights must have shape"):
+        tree_ops.hinge_forest(x, t, f, w[:, :4])
+
+
+# ---------------------------------------------------------------- hard routing
+
+
+@pytest.mark.parametrize("experts", [0, 3], ids=["oblique", "noisy_or"])
+@pytest.mark.parametrize("batch,dtype", CASES)
+def test_hard_route(experts, dtype, batch):
+    rng = np.random.default_rng(batch + 7 * experts)
+    trees, depth, features = 2, 3, 4
+    internal = 2**depth - 1
+    is_split = rng.random((trees, internal)) < 0.8
+    is_split[:, 0] = True
+    with precision(dtype):
+        x = rng.normal(size=(batch, features)).astype(dtype)
+        if experts:
+            w = rng.normal(size=(trees, internal, experts, features)).astype(dtype)
+            b = rng.normal(size=(trees, internal, experts)).astype(dtype)
+            extra = [rng.uniform(0, 1, size=(trees, internal, experts)).astype(dtype),
+                     rng.uniform(0, 1, size=(trees, internal)).astype(dtype)]
+        else:
+            w = rng.normal(size=(trees, internal, features)).astype(dtype)
+            b = rng.normal(size=(trees, internal)).astype(dtype)
+            extra = []
+
+        def kernel(x, w, b, is_split, *extra):
+            if extra:
+                return tree_ops.hard_route(x, w, b, is_split, expert_weights=extra[0], threshold=extra[1])
+            return tree_ops.hard_route(x, w, b, is_split)
+
+        args = [x, w, b, is_split, *extra]
+        node, path = numpy(kernel(*args))
+        node_ref, path_ref = numpy(tree_ops.hard_route_reference(*args))
+        assert node.shape == (batch, trees) and path.shape == (batch, trees, depth)
+        np.testing.assert_array_equal(node, node_ref)
+        np.testing.assert_allclose(path, path_ref, rtol=TOL[dtype] * 10, atol=TOL[dtype] * 10)
+        check_deterministic(kernel, args)
+
+
+def test_hard_route_rejects_bad_inputs():
+    x = np.zeros((2, 3), "float32")
+    w = np.zeros((1, 3, 3), "float32")
+    with pytest.raises(Exception, match="x contains NaN"):
+        np.asarray(compiled(tree_ops.hard_route)(x + np.nan, w, np.zeros((1, 3), "float32"), np.ones((1, 3), bool))[0])
+    with pytest.raises(ValueError, match="split_bias"):
+        tree_ops.hard_route(x, w, np.zeros((1, 2), "float32"), np.ones((1, 3), bool))
+
+
+# ---------------------------------------------------------------- loss-augmented inference
+
+
+@pytest.mark.parametrize("loss", ["log", "squared"])
+@pytest.mark.parametrize("fast", [True, False], ids=["fast", "exact"])
+@pytest.mark.parametrize("batch,dtype", CASES)
+def test_loss_augmented_inference(loss, fast, dtype, batch):
+    rng = np.random.default_rng(batch)
+    depth, features, classes = 3, 4, 3
+    with precision(dtype):
+        x = rng.normal(size=(batch, features)).astype(dtype)
+        w = rng.normal(size=(2**depth - 1, features)).astype(dtype)
+        b = rng.normal(size=(2**depth - 1,)).astype(dtype)
+        theta = rng.normal(size=(2**depth, classes)).astype(dtype)
+        if loss == "log":
+            y = rng.integers(0, classes, size=batch).astype("int32")
+        else:
+            y = rng.normal(size=(batch, classes)).astype(dtype)
+
+        def kernel(x, w, b, theta, y):
+            return tree_ops.loss_augmented_inference(x, w, b, theta, y, loss=loss, fast=fast)
+
+        g, h, score = numpy(kernel(x, w, b, theta, y))
+        g_ref, h_ref, score_ref = numpy(compiled(
+            lambda *a: tree_ops.loss_augmented_inference_reference(*a, loss=loss, fast=fast)
+        )(x, w, b, theta, y))
+        assert g.shape == h.shape == score.shape == (batch,)
+        np.testing.assert_array_equal(h, h_ref)
+        np.testing.assert_array_equal(g, g_ref)
+        np.testing.assert_allclose(score, score_ref, rtol=TOL[dtype] * 10, atol=TOL[dtype] * 10)
+        check_deterministic(kernel, [x, w, b, theta, y])
+
+
+def test_loss_augmented_inference_rejects_labels_out_of_range_when_compiled():
+    x = np.zeros((2, 3), "float32")
+    w, b, theta = np.ones((3, 3), "float32"), np.zeros(3, "float32"), np.zeros((4, 2), "float32")
+    fn = compiled(lambda x, y: tree_ops.loss_augmented_inference(x, w, b, theta, y)[0])
+    with pytest.raises(Exception, match=r"labels\[1\] = 5 is outside \[0, 2\)"):
+        np.asarray(fn(x, np.array([0, 5], "int32")))
