@@ -75,8 +75,9 @@ def value_and_gradients(fn, args, diff, cotangent):
         return float(value), numpy(grads)
     import tensorflow as tf
 
-    full = [tf.Variable(a) if i in diff else tf.constant(a) for i, a in enumerate(args)]
+    full = [tf.constant(a) for a in args]
     with tf.GradientTape() as tape:
+        tape.watch([full[i] for i in diff])
         value = tf.reduce_sum(fn(*full) * cotangent)
     grads = tape.gradient(value, [full[i] for i in diff])
     return float(value), [np.zeros(args[i].shape) if g is None else tf.convert_to_tensor(g).numpy()
