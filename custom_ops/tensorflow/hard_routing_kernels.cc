@@ -14,25 +14,17 @@ using ::tensorflow::OpKernelContext;
 using ::tensorflow::Tensor;
 using ::tensorflow::TensorShape;
 
-// The shared tail of both kernels' validation: fills *d for inputs that
-// ValidateRoutingInputs accepted (depth `depth`) and allocates the node and
-// path_values outputs (*path_values is null without path values). Returns false
-// with the error set on ctx.
+// Allocates the node and path_values outputs of inputs that CheckRoutingShapes
+// accepted (*path_values is null without path values). Returns false with the
+// error set on ctx.
 template <typename T>
-bool AllocateRoutingOutputs(OpKernelContext* ctx, bool with_path_values, const Tensor& x,
-                            const Tensor& w, int depth, RoutingDims* d, int32_t** node,
-                            T** path_values) {
-  d->batch = x.dim_size(0);
-  d->input_dim = x.dim_size(1);
-  d->trees = w.dim_size(0);
-  d->num_internal = w.dim_size(1);
-  d->experts = w.dims() == 4 ? w.dim_size(2) : 1;
-  d->depth = depth;
+bool AllocateRoutingOutputs(OpKernelContext* ctx, bool with_path_values, const RoutingDims& d,
+                            int32_t** node, T** path_values) {
   Tensor* node_t = nullptr;
   Tensor* path_t = nullptr;
-  const int64_t levels = with_path_values ? depth : 0;
-  if (!ctx->allocate_output(0, TensorShape({d->batch, d->trees}), &node_t).ok() ||
-      !ctx->allocate_output(1, TensorShape({d->batch, d->trees, levels}), &path_t).ok()) {
+  const int64_t levels = with_path_values ? d.depth : 0;
+  if (!ctx->allocate_output(0, TensorShape({d.batch, d.trees}), &node_t).ok() ||
+      !ctx->allocate_output(1, TensorShape({d.batch, d.trees, levels}), &path_t).ok()) {
     return false;
   }
   *node = node_t->flat<int32_t>().data();
@@ -53,15 +45,13 @@ class HardRoutingOp : public OpKernel {
     const Tensor& w = ctx->input(1);
     const Tensor& b = ctx->input(2);
     const Tensor& m = ctx->input(3);
-    int depth = 0;
-    if (!ValidateRoutingInputs(ctx, x, w, 3, m, &depth)) return;
-    if (!ValidateShape(ctx, b, "split_bias", {w.dim_size(0), w.dim_size(1)})) return;
-    OP_REQUIRES(ctx, AllFinite(x.flat<T>().data(), x.NumElements()),
-                InvalidArgument("x contains NaN or Inf; hard routing needs finite inputs"));
     RoutingDims d;
+    KT_OP_REQUIRES_CHECK(ctx, CheckRoutingShapes(false, ShapeOf(x), ShapeOf(w), ShapeOf(b),
+                                                 ShapeOf(m), {}, {}, &d));
+    KT_OP_REQUIRES_CHECK(ctx, CheckRoutingValues<T>(d, x.flat<T>().data(), nullptr));
     int32_t* node = nullptr;
     T* path_values = nullptr;
-    if (!AllocateRoutingOutputs<T>(ctx, with_path_values_, x, w, depth, &d, &node, &path_values)) {
+    if (!AllocateRoutingOutputs<T>(ctx, with_path_values_, d, &node, &path_values)) {
       return;
     }
     HardRoute<T>(d, x.flat<T>().data(), w.flat<T>().data(), b.flat<T>().data(),
@@ -88,25 +78,14 @@ class HardRoutingExpertsOp : public OpKernel {
     const Tensor& r = ctx->input(3);
     const Tensor& c = ctx->input(4);
     const Tensor& m = ctx->input(5);
-    int depth = 0;
-    if (!ValidateRoutingInputs(ctx, x, w, 4, m, &depth)) return;
-    const int64_t trees = w.dim_size(0), num_internal = w.dim_size(1), k = w.dim_size(2);
-    OP_REQUIRES(ctx, k >= 1,
-                InvalidArgument("split_weights.shape[2] (the number of experts) must be >= 1"));
-    if (!ValidateShape(ctx, b, "split_bias", {trees, num_internal, k})) return;
-    if (!ValidateShape(ctx, r, "expert_weights", {trees, num_internal, k})) return;
-    if (!ValidateShape(ctx, c, "threshold", {trees, num_internal})) return;
-    OP_REQUIRES(ctx, AllFinite(x.flat<T>().data(), x.NumElements()),
-                InvalidArgument("x contains NaN or Inf; hard routing needs finite inputs"));
-    const T* rd = r.flat<T>().data();
-    for (int64_t i = 0; i < r.NumElements(); ++i) {
-      OP_REQUIRES(ctx, rd[i] >= T(0),
-                  InvalidArgument("expert_weights must be >= 0 (noisy-OR rates), got ", rd[i]));
-    }
     RoutingDims d;
+    KT_OP_REQUIRES_CHECK(ctx, CheckRoutingShapes(true, ShapeOf(x), ShapeOf(w), ShapeOf(b), ShapeOf(m),
+                                                 ShapeOf(r), ShapeOf(c), &d));
+    const T* rd = r.flat<T>().data();
+    KT_OP_REQUIRES_CHECK(ctx, CheckRoutingValues<T>(d, x.flat<T>().data(), rd));
     int32_t* node = nullptr;
     T* path_values = nullptr;
-    if (!AllocateRoutingOutputs<T>(ctx, with_path_values_, x, w, depth, &d, &node, &path_values)) {
+    if (!AllocateRoutingOutputs<T>(ctx, with_path_values_, d, &node, &path_values)) {
       return;
     }
     HardRouteExperts<T>(d, x.flat<T>().data(), w.flat<T>().data(), b.flat<T>().data(), rd,

@@ -13,46 +13,6 @@ using ::tensorflow::OpKernelContext;
 using ::tensorflow::Tensor;
 using ::tensorflow::TensorShape;
 
-namespace {
-
-// Checks the parameter tensors shared by the forward and backward kernels.
-// Errors are recorded on `ctx` (callers test ctx->status()).
-void ValidateParameters(OpKernelContext* ctx, bool fern, const Tensor& x, const Tensor& f,
-                        const Tensor& w, HingeDims* d) {
-  KT_REQUIRE_RANK(ctx, x, 2, "x", "[batch, num_features]");
-  KT_REQUIRE_RANK(ctx, f, 2, "feature_indices", "[num_trees, num_vertices]");
-  KT_REQUIRE_RANK(ctx, w, 3, "leaf_weights", "[num_trees, 2**depth, units]");
-  *d = MakeHingeDims(fern, x.dim_size(0), x.dim_size(1), f.dim_size(0), f.dim_size(1),
-                     w.dim_size(2));
-  if (fern) {
-    OP_REQUIRES(ctx, d->depth >= 1,
-                InvalidArgument("a fern has one threshold per level: thresholds.shape[1] is the "
-                                "depth and must be in [1, ", kMaxDepth, "], got ", d->vertices));
-  } else {
-    OP_REQUIRES(ctx, d->depth >= 1,
-                InvalidArgument("thresholds.shape[1] must be 2**depth - 1 (a perfect tree) with "
-                                "1 <= depth <= ", kMaxDepth, ", got ", d->vertices));
-  }
-  OP_REQUIRES(ctx, w.dim_size(0) == d->trees && w.dim_size(1) == d->leaves,
-              InvalidArgument("leaf_weights must have shape [", d->trees, ", ", d->leaves,
-                              ", units] for ", d->trees, (fern ? " ferns" : " trees"),
-                              " of depth ", d->depth, ", got ", w.shape().DebugString()));
-}
-
-// Every feature index must address a column of x.
-void ValidateFeatureIndices(OpKernelContext* ctx, const Tensor& f, const HingeDims& d) {
-  const int32_t* fd = f.flat<int32_t>().data();
-  const int64_t n = d.trees * d.vertices;
-  for (int64_t i = 0; i < n; ++i) {
-    OP_REQUIRES(ctx, fd[i] >= 0 && fd[i] < d.features,
-                InvalidArgument("feature_indices[", i / d.vertices, ", ", i % d.vertices, "] = ",
-                                fd[i], " is out of range: x has ", d.features,
-                                " features (valid indices are 0..", d.features - 1, ")"));
-  }
-}
-
-}  // namespace
-
 template <typename T>
 class HingeForestOp : public OpKernel {
  public:
@@ -66,20 +26,10 @@ class HingeForestOp : public OpKernel {
     const Tensor& f = ctx->input(2);
     const Tensor& w = ctx->input(3);
     HingeDims d;
-    ValidateParameters(ctx, fern_, x, f, w, &d);
-    if (!ctx->status().ok()) return;
-    OP_REQUIRES(ctx, t.shape() == f.shape(),
-                InvalidArgument("thresholds and feature_indices must have the same shape "
-                                "[num_trees, num_vertices], got ", t.shape().DebugString(),
-                                " and ", f.shape().DebugString()));
-    ValidateFeatureIndices(ctx, f, d);
-    if (!ctx->status().ok()) return;
+    KT_OP_REQUIRES_CHECK(ctx, CheckHingeShapes(fern_, ShapeOf(x), ShapeOf(t), ShapeOf(f), ShapeOf(w), &d));
     const T* xd = x.flat<T>().data();
     const T* td = t.flat<T>().data();
-    OP_REQUIRES(ctx, AllFinite(xd, x.NumElements()),
-                InvalidArgument("x contains NaN or Inf; hinge trees need finite inputs"));
-    OP_REQUIRES(ctx, AllFinite(td, t.NumElements()),
-                InvalidArgument("thresholds contain NaN or Inf (did training diverge?)"));
+    KT_OP_REQUIRES_CHECK(ctx, CheckHingeValues<T>(d, xd, td, f.flat<int32_t>().data()));
 
     Tensor *out = nullptr, *leaf = nullptr, *margin = nullptr, *vertex = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({d.batch, d.trees, d.units}), &out));
@@ -113,8 +63,7 @@ class HingeForestGradOp : public OpKernel {
     const Tensor& margin = ctx->input(6);
     const Tensor& vertex = ctx->input(7);
     HingeDims d;
-    ValidateParameters(ctx, fern_, x, f, w, &d);
-    if (!ctx->status().ok()) return;
+    KT_OP_REQUIRES_CHECK(ctx, CheckHingeShapes(fern_, ShapeOf(x), ShapeOf(f), ShapeOf(f), ShapeOf(w), &d));
     const TensorShape pairs({d.batch, d.trees});
     OP_REQUIRES(ctx, gy.shape() == TensorShape({d.batch, d.trees, d.units}),
                 InvalidArgument("grad_output must have shape [", d.batch, ", ", d.trees, ", ",

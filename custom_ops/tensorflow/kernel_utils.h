@@ -1,14 +1,16 @@
 // Helpers of the TensorFlow adapter kernels: the core's parallel-for served by
-// TensorFlow's intra-op thread pool, and input validation with TensorFlow
-// errors. The arithmetic lives in custom_ops/core/.
+// TensorFlow's intra-op thread pool, and the shared input checks of
+// core/checks.h raised as TensorFlow errors. The arithmetic lives in
+// custom_ops/core/.
 #ifndef KERAS_TREES_TENSORFLOW_KERNEL_UTILS_H_
 #define KERAS_TREES_TENSORFLOW_KERNEL_UTILS_H_
 
 #include <algorithm>
 #include <cstdint>
 #include <functional>
-#include <initializer_list>
+#include <string>
 
+#include "core/checks.h"
 #include "core/common.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
@@ -27,72 +29,21 @@ inline ParallelFor CpuParallelFor(tensorflow::OpKernelContext* ctx) {
   return parallel_for;
 }
 
-// Fails the op and returns from the calling function unless `t` has rank
-// `rank`; the message names the argument and its layout, e.g.
-// KT_REQUIRE_RANK(ctx, x, 2, "x", "[batch, input_dim]").
-#define KT_REQUIRE_RANK(ctx, t, rank, name, layout)                                   \
-  OP_REQUIRES(ctx, (t).dims() == (rank),                                             \
-              ::tensorflow::errors::InvalidArgument(name, " must have rank ", rank, " ", \
-                                                    layout, ", got shape ",           \
-                                                    (t).shape().DebugString()))
-
-// Checks shared by the hard-routing kernels (plain oblique and experts form):
-// x is a finite [batch, input_dim] matrix, split parameters have
-// [num_trees, 2**depth - 1, ...] leading dimensions and is_split matches them.
-// Sets *depth; returns false (with the error set on ctx) otherwise.
-inline bool ValidateRoutingInputs(tensorflow::OpKernelContext* ctx,
-                                  const tensorflow::Tensor& x,
-                                  const tensorflow::Tensor& w, int weight_rank,
-                                  const tensorflow::Tensor& is_split, int* depth) {
-  using ::tensorflow::errors::InvalidArgument;
-  if (x.dims() != 2) {
-    ctx->CtxFailure(InvalidArgument("x must have rank 2 [batch, input_dim], got shape ",
-                                    x.shape().DebugString()));
-    return false;
-  }
-  if (w.dims() != weight_rank) {
-    ctx->CtxFailure(InvalidArgument(
-        "split_weights must have rank ", weight_rank,
-        weight_rank == 3 ? " [num_trees, 2**depth - 1, input_dim]"
-                         : " [num_trees, 2**depth - 1, num_experts, input_dim]",
-        ", got shape ", w.shape().DebugString()));
-    return false;
-  }
-  const int64_t trees = w.dim_size(0), num_internal = w.dim_size(1);
-  *depth = DepthFromInternalNodes(num_internal);
-  if (*depth < 1 || *depth > kMaxDepth) {
-    ctx->CtxFailure(InvalidArgument("split_weights.shape[1] must be 2**depth - 1 with 1 <= depth <= ",
-                                    kMaxDepth, ", got ", num_internal));
-    return false;
-  }
-  const int64_t p = x.dim_size(1);
-  if (w.dim_size(weight_rank - 1) != p) {
-    ctx->CtxFailure(InvalidArgument("split_weights.shape[", weight_rank - 1, "] (",
-                                    w.dim_size(weight_rank - 1),
-                                    ") must equal the input dimension x.shape[1] (", p, ")"));
-    return false;
-  }
-  if (!(is_split.dims() == 2 && is_split.dim_size(0) == trees &&
-        is_split.dim_size(1) == num_internal)) {
-    ctx->CtxFailure(InvalidArgument("is_split must have shape [", trees, ", ", num_internal,
-                                    "], got ", is_split.shape().DebugString()));
-    return false;
-  }
-  return true;
+// The dimensions of a tensor, for the shared checks of core/checks.h.
+inline Shape ShapeOf(const tensorflow::Tensor& t) {
+  Shape s(t.dims());
+  for (int i = 0; i < t.dims(); ++i) s[i] = t.dim_size(i);
+  return s;
 }
 
-// Checks that `t` has exactly the shape `dims` (error names the argument).
-inline bool ValidateShape(tensorflow::OpKernelContext* ctx, const tensorflow::Tensor& t,
-                          const char* name, std::initializer_list<int64_t> dims) {
-  tensorflow::TensorShape want(dims);
-  if (t.shape() != want) {
-    ctx->CtxFailure(tensorflow::errors::InvalidArgument(name, " must have shape ",
-                                                        want.DebugString(), ", got ",
-                                                        t.shape().DebugString()));
-    return false;
-  }
-  return true;
-}
+// Fails the op with InvalidArgument and returns from the calling function when
+// a check of core/checks.h returned a message.
+// (Variadic, so a check with template arguments needs no extra parentheses.)
+#define KT_OP_REQUIRES_CHECK(ctx, ...)                                             \
+  do {                                                                             \
+    const std::string kt_message_ = (__VA_ARGS__);                                 \
+    OP_REQUIRES(ctx, kt_message_.empty(), ::tensorflow::errors::InvalidArgument(kt_message_)); \
+  } while (0)
 
 }  // namespace keras_trees
 

@@ -44,30 +44,12 @@ class SoftTreeEnsembleOp : public OpKernel {
     const Tensor& b = ctx->input(2);
     const Tensor& o = ctx->input(3);
     const Tensor& g = ctx->input(4);
-    KT_REQUIRE_RANK(ctx, x, 2, "x", "[batch, input_dim]");
-    KT_REQUIRE_RANK(ctx, w, 3, "node_weights", "[num_trees, 2**depth - 1, input_dim]");
-    KT_REQUIRE_RANK(ctx, o, 3, "leaf_weights", "[num_trees, 2**depth, units]");
-    OP_REQUIRES(ctx, g.dims() == 0,
-                InvalidArgument("gamma must be a scalar, got shape ", g.shape().DebugString()));
-    const SoftTreeDims d = EnsembleDims(x, w, o);
-    OP_REQUIRES(ctx, d.depth >= 1 && d.depth <= kMaxDepth,
-                InvalidArgument("node_weights.shape[1] must be 2**depth - 1 with 1 <= depth <= ",
-                                kMaxDepth, ", got ", d.num_internal));
-    OP_REQUIRES(ctx, w.dim_size(2) == d.input_dim,
-                InvalidArgument("node_weights.shape[2] (", w.dim_size(2),
-                                ") must equal the input dimension x.shape[1] (", d.input_dim, ")"));
-    OP_REQUIRES(ctx, b.dims() == 2 && b.dim_size(0) == d.trees && b.dim_size(1) == d.num_internal,
-                InvalidArgument("node_bias must have shape [", d.trees, ", ", d.num_internal,
-                                "], got ", b.shape().DebugString()));
-    OP_REQUIRES(ctx, o.dim_size(0) == d.trees && o.dim_size(1) == d.num_internal + 1,
-                InvalidArgument("leaf_weights must have shape [", d.trees, ", ",
-                                d.num_internal + 1, ", units], got ", o.shape().DebugString()));
+    SoftTreeDims d;
+    KT_OP_REQUIRES_CHECK(ctx, CheckSoftTreeEnsembleShapes(ShapeOf(x), ShapeOf(w), ShapeOf(b),
+                                                          ShapeOf(o), ShapeOf(g), &d));
     const T gamma = g.scalar<T>()();
-    OP_REQUIRES(ctx, std::isfinite(gamma) && gamma > T(0),
-                InvalidArgument("gamma must be a finite number > 0, got ", gamma));
     const T* xd = x.flat<T>().data();
-    OP_REQUIRES(ctx, AllFinite(xd, x.NumElements()),
-                InvalidArgument("x contains NaN or Inf; the tree ensemble needs finite inputs"));
+    KT_OP_REQUIRES_CHECK(ctx, CheckSoftTreeEnsembleValues<T>(d, xd, gamma));
 
     Tensor* out = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({d.batch, d.units}), &out));
