@@ -5,6 +5,11 @@ backend, then tests/backends/ with ``KERAS_BACKEND=jax`` and ``torch``; each in
 its own process, since the backend is fixed when Keras is imported. Exits
 non-zero when any run fails or runs no test (pytest's exit code 5). Set
 ``KERAS_TREES_TEST_BACKENDS=tensorflow,jax`` to run a subset.
+
+Each run spreads its test files over ``KERAS_TREES_TEST_WORKERS`` pytest-xdist
+workers (default: the number of CPUs, at most 4; 1 runs in-process): much of
+the suite waits on fresh Python processes, imports and compilation, which
+overlap well even on 2 cores.
 """
 
 import os
@@ -21,7 +26,15 @@ RUNS = {
 }
 
 
+def workers():
+    value = os.environ.get("KERAS_TREES_TEST_WORKERS")
+    if value:
+        return max(1, int(value))
+    return max(1, min(os.cpu_count() or 1, 4))
+
+
 def main(argv):
+    parallel = ["-n", str(workers()), "--dist", "loadfile"] if workers() > 1 else []
     wanted = os.environ.get("KERAS_TREES_TEST_BACKENDS", ",".join(RUNS)).split(",")
     totals = {"passed": 0, "failed": 0, "skipped": 0, "error": 0}
     status = 0
@@ -30,7 +43,7 @@ def main(argv):
             print(f"unknown backend {backend!r}; choose from {sorted(RUNS)}", file=sys.stderr)
             return 2
         env = dict(os.environ, KERAS_BACKEND=backend)
-        cmd = [sys.executable, "-m", "pytest", *RUNS[backend], *argv]
+        cmd = [sys.executable, "-m", "pytest", *parallel, *RUNS[backend], *argv]
         print(f"\n=== KERAS_BACKEND={backend}: {' '.join(cmd[1:])}", flush=True)
         start = time.time()
         tail = ""
