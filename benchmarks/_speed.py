@@ -152,3 +152,18 @@ class Backend:
             return [self.numpy(o) for o in out]
         return np.asarray(out)
 
+
+
+def side_by_side(results, key, label, header, cell):
+    """Prints one table row per key (in the first backend's order), one group of
+    columns per backend. ``key(row)`` identifies a row (a tuple), ``label(key)``
+    its leading text, ``header(backend)`` and ``cell(row)`` a group's header
+    and cells (same width; blanks where a backend lacks the row)."""
+    keys = list(dict.fromkeys(key(r) for res in results.values() for r in res["rows"]))
+    print(label(None) + " " + " ".join(header(b) for b in results))
+    for k in keys:
+        cells = []
+        for backend, res in results.items():
+            row = next((r for r in res["rows"] if key(r) == k), None)
+            cells.append(cell(row) if row else " " * len(header(backend)))
+        print(label(k) + " " + " ".join(cells))

@@ -39,14 +39,11 @@ def timed(backend, fn, repeats):
 
 
 def summarize(results):
-    depths = sorted({r["depth"] for res in results.values() for r in res["rows"]})
-    print(f"{'depth':>5} " + " ".join(f"{b + ' op ms':>17} {'speedup':>8}" for b in results))
-    for depth in depths:
-        cells = []
-        for res in results.values():
-            row = next((r for r in res["rows"] if r["depth"] == depth), None)
-            cells.append(f"{row['op_ms']:>17.2f} {row['speedup']:>7.1f}x" if row else " " * 26)
-        print(f"{depth:>5} " + " ".join(cells))
+    _speed.side_by_side(
+        results, key=lambda r: (r["depth"],),
+        label=lambda k: f"{'depth':>5}" if k is None else f"{k[0]:>5}",
+        header=lambda b: f"{b + ' op ms':>17} {'speedup':>8}",
+        cell=lambda r: f"{r['op_ms']:>17.2f} {r['speedup']:>7.1f}x")
 
 
 def main():

@@ -151,17 +151,12 @@ def bench_keras_step(quick, rng):
 
 
 def summarize(results):
-    print(f"{'kind':>4} {'depth':>5} " + " ".join(f"{b + ' train op':>19} {'ratio':>6} {'infer op':>8} {'ratio':>6}"
-                                               for b in results))
-    keys = sorted({(r["kind"], r["depth"]) for res in results.values() for r in res["rows"]},
-                  key=lambda k: (k[0] != "tree", k[1]))
-    for kind, depth in keys:
-        cells = []
-        for res in results.values():
-            row = next((r for r in res["rows"] if (r["kind"], r["depth"]) == (kind, depth)), None)
-            cells.append(f"{row['train_op_ms']:>16.2f} ms {row['train_ratio']:>5.1f}x {row['inference_op_ms']:>8.2f}"
-                         f" {row['inference_ratio']:>5.1f}x" if row else " " * 42)
-        print(f"{kind:>4} {depth:>5} " + " ".join(cells))
+    _speed.side_by_side(
+        results, key=lambda r: (r["kind"], r["depth"]),
+        label=lambda k: f"{'kind':>4} {'depth':>5}" if k is None else f"{k[0]:>4} {k[1]:>5}",
+        header=lambda b: f"{b + ' train op':>19} {'ratio':>6} {'infer op':>8} {'ratio':>6}",
+        cell=lambda r: f"{r['train_op_ms']:>16.2f} ms {r['train_ratio']:>5.1f}x {r['inference_op_ms']:>8.2f}"
+                       f" {r['inference_ratio']:>5.1f}x")
 
 
 def main(argv=None):

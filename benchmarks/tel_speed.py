@@ -118,17 +118,12 @@ def measure(backend, params, xb, yb, repeats, inner):
 
 
 def summarize(results):
-    print(f"{'depth':>5} {'state':>7} " + " ".join(
-        f"{b + ' train op':>19} {'x smooth':>8} {'x logist':>8}" for b in results))
-    keys = sorted({(r["depth"], r["state"]) for res in results.values() for r in res["rows"]},
-                  key=lambda k: (k[0], k[1] != "init"))
-    for depth, state in keys:
-        cells = []
-        for res in results.values():
-            row = next((r for r in res["rows"] if (r["depth"], r["state"]) == (depth, state)), None)
-            cells.append(f"{row['train_ms']['op']:>16.2f} ms {row['train_speedup_vs_smooth']:>7.1f}x "
-                         f"{row['train_speedup_vs_logistic']:>7.1f}x" if row else " " * 38)
-        print(f"{depth:>5} {state:>7} " + " ".join(cells))
+    _speed.side_by_side(
+        results, key=lambda r: (r["depth"], r["state"]),
+        label=lambda k: f"{'depth':>5} {'state':>7}" if k is None else f"{k[0]:>5} {k[1]:>7}",
+        header=lambda b: f"{b + ' train op':>19} {'x smooth':>8} {'x logist':>8}",
+        cell=lambda r: f"{r['train_ms']['op']:>16.2f} ms {r['train_speedup_vs_smooth']:>7.1f}x "
+                       f"{r['train_speedup_vs_logistic']:>7.1f}x")
 
 
 def main():
