@@ -1,8 +1,9 @@
 """keras-trees: differentiable decision trees as Keras 3 layers.
 
-Importing the package loads (and on first use compiles) the custom TensorFlow
-ops when the Keras backend is TensorFlow; this also registers the ops needed to
-``tf.saved_model.load`` a SavedModel exported from a keras-trees model.
+Importing the package loads (and on first use compiles) the compiled kernels
+of the active Keras backend: the custom TensorFlow ops under TensorFlow (which
+also registers the ops needed to ``tf.saved_model.load`` a SavedModel exported
+from a keras-trees model), the XLA FFI handlers under JAX.
 """
 
 __version__ = "0.1.0"
