@@ -154,10 +154,11 @@ std::string CheckHingeValues(const HingeDims& d, const T* x, const T* thresholds
 // input_dim] (experts = 0) or [trees, 2**depth - 1, experts, input_dim];
 // split_bias [trees, 2**depth - 1] or [trees, 2**depth - 1, experts];
 // is_split [trees, 2**depth - 1]; with experts also expert_weights (like
-// split_bias) and threshold [trees, 2**depth - 1]. Fills *d.
+// split_bias) and threshold [trees, 2**depth - 1] (named `threshold_name` in
+// messages). Fills *d.
 inline std::string CheckRoutingShapes(bool experts, const Shape& x, const Shape& w, const Shape& b,
                                       const Shape& is_split, const Shape& r, const Shape& c,
-                                      RoutingDims* d) {
+                                      RoutingDims* d, const char* threshold_name = "threshold") {
   using namespace checks_internal;
   KT_RETURN_IF_ERROR(Rank(x, 2, "x", "[batch, input_dim]"));
   const size_t rank = experts ? 4 : 3;
@@ -187,7 +188,7 @@ inline std::string CheckRoutingShapes(bool experts, const Shape& x, const Shape&
   const Shape per_expert{d->trees, d->num_internal, d->experts};
   KT_RETURN_IF_ERROR(Exact(b, per_expert, "split_bias"));
   KT_RETURN_IF_ERROR(Exact(r, per_expert, "expert_weights"));
-  return Exact(c, {d->trees, d->num_internal}, "threshold");
+  return Exact(c, {d->trees, d->num_internal}, threshold_name);
 }
 
 template <typename T>
