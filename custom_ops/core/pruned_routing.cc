@@ -283,15 +283,14 @@ inline int64_t BackwardBlocks(int64_t batch, int64_t trees, int64_t grad_element
   return std::max<int64_t>(blocks, 1);
 }
 
-// grad_x == nullptr: leaf statistics only (no split gradients; leaf_values unused).
+// split_grads false: leaf statistics only (grad_x, grads and leaf_values unused).
 template <typename T, typename Form>
 void Backward(const PrunedRoutingDims& d, const T* grad_output, const T* x, const Form& form,
-              const bool* is_split, const T* leaf_values, T threshold, T* grad_x,
+              const bool* is_split, const T* leaf_values, T threshold, bool split_grads, T* grad_x,
               const typename Form::Grads& grads, T* grad_leaf_values,
               const ParallelFor& parallel_for) {
   const int64_t batch = d.batch, trees = d.trees, units = d.units, p = d.input_dim;
   const int64_t positions = 2 * d.num_internal + 1;
-  const bool split_grads = grad_x != nullptr;
   const int64_t form_size = split_grads ? form.GradSize() : 0;
   const int64_t leaf_size = trees * positions * units;
   const int64_t total = form_size + leaf_size;
@@ -404,8 +403,8 @@ void PrunedRoutingBackward(const PrunedRoutingDims& d, const T* grad_output, con
                            const T* leaf_values, T threshold, T* grad_x,
                            const ObliqueSplitGrads<T>& grads, T* grad_leaf_values,
                            const ParallelFor& parallel_for) {
-  Backward<T>(d, grad_output, x, MakeForm(d, splits), is_split, leaf_values, threshold, grad_x,
-              grads, grad_leaf_values, parallel_for);
+  Backward<T>(d, grad_output, x, MakeForm(d, splits), is_split, leaf_values, threshold, true,
+              grad_x, grads, grad_leaf_values, parallel_for);
 }
 
 template <typename T>
@@ -414,20 +413,16 @@ void PrunedRoutingBackward(const PrunedRoutingDims& d, const T* grad_output, con
                            const T* leaf_values, T threshold, T* grad_x,
                            const ExpertSplitGrads<T>& grads, T* grad_leaf_values,
                            const ParallelFor& parallel_for) {
-  ExpertForm<T> form = MakeForm(d, splits);
-  if (!splits.annealed) {  // rate0 and steepness are unused: their gradients are 0
-    std::fill_n(grads.rate0, form.splits, T(0));
-    std::fill_n(grads.steepness, form.splits, T(0));
-  }
-  Backward<T>(d, grad_output, x, form, is_split, leaf_values, threshold, grad_x, grads,
-              grad_leaf_values, parallel_for);
+  // Without annealing rate0 and steepness are unused: their gradients stay 0.
+  Backward<T>(d, grad_output, x, MakeForm(d, splits), is_split, leaf_values, threshold, true,
+              grad_x, grads, grad_leaf_values, parallel_for);
 }
 
 template <typename T>
 void PrunedLeafStatistics(const PrunedRoutingDims& d, const T* weights, const T* x,
                           const ObliqueSplits<T>& splits, const bool* is_split, T threshold,
                           T* statistics, const ParallelFor& parallel_for) {
-  Backward<T>(d, weights, x, MakeForm(d, splits), is_split, nullptr, threshold, nullptr,
+  Backward<T>(d, weights, x, MakeForm(d, splits), is_split, nullptr, threshold, false, nullptr,
               ObliqueSplitGrads<T>{}, statistics, parallel_for);
 }
 
@@ -435,7 +430,7 @@ template <typename T>
 void PrunedLeafStatistics(const PrunedRoutingDims& d, const T* weights, const T* x,
                           const ExpertSplits<T>& splits, const bool* is_split, T threshold,
                           T* statistics, const ParallelFor& parallel_for) {
-  Backward<T>(d, weights, x, MakeForm(d, splits), is_split, nullptr, threshold, nullptr,
+  Backward<T>(d, weights, x, MakeForm(d, splits), is_split, nullptr, threshold, false, nullptr,
               ExpertSplitGrads<T>{}, statistics, parallel_for);
 }
 
