@@ -14,6 +14,8 @@
 #include <cmath>
 #include <vector>
 
+#include "core/short_dot.h"
+
 namespace keras_trees {
 
 namespace {
@@ -79,7 +81,7 @@ struct ObliqueForm {
   int64_t Cost() const { return 2 * dim + 40; }
 
   void Evaluate(int64_t split, const T* x, T* /*scratch*/, SplitValue<T>* v) const {
-    v->value = Dot(p.weights + split * dim, x, dim) + p.bias[split];
+    v->value = ShortDot(p.weights + split * dim, x, dim) + p.bias[split];
     const T u = p.gamma[split] * v->value;
     Logistic(u, &v->right, &v->left);
     v->favours_right = u > T(0);
@@ -123,7 +125,7 @@ struct ExpertForm {
     const T* r = p.expert_weights + split * experts;
     T s = 0;
     for (int64_t k = 0; k < experts; ++k) {
-      z[k] = Dot(w + k * dim, x, dim) + b[k];
+      z[k] = ShortDot(w + k * dim, x, dim) + b[k];
       s += r[k] * Softplus(z[k]);
     }
     v->value = s;
@@ -175,9 +177,13 @@ struct ExpertForm {
   }
 };
 
-// The depth-first walk of one (sample, tree) pair. `scratch` holds
-// depth * form.ScratchSize() elements (one slice per level, so a split's
-// scratch survives the walks below it).
+// The depth-first walk of one (sample, tree) pair. A split is evaluated by
+// its parent (the root by Walk), together with its sibling when both are kept
+// splits: the two evaluations are independent, so the CPU overlaps their
+// latency chains (dot product, exp, division) instead of waiting on one, and
+// nothing is evaluated that the walk does not visit. `scratch` holds
+// 2 * depth * form.ScratchSize() elements: one slice per (level, side), so a
+// split's scratch survives the walks below it and its sibling's evaluation.
 template <typename T, typename Form>
 struct Walker {
   const Form& form;
@@ -201,50 +207,102 @@ struct Walker {
   T* grad_leaf = nullptr;
 
   bool IsSplit(int64_t n) const { return n < num_internal && is_split[tree * num_internal + n]; }
-  bool KeepLeft(const SplitValue<T>& v, T mass) const { return mass >= threshold || !v.favours_right; }
-  bool KeepRight(const SplitValue<T>& v, T mass) const { return mass >= threshold || v.favours_right; }
-
-  void Forward(int64_t n, T mass, int level) {
-    if (!IsSplit(n)) {
-      Axpy(mass, leaf_values + (tree * positions + n) * units, output, units);
-      ++kept;
-      return;
-    }
-    SplitValue<T> v;
-    T* z = scratch + level * form.ScratchSize();
-    form.Evaluate(tree * num_internal + n, x, z, &v);
+  T* Scratch(int level, int side) const { return scratch + (2 * level + side) * form.ScratchSize(); }
+  void Evaluate(int64_t n, T* z, SplitValue<T>* v) {
+    form.Evaluate(tree * num_internal + n, x, z, v);
     ++evaluations;
-    const T left = mass * v.left, right = mass * v.right;
-    if (KeepLeft(v, left)) {
-      Forward(2 * n + 1, left, level + 1);
+  }
+
+  // The children of split n (value v, path probability mass) that the walk
+  // keeps; kept children that are splits are evaluated (into vl, vr).
+  struct Children {
+    T left, right;
+    bool keep_left, keep_right, split_left, split_right;
+  };
+  Children Expand(int64_t n, T mass, int level, const SplitValue<T>& v, SplitValue<T>* vl,
+                  SplitValue<T>* vr) {
+    Children c;
+    c.left = mass * v.left;
+    c.right = mass * v.right;
+    c.keep_left = c.left >= threshold || !v.favours_right;
+    c.keep_right = c.right >= threshold || v.favours_right;
+    c.split_left = c.keep_left && IsSplit(2 * n + 1);
+    c.split_right = c.keep_right && IsSplit(2 * n + 2);
+    if (c.split_left) Evaluate(2 * n + 1, Scratch(level + 1, 0), vl);
+    if (c.split_right) Evaluate(2 * n + 2, Scratch(level + 1, 1), vr);
+    return c;
+  }
+
+  void Leaf(int64_t n, T mass) {
+    Axpy(mass, leaf_values + (tree * positions + n) * units, output, units);
+    ++kept;
+  }
+
+  void Forward(int64_t n, T mass, int level, const SplitValue<T>& v) {
+    SplitValue<T> vl, vr;
+    const Children c = Expand(n, mass, level, v, &vl, &vr);
+    if (!c.keep_left) {
+      dropped += c.left;
+    } else if (c.split_left) {
+      Forward(2 * n + 1, c.left, level + 1, vl);
     } else {
-      dropped += left;
+      Leaf(2 * n + 1, c.left);
     }
-    if (KeepRight(v, right)) {
-      Forward(2 * n + 2, right, level + 1);
+    if (!c.keep_right) {
+      dropped += c.right;
+    } else if (c.split_right) {
+      Forward(2 * n + 2, c.right, level + 1, vr);
     } else {
-      dropped += right;
+      Leaf(2 * n + 2, c.right);
     }
   }
 
-  // Returns D(n) = sum over the kept leaves l below n of (mu_l / mass) <grad_output, v_l>
-  // (when split_grads), adding the gradients of the subtree on the way.
-  T Backward(int64_t n, T mass, int level) {
-    if (!IsSplit(n)) {
-      if (grad_leaf != nullptr) Axpy(mass, grad_output, grad_leaf + n * units, units);
-      return split_grads ? Dot(grad_output, leaf_values + (tree * positions + n) * units, units)
-                         : T(0);
+  // Leaf n reached with path probability mass: returns <grad_output, v_n>
+  // (when split_grads) and adds the leaf gradient.
+  T LeafBackward(int64_t n, T mass) {
+    if (grad_leaf != nullptr) Axpy(mass, grad_output, grad_leaf + n * units, units);
+    return split_grads ? ShortDot(grad_output, leaf_values + (tree * positions + n) * units, units)
+                       : T(0);
+  }
+
+  // Split n (value v, scratch z): returns D(n) = sum over the kept leaves l
+  // below n of (mu_l / mass) <grad_output, v_l> (when split_grads), adding the
+  // gradients of the subtree on the way.
+  T Backward(int64_t n, T mass, int level, const SplitValue<T>& v, const T* z) {
+    SplitValue<T> vl, vr;
+    const Children c = Expand(n, mass, level, v, &vl, &vr);
+    T d_left = 0, d_right = 0;
+    if (c.split_left) {
+      d_left = Backward(2 * n + 1, c.left, level + 1, vl, Scratch(level + 1, 0));
+    } else if (c.keep_left) {
+      d_left = LeafBackward(2 * n + 1, c.left);
+    }
+    if (c.split_right) {
+      d_right = Backward(2 * n + 2, c.right, level + 1, vr, Scratch(level + 1, 1));
+    } else if (c.keep_right) {
+      d_right = LeafBackward(2 * n + 2, c.right);
+    }
+    if (!split_grads) return T(0);
+    form.Backward(tree * num_internal + n, x, z, v, mass * (d_right - d_left), grads, grad_x);
+    return v.right * d_right + v.left * d_left;
+  }
+
+  // Walks the pair from the root (forward: into output, kept, evaluations, dropped).
+  void WalkForward() {
+    if (!IsSplit(0)) return Leaf(0, T(1));
+    SplitValue<T> v;
+    Evaluate(0, Scratch(0, 0), &v);
+    Forward(0, T(1), 0, v);
+  }
+
+  void WalkBackward() {
+    if (!IsSplit(0)) {
+      LeafBackward(0, T(1));
+      return;
     }
     SplitValue<T> v;
-    T* z = scratch + level * form.ScratchSize();
-    const int64_t split = tree * num_internal + n;
-    form.Evaluate(split, x, z, &v);
-    const T left = mass * v.left, right = mass * v.right;
-    const T d_left = KeepLeft(v, left) ? Backward(2 * n + 1, left, level + 1) : T(0);
-    const T d_right = KeepRight(v, right) ? Backward(2 * n + 2, right, level + 1) : T(0);
-    if (!split_grads) return T(0);
-    form.Backward(split, x, z, v, mass * (d_right - d_left), grads, grad_x);
-    return v.right * d_right + v.left * d_left;
+    Evaluate(0, Scratch(0, 0), &v);
+    Backward(0, T(1), 0, v, Scratch(0, 0));
   }
 };
 
@@ -255,7 +313,7 @@ void Forward(const PrunedRoutingDims& d, const T* x, const Form& form, const boo
   const int64_t batch = d.batch, trees = d.trees, units = d.units, p = d.input_dim;
   const int64_t cost = (2 * d.depth + 1) * form.Cost() + units * 4;
   parallel_for(batch * trees, cost, [&](int64_t begin, int64_t end) {
-    std::vector<T> scratch(static_cast<size_t>(std::max<int64_t>(1, d.depth * form.ScratchSize())));
+    std::vector<T> scratch(static_cast<size_t>(std::max<int64_t>(1, 2 * d.depth * form.ScratchSize())));
     Walker<T, Form> w{form, is_split, leaf_values, d.num_internal, 2 * d.num_internal + 1,
                       units, threshold, scratch.data()};
     for (int64_t it = begin; it < end; ++it) {
@@ -266,7 +324,7 @@ void Forward(const PrunedRoutingDims& d, const T* x, const Form& form, const boo
       std::fill_n(w.output, units, T(0));
       w.kept = w.evaluations = 0;
       w.dropped = T(0);
-      w.Forward(0, T(1), 0);
+      w.WalkForward();
       kept_leaves[pair] = w.kept;
       split_evaluations[pair] = w.evaluations;
       dropped_mass[pair] = w.dropped;
@@ -309,7 +367,7 @@ void Backward(const PrunedRoutingDims& d, const T* grad_output, const T* x, cons
 
   const int64_t cost = (batch / blocks + 1) * ((2 * d.depth + 1) * 2 * form.Cost() + units * 4);
   parallel_for(trees * blocks, cost, [&](int64_t begin, int64_t end) {
-    std::vector<T> scratch(static_cast<size_t>(std::max<int64_t>(1, d.depth * form.ScratchSize())));
+    std::vector<T> scratch(static_cast<size_t>(std::max<int64_t>(1, 2 * d.depth * form.ScratchSize())));
     Walker<T, Form> w{form, is_split, leaf_values, d.num_internal, positions, units, threshold,
                       scratch.data()};
     w.split_grads = split_grads;
@@ -328,7 +386,7 @@ void Backward(const PrunedRoutingDims& d, const T* grad_output, const T* x, cons
         } else if (split_grads) {
           w.grad_x = grad_x + b * p;
         }
-        w.Backward(0, T(1), 0);
+        w.WalkBackward();
       }
     }
   });
