@@ -1,19 +1,22 @@
 // Pruned probabilistic routing engine and its two split forms (see
 // core/pruned_routing.h).
 //
-// Forward: parallel over (tree, sample) pairs, tree-major, so a range of
-// pairs walks many samples through one tree while its splits stay in cache;
-// every output element has one writer. Backward: parallel over (tree, sample
-// block); a tree's parameter gradients are summed over its samples in order.
-// Forests of fewer than kBlockTrees trees also split the samples into blocks
-// (their number depends on the shapes only) whose partial gradients are added
-// in block order afterwards; dL/dx is summed over trees in tree order.
+// Samples are walked through a tree in chunks, level by level (ChunkWalk).
+// Forward: parallel over (tree, chunk); every output element has one writer.
+// Backward: parallel over (tree, sample block), re-walking the chunks of the
+// block and running over their visits in reverse; a tree's parameter
+// gradients are summed over its samples in a fixed order. Forests of fewer
+// than kBlockTrees trees also split the samples into blocks (their number
+// depends on the shapes only) whose partial gradients are added in block
+// order afterwards; dL/dx is summed over trees in tree order.
 #include "core/pruned_routing.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
+#include "core/logistic8.h"
 #include "core/short_dot.h"
 
 namespace keras_trees {
@@ -29,19 +32,46 @@ constexpr int64_t kMinBlockSamples = 256;
 constexpr int64_t kMaxPartialElements = int64_t{1} << 24;
 constexpr double kLog2 = 0.69314718055994530942;
 
+// c ? a : b without a branch (the walk's conditions are data dependent and
+// mispredicted half the time).
+template <typename T>
+inline T Select(bool c, T a, T b) {
+  return c ? a : b;
+}
+
+template <>
+inline float Select<float>(bool c, float a, float b) {
+  uint32_t ia, ib;
+  std::memcpy(&ia, &a, sizeof(ia));
+  std::memcpy(&ib, &b, sizeof(ib));
+  const uint32_t mask = 0u - static_cast<uint32_t>(c);
+  const uint32_t r = (ia & mask) | (ib & ~mask);
+  float out;
+  std::memcpy(&out, &r, sizeof(out));
+  return out;
+}
+
+template <>
+inline double Select<double>(bool c, double a, double b) {
+  uint64_t ia, ib;
+  std::memcpy(&ia, &a, sizeof(ia));
+  std::memcpy(&ib, &b, sizeof(ib));
+  const uint64_t mask = uint64_t{0} - static_cast<uint64_t>(c);
+  const uint64_t r = (ia & mask) | (ib & ~mask);
+  double out;
+  std::memcpy(&out, &r, sizeof(out));
+  return out;
+}
+
 // right = sigmoid(u) and left = 1 - right = sigmoid(-u), both without cancellation.
 template <typename T>
 inline void Logistic(T u, T* right, T* left) {
   const T e = std::exp(-std::abs(u));
   const T big = T(1) / (T(1) + e);
   const T small = e * big;
-  if (u >= T(0)) {
-    *right = big;
-    *left = small;
-  } else {
-    *right = small;
-    *left = big;
-  }
+  const bool positive = u >= T(0);
+  *right = Select(positive, big, small);
+  *left = Select(positive, small, big);
 }
 
 template <typename T>
@@ -80,11 +110,23 @@ struct ObliqueForm {
   int64_t ScratchSize() const { return 0; }
   int64_t Cost() const { return 2 * dim + 40; }
 
-  void Evaluate(int64_t split, const T* x, T* /*scratch*/, SplitValue<T>* v) const {
-    v->value = ShortDot(p.weights + split * dim, x, dim) + p.bias[split];
-    const T u = p.gamma[split] * v->value;
-    Logistic(u, &v->right, &v->left);
-    v->favours_right = u > T(0);
+  // Evaluates 8 splits at rows xr (entries from `valid` on repeat earlier ones).
+  void EvaluateGroup(const int64_t* split, const T* const* xr, T* const* /*scratch*/,
+                     SplitValue<T>* v, int /*valid*/) const {
+    const T* wr[8];
+    for (int q = 0; q < 8; ++q) wr[q] = p.weights + split[q] * dim;
+    T dot[8], u[8], right[8], left[8];
+    ShortDot8(wr, xr, dim, dot);
+    for (int q = 0; q < 8; ++q) {
+      v[q].value = dot[q] + p.bias[split[q]];
+      u[q] = p.gamma[split[q]] * v[q].value;
+    }
+    Logistic8(u, right, left);
+    for (int q = 0; q < 8; ++q) {
+      v[q].right = right[q];
+      v[q].left = left[q];
+      v[q].favours_right = u[q] > T(0);
+    }
   }
 
   // Adds the gradients of split `split` given dL/d(right probability).
@@ -140,6 +182,11 @@ struct ExpertForm {
     }
   }
 
+  void EvaluateGroup(const int64_t* split, const T* const* xr, T* const* z, SplitValue<T>* v,
+                     int valid) const {
+    for (int q = 0; q < valid; ++q) Evaluate(split[q], xr[q], z[q], &v[q]);
+  }
+
   void Backward(int64_t split, const T* x, const T* z, const SplitValue<T>& v, T grad_right,
                 const Grads& g, T* grad_x) const {
     T ds;
@@ -177,157 +224,166 @@ struct ExpertForm {
   }
 };
 
-// The depth-first walk of one (sample, tree) pair. A split is evaluated by
-// its parent (the root by Walk), together with its sibling when both are kept
-// splits: the two evaluations are independent, so the CPU overlaps their
-// latency chains (dot product, exp, division) instead of waiting on one, and
-// nothing is evaluated that the walk does not visit. `scratch` holds
-// 2 * depth * form.ScratchSize() elements: one slice per (level, side), so a
-// split's scratch survives the walks below it and its sibling's evaluation.
+// One visited split of a sample in a ChunkWalk.
+template <typename T>
+struct Visit {
+  int32_t sample;  // index of the sample in the chunk
+  int32_t node;    // heap position
+  T mass;          // path probability
+  SplitValue<T> v;
+  // Per side (left, right): >= 0 the child's visit, -1 dropped, <= -2 the
+  // child is the leaf visit -2 - child.
+  int32_t child[2];
+};
+
+template <typename T>
+struct LeafVisit {
+  int32_t sample;
+  int32_t node;
+  T mass;
+};
+
+// Samples walked through one tree together: at most this many, and at most
+// kMaxChunkPositions / (num_internal + 1) (a chunk stores its walk). A
+// function of the shapes only, so the order of the backward sums is too.
+constexpr int64_t kMaxChunk = 256;
+constexpr int64_t kMaxChunkPositions = int64_t{1} << 20;
+
+inline int64_t ChunkSize(int64_t num_internal) {
+  return std::max<int64_t>(1, std::min(kMaxChunk, kMaxChunkPositions / (num_internal + 1)));
+}
+
+// The pruned walk of a chunk of samples through one tree, level by level (a
+// frontier of visited splits per level): the splits of a level are evaluated
+// kGroup at a time (independent dot products, exps and divisions the CPU
+// overlaps) and their kept children appended without branches. All visits
+// are kept (in level order, children after their parents), so the backward
+// pass runs over them in reverse. A sample's visits, and the order of its
+// leaves, do not depend on the other samples of the chunk.
 template <typename T, typename Form>
-struct Walker {
-  const Form& form;
-  const bool* is_split;
-  const T* leaf_values;
-  int64_t num_internal, positions, units;
-  T threshold;
-  T* scratch;
-  // The pair being walked.
-  int64_t tree = 0;
-  const T* x = nullptr;
-  // Forward accumulators.
-  T* output = nullptr;
-  int32_t kept = 0, evaluations = 0;
-  T dropped = 0;
-  // Backward targets (split_grads: also x and split parameters).
-  const T* grad_output = nullptr;
-  bool split_grads = false;
-  typename Form::Grads grads{};
-  T* grad_x = nullptr;
-  T* grad_leaf = nullptr;
+class ChunkWalk {
+ public:
+  static constexpr int kGroup = 8;
 
-  bool IsSplit(int64_t n) const { return n < num_internal && is_split[tree * num_internal + n]; }
-  T* Scratch(int level, int side) const { return scratch + (2 * level + side) * form.ScratchSize(); }
-  void Evaluate(int64_t n, T* z, SplitValue<T>* v) {
-    form.Evaluate(tree * num_internal + n, x, z, v);
-    ++evaluations;
-  }
+  ChunkWalk(const Form& form, const bool* is_split, int64_t num_internal, int64_t input_dim,
+            T threshold)
+      : form_(form), is_split_(is_split), num_internal_(num_internal), input_dim_(input_dim),
+        threshold_(threshold) {}
 
-  // The children of split n (value v, path probability mass) that the walk
-  // keeps; kept children that are splits are evaluated (into vl, vr).
-  struct Children {
-    T left, right;
-    bool keep_left, keep_right, split_left, split_right;
-  };
-  Children Expand(int64_t n, T mass, int level, const SplitValue<T>& v, SplitValue<T>* vl,
-                  SplitValue<T>* vr) {
-    Children c;
-    c.left = mass * v.left;
-    c.right = mass * v.right;
-    c.keep_left = c.left >= threshold || !v.favours_right;
-    c.keep_right = c.right >= threshold || v.favours_right;
-    c.split_left = c.keep_left && IsSplit(2 * n + 1);
-    c.split_right = c.keep_right && IsSplit(2 * n + 2);
-    if (c.split_left) Evaluate(2 * n + 1, Scratch(level + 1, 0), vl);
-    if (c.split_right) Evaluate(2 * n + 2, Scratch(level + 1, 1), vr);
-    return c;
-  }
-
-  void Leaf(int64_t n, T mass) {
-    Axpy(mass, leaf_values + (tree * positions + n) * units, output, units);
-    ++kept;
-  }
-
-  void Forward(int64_t n, T mass, int level, const SplitValue<T>& v) {
-    SplitValue<T> vl, vr;
-    const Children c = Expand(n, mass, level, v, &vl, &vr);
-    if (!c.keep_left) {
-      dropped += c.left;
-    } else if (c.split_left) {
-      Forward(2 * n + 1, c.left, level + 1, vl);
-    } else {
-      Leaf(2 * n + 1, c.left);
+  // Walks rows [b0, b0 + count) of x through tree t.
+  void Run(int64_t t, const T* x, int64_t b0, int64_t count) {
+    const bool* split_t = is_split_ + t * num_internal_;
+    const int64_t scratch = form_.ScratchSize();
+    num_visits = num_leaves = 0;
+    evaluations.assign(static_cast<size_t>(count), 0);
+    dropped.assign(static_cast<size_t>(count), T(0));
+    Reserve(count, count);
+    for (int64_t i = 0; i < count; ++i) {
+      const Visit<T> root{static_cast<int32_t>(i), 0, T(1), {}, {-1, -1}};
+      if (split_t[0]) {
+        visits[num_visits++] = root;
+      } else {
+        leaves[num_leaves++] = LeafVisit<T>{root.sample, 0, T(1)};
+      }
     }
-    if (!c.keep_right) {
-      dropped += c.right;
-    } else if (c.split_right) {
-      Forward(2 * n + 2, c.right, level + 1, vr);
-    } else {
-      Leaf(2 * n + 2, c.right);
+    for (int64_t begin = 0; begin < num_visits;) {
+      const int64_t end = num_visits;
+      if (scratch > 0 && static_cast<int64_t>(z.size()) < end * scratch) {
+        z.resize(static_cast<size_t>(std::max(end, 2 * num_visits) * scratch));
+      }
+      for (int64_t j = begin; j < end; j += kGroup) {
+        const int64_t valid = std::min<int64_t>(kGroup, end - j);
+        int64_t split[kGroup];
+        const T* xr[kGroup];
+        T* zr[kGroup];
+        SplitValue<T> v[kGroup];
+        for (int q = 0; q < kGroup; ++q) {
+          const Visit<T>& e = visits[j + std::min<int64_t>(q, valid - 1)];  // pad with the last
+          split[q] = t * num_internal_ + e.node;
+          xr[q] = x + (b0 + e.sample) * input_dim_;
+          zr[q] = z.data() + (j + std::min<int64_t>(q, valid - 1)) * scratch;
+        }
+        form_.EvaluateGroup(split, xr, zr, v, valid);
+        for (int q = 0; q < valid; ++q) visits[j + q].v = v[q];
+      }
+      Reserve(num_visits + 2 * (end - begin), num_leaves + 2 * (end - begin));
+      for (int64_t j = begin; j < end; ++j) {
+        Visit<T>& e = visits[j];
+        ++evaluations[e.sample];
+        // Bitwise (not short-circuit) logic and selects: no branches.
+        const T masses[2] = {e.mass * e.v.left, e.mass * e.v.right};
+        for (int side = 0; side < 2; ++side) {
+          const T m = masses[side];
+          const bool keep = (m >= threshold_) | ((side == 1) == e.v.favours_right);
+          const int32_t c = 2 * e.node + 1 + side;
+          const bool internal = c < num_internal_;
+          const bool is_split = keep & internal & split_t[internal ? c : 0];
+          Visit<T>& next = visits[num_visits];
+          next.sample = e.sample;
+          next.node = c;
+          next.mass = m;
+          leaves[num_leaves] = LeafVisit<T>{e.sample, c, m};
+          const int32_t as_leaf = static_cast<int32_t>(-2 - num_leaves);
+          e.child[side] = is_split ? static_cast<int32_t>(num_visits) : (keep ? as_leaf : -1);
+          num_visits += is_split;
+          num_leaves += keep & !is_split;
+          dropped[e.sample] += Select(keep, T(0), m);
+        }
+      }
+      begin = end;
     }
   }
 
-  // Leaf n reached with path probability mass: returns <grad_output, v_n>
-  // (when split_grads) and adds the leaf gradient.
-  T LeafBackward(int64_t n, T mass) {
-    if (grad_leaf != nullptr) Axpy(mass, grad_output, grad_leaf + n * units, units);
-    return split_grads ? ShortDot(grad_output, leaf_values + (tree * positions + n) * units, units)
-                       : T(0);
+  const T* Scratch(int64_t visit) const { return z.data() + visit * form_.ScratchSize(); }
+
+  std::vector<Visit<T>> visits;
+  std::vector<LeafVisit<T>> leaves;
+  int64_t num_visits = 0, num_leaves = 0;
+  std::vector<T> z;  // the form's scratch of every visit
+  std::vector<int32_t> evaluations;
+  std::vector<T> dropped;
+
+ private:
+  // Room for n visits and m leaves (plus the slot written past the end).
+  void Reserve(int64_t n, int64_t m) {
+    if (static_cast<int64_t>(visits.size()) <= n) visits.resize(static_cast<size_t>(2 * n + 1));
+    if (static_cast<int64_t>(leaves.size()) <= m) leaves.resize(static_cast<size_t>(2 * m + 1));
   }
 
-  // Split n (value v, scratch z): returns D(n) = sum over the kept leaves l
-  // below n of (mu_l / mass) <grad_output, v_l> (when split_grads), adding the
-  // gradients of the subtree on the way.
-  T Backward(int64_t n, T mass, int level, const SplitValue<T>& v, const T* z) {
-    SplitValue<T> vl, vr;
-    const Children c = Expand(n, mass, level, v, &vl, &vr);
-    T d_left = 0, d_right = 0;
-    if (c.split_left) {
-      d_left = Backward(2 * n + 1, c.left, level + 1, vl, Scratch(level + 1, 0));
-    } else if (c.keep_left) {
-      d_left = LeafBackward(2 * n + 1, c.left);
-    }
-    if (c.split_right) {
-      d_right = Backward(2 * n + 2, c.right, level + 1, vr, Scratch(level + 1, 1));
-    } else if (c.keep_right) {
-      d_right = LeafBackward(2 * n + 2, c.right);
-    }
-    if (!split_grads) return T(0);
-    form.Backward(tree * num_internal + n, x, z, v, mass * (d_right - d_left), grads, grad_x);
-    return v.right * d_right + v.left * d_left;
-  }
-
-  // Walks the pair from the root (forward: into output, kept, evaluations, dropped).
-  void WalkForward() {
-    if (!IsSplit(0)) return Leaf(0, T(1));
-    SplitValue<T> v;
-    Evaluate(0, Scratch(0, 0), &v);
-    Forward(0, T(1), 0, v);
-  }
-
-  void WalkBackward() {
-    if (!IsSplit(0)) {
-      LeafBackward(0, T(1));
-      return;
-    }
-    SplitValue<T> v;
-    Evaluate(0, Scratch(0, 0), &v);
-    Backward(0, T(1), 0, v, Scratch(0, 0));
-  }
+  const Form& form_;
+  const bool* is_split_;
+  int64_t num_internal_, input_dim_;
+  T threshold_;
 };
 
 template <typename T, typename Form>
 void Forward(const PrunedRoutingDims& d, const T* x, const Form& form, const bool* is_split,
              const T* leaf_values, T threshold, T* output, int32_t* kept_leaves,
              int32_t* split_evaluations, T* dropped_mass, const ParallelFor& parallel_for) {
-  const int64_t batch = d.batch, trees = d.trees, units = d.units, p = d.input_dim;
-  const int64_t cost = (2 * d.depth + 1) * form.Cost() + units * 4;
-  parallel_for(batch * trees, cost, [&](int64_t begin, int64_t end) {
-    std::vector<T> scratch(static_cast<size_t>(std::max<int64_t>(1, 2 * d.depth * form.ScratchSize())));
-    Walker<T, Form> w{form, is_split, leaf_values, d.num_internal, 2 * d.num_internal + 1,
-                      units, threshold, scratch.data()};
+  const int64_t batch = d.batch, trees = d.trees, units = d.units;
+  const int64_t positions = 2 * d.num_internal + 1;
+  const int64_t chunk = ChunkSize(d.num_internal);
+  const int64_t chunks = (batch + chunk - 1) / chunk;
+  const int64_t cost = chunk * ((2 * d.depth + 1) * form.Cost() + units * 4);
+  parallel_for(trees * chunks, cost, [&](int64_t begin, int64_t end) {
+    ChunkWalk<T, Form> walk(form, is_split, d.num_internal, d.input_dim, threshold);
     for (int64_t it = begin; it < end; ++it) {
-      const int64_t t = it / batch, b = it % batch, pair = b * trees + t;
-      w.tree = t;
-      w.x = x + b * p;
-      w.output = output + pair * units;
-      std::fill_n(w.output, units, T(0));
-      w.kept = w.evaluations = 0;
-      w.dropped = T(0);
-      w.WalkForward();
-      kept_leaves[pair] = w.kept;
-      split_evaluations[pair] = w.evaluations;
-      dropped_mass[pair] = w.dropped;
+      const int64_t t = it / chunks, b0 = (it % chunks) * chunk;
+      const int64_t count = std::min(chunk, batch - b0);
+      walk.Run(t, x, b0, count);
+      for (int64_t i = 0; i < count; ++i) {
+        const int64_t pair = (b0 + i) * trees + t;
+        std::fill_n(output + pair * units, units, T(0));
+        kept_leaves[pair] = 0;
+        split_evaluations[pair] = walk.evaluations[i];
+        dropped_mass[pair] = walk.dropped[i];
+      }
+      for (int64_t j = 0; j < walk.num_leaves; ++j) {
+        const LeafVisit<T>& l = walk.leaves[j];
+        const int64_t pair = (b0 + l.sample) * trees + t;
+        Axpy(l.mass, leaf_values + (t * positions + l.node) * units, output + pair * units, units);
+        ++kept_leaves[pair];
+      }
     }
   });
 }
@@ -341,14 +397,15 @@ inline int64_t BackwardBlocks(int64_t batch, int64_t trees, int64_t grad_element
   return std::max<int64_t>(blocks, 1);
 }
 
-// split_grads false: leaf statistics only (grad_x, grads and leaf_values unused).
+// split_grads false: leaf statistics only (grad_x, grads and leaf_values unused);
+// grad_x null: no dL/dx.
 template <typename T, typename Form>
 void Backward(const PrunedRoutingDims& d, const T* grad_output, const T* x, const Form& form,
               const bool* is_split, const T* leaf_values, T threshold, bool split_grads, T* grad_x,
               const typename Form::Grads& grads, T* grad_leaf_values,
               const ParallelFor& parallel_for) {
   const int64_t batch = d.batch, trees = d.trees, units = d.units, p = d.input_dim;
-  const int64_t positions = 2 * d.num_internal + 1;
+  const int64_t num_internal = d.num_internal, positions = 2 * num_internal + 1;
   const int64_t form_size = split_grads ? form.GradSize() : 0;
   const int64_t leaf_size = trees * positions * units;
   const int64_t total = form_size + leaf_size;
@@ -357,36 +414,59 @@ void Backward(const PrunedRoutingDims& d, const T* grad_output, const T* x, cons
   if (split_grads) final_segments = form.Segments(grads);
   final_segments.push_back({grad_leaf_values, leaf_size});
   for (const Segment<T>& s : final_segments) std::fill_n(s.data, s.size, T(0));
-  if (split_grads) std::fill_n(grad_x, batch * p, T(0));
+  if (split_grads && grad_x != nullptr) std::fill_n(grad_x, batch * p, T(0));
 
   const int64_t blocks = BackwardBlocks(batch, trees, total);
   std::vector<T> partial(static_cast<size_t>((blocks - 1) * total), T(0));
   // dL/dx per (sample, tree), summed over trees in order afterwards.
-  const bool per_tree_x = split_grads && trees > 1;
+  const bool per_tree_x = split_grads && grad_x != nullptr && trees > 1;
   std::vector<T> x_partial(static_cast<size_t>(per_tree_x ? batch * trees * p : 0));
+  const int64_t chunk = ChunkSize(num_internal);
 
   const int64_t cost = (batch / blocks + 1) * ((2 * d.depth + 1) * 2 * form.Cost() + units * 4);
   parallel_for(trees * blocks, cost, [&](int64_t begin, int64_t end) {
-    std::vector<T> scratch(static_cast<size_t>(std::max<int64_t>(1, 2 * d.depth * form.ScratchSize())));
-    Walker<T, Form> w{form, is_split, leaf_values, d.num_internal, positions, units, threshold,
-                      scratch.data()};
-    w.split_grads = split_grads;
+    ChunkWalk<T, Form> walk(form, is_split, num_internal, p, threshold);
+    std::vector<T> leaf_d, split_d;
     for (int64_t it = begin; it < end; ++it) {
       const int64_t t = it / blocks, blk = it % blocks;
       T* base = blk == 0 ? nullptr : partial.data() + (blk - 1) * total;
-      if (split_grads) w.grads = base == nullptr ? grads : form.GradsAt(base);
-      w.grad_leaf = (base == nullptr ? grad_leaf_values : base + form_size) + t * positions * units;
-      w.tree = t;
-      for (int64_t b = batch * blk / blocks; b < batch * (blk + 1) / blocks; ++b) {
-        w.x = x + b * p;
-        w.grad_output = grad_output + (b * trees + t) * units;
-        if (per_tree_x) {
-          w.grad_x = x_partial.data() + (b * trees + t) * p;
-          std::fill_n(w.grad_x, p, T(0));
-        } else if (split_grads) {
-          w.grad_x = grad_x + b * p;
+      const typename Form::Grads g =
+          !split_grads ? grads : (base == nullptr ? grads : form.GradsAt(base));
+      T* grad_leaf = (base == nullptr ? grad_leaf_values : base + form_size) + t * positions * units;
+      const T* leaf_t = leaf_values == nullptr ? nullptr : leaf_values + t * positions * units;
+      const int64_t first = batch * blk / blocks, last = batch * (blk + 1) / blocks;
+      for (int64_t b0 = first; b0 < last; b0 += chunk) {
+        const int64_t count = std::min(chunk, last - b0);
+        walk.Run(t, x, b0, count);
+        auto grad_out = [&](int32_t sample) { return grad_output + ((b0 + sample) * trees + t) * units; };
+        leaf_d.resize(static_cast<size_t>(walk.num_leaves));
+        for (int64_t j = 0; j < walk.num_leaves; ++j) {
+          const LeafVisit<T>& l = walk.leaves[j];
+          const T* go = grad_out(l.sample);
+          Axpy(l.mass, go, grad_leaf + l.node * units, units);
+          leaf_d[j] = split_grads ? ShortDot(go, leaf_t + l.node * units, units) : T(0);
         }
-        w.WalkBackward();
+        if (!split_grads) continue;
+        auto row_x = [&](int32_t sample) -> T* {
+          if (grad_x == nullptr) return nullptr;
+          return per_tree_x ? x_partial.data() + ((b0 + sample) * trees + t) * p
+                            : grad_x + (b0 + sample) * p;
+        };
+        if (per_tree_x) {
+          for (int64_t i = 0; i < count; ++i) std::fill_n(row_x(static_cast<int32_t>(i)), p, T(0));
+        }
+        split_d.resize(static_cast<size_t>(walk.num_visits));
+        auto child_d = [&](int32_t c) {
+          return c >= 0 ? split_d[c] : (c == -1 ? T(0) : leaf_d[-2 - c]);
+        };
+        // Children come after their parents: in reverse, every D below is known.
+        for (int64_t j = walk.num_visits - 1; j >= 0; --j) {
+          const Visit<T>& e = walk.visits[j];
+          const T d_left = child_d(e.child[0]), d_right = child_d(e.child[1]);
+          form.Backward(t * num_internal + e.node, x + (b0 + e.sample) * p, walk.Scratch(j), e.v,
+                        e.mass * (d_right - d_left), g, row_x(e.sample));
+          split_d[j] = e.v.right * d_right + e.v.left * d_left;
+        }
       }
     }
   });

@@ -121,7 +121,8 @@ void PrunedRoutingForward(const PrunedRoutingDims& d, const T* x, const ExpertSp
 
 // Backward pass of the forward call with the same inputs: gradients of
 // sum_{b,t,u} grad_output[b,t,u] * output[b,t,u] with respect to x, the split
-// parameters and leaf_values (all overwritten).
+// parameters and leaf_values (all overwritten). grad_x may be null (not
+// computed: the inputs of a forest are often data).
 template <typename T>
 void PrunedRoutingBackward(const PrunedRoutingDims& d, const T* grad_output, const T* x,
                            const ObliqueSplits<T>& splits, const bool* is_split,

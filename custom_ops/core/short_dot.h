@@ -53,6 +53,39 @@ inline double ShortDot<double>(const double* a, const double* b, int64_t n) {
 }
 #endif
 
+// Eight dot products out[q] = <w[q], x[q]> of length n at once: independent
+// accumulators, so the CPU overlaps them; each lane's order is fixed, so a
+// value does not depend on which others share its group.
+template <typename T>
+inline void ShortDot8(const T* const* w, const T* const* x, int64_t n, T* out) {
+  for (int q = 0; q < 8; ++q) out[q] = ShortDot(w[q], x[q], n);
+}
+
+#if defined(__AVX2__) && defined(__FMA__)
+template <>
+inline void ShortDot8<float>(const float* const* w, const float* const* x, int64_t n, float* out) {
+  __m256 acc[8];
+  for (int q = 0; q < 8; ++q) acc[q] = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (; k + 8 <= n; k += 8) {
+    for (int q = 0; q < 8; ++q) {
+      acc[q] = _mm256_fmadd_ps(_mm256_loadu_ps(w[q] + k), _mm256_loadu_ps(x[q] + k), acc[q]);
+    }
+  }
+  const __m256 t0 = _mm256_hadd_ps(acc[0], acc[1]);
+  const __m256 t1 = _mm256_hadd_ps(acc[2], acc[3]);
+  const __m256 t2 = _mm256_hadd_ps(acc[4], acc[5]);
+  const __m256 t3 = _mm256_hadd_ps(acc[6], acc[7]);
+  const __m256 u0 = _mm256_hadd_ps(t0, t1);
+  const __m256 u1 = _mm256_hadd_ps(t2, t3);
+  _mm256_storeu_ps(out, _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20),
+                                      _mm256_permute2f128_ps(u0, u1, 0x31)));
+  for (; k < n; ++k) {
+    for (int q = 0; q < 8; ++q) out[q] += w[q][k] * x[q][k];
+  }
+}
+#endif
+
 }  // namespace keras_trees
 
 #endif  // KERAS_TREES_CORE_SHORT_DOT_H_

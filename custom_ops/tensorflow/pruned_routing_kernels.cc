@@ -3,6 +3,7 @@
 // outputs and run the core (core/pruned_routing.h) on TensorFlow's thread pool.
 // One kernel template per pass (forward, backward, leaf statistics) over the
 // two split forms (oblique, noisy-OR experts).
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -120,11 +121,13 @@ class PrunedRoutingAttrs {
     OP_REQUIRES(ctx, std::isfinite(threshold_) && threshold_ >= 0.0f && threshold_ < 1.0f,
                 InvalidArgument("threshold must be in [0, 1), got ", threshold_));
     if (ctx->HasAttr("annealed")) OP_REQUIRES_OK(ctx, ctx->GetAttr("annealed", &annealed_));
+    if (ctx->HasAttr("x_grad")) OP_REQUIRES_OK(ctx, ctx->GetAttr("x_grad", &x_grad_));
   }
 
  protected:
   float threshold_ = 0.0f;
   bool annealed_ = true;
+  bool x_grad_ = true;
 };
 
 template <typename T>
@@ -218,9 +221,11 @@ class PrunedRoutingGradOp : public OpKernel, PrunedRoutingAttrs {
       grads[i] = out->flat<T>().data();
     }
     const Tensor& is_split = ctx->input(Inputs::kInputs);
+    if (!x_grad_) std::fill_n(grads[0], d.batch * d.input_dim, T(0));
     PrunedRoutingBackward<T>(d, ctx->input(0).flat<T>().data(), ctx->input(1).flat<T>().data(),
                              splits, is_split.flat<bool>().data(),
-                             leaf_values.flat<T>().data(), T(threshold_), grads[0],
+                             leaf_values.flat<T>().data(), T(threshold_),
+                             x_grad_ ? grads[0] : nullptr,
                              Inputs::GradsFrom(grads + 1), grads[Inputs::kGradOutputs + 1],
                              CpuParallelFor(ctx));
   }

@@ -138,11 +138,13 @@ REGISTER_OP("KerasTrees>PrunedRoutingGrad")
     .Output("grad_leaf_values: T")
     .Attr("T: {float, double}")
     .Attr("threshold: float = 0.0")
+    .Attr("x_grad: bool = true")
     .SetShapeFn([](InferenceContext* c) { return GradShape(c, false); })
     .Doc(R"doc(
 Gradients of KerasTrees>PrunedRouting's output (contracted with grad_output
 [batch, num_trees, units]) with respect to x, split_weights, split_bias, gamma
-and the leaf values; the kept paths are walked again from the inputs.
+and the leaf values; the kept paths are walked again from the inputs. With
+x_grad false, grad_x is not computed (zeros).
 )doc");
 
 REGISTER_OP("KerasTrees>PrunedLeafStatistics")
@@ -215,11 +217,13 @@ REGISTER_OP("KerasTrees>PrunedRoutingExpertsGrad")
     .Output("grad_leaf_values: T")
     .Attr("T: {float, double}")
     .Attr("threshold: float = 0.0")
+    .Attr("x_grad: bool = true")
     .Attr("annealed: bool = true")
     .SetShapeFn([](InferenceContext* c) { return GradShape(c, true); })
     .Doc(R"doc(
 Gradients of KerasTrees>PrunedRoutingExperts' output (contracted with
-grad_output) with respect to every floating-point input.
+grad_output) with respect to every floating-point input (grad_x zeros unless
+x_grad).
 )doc");
 
 REGISTER_OP("KerasTrees>PrunedLeafStatisticsExperts")

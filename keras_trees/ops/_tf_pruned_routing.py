@@ -56,13 +56,28 @@ def _attrs_of(op, experts):
     return attrs
 
 
+def _skip_indices(op):
+    """Inputs whose gradient the tape does not need (eager and tf.function
+    tapes say so; graph-mode tf.gradients does not: compute everything)."""
+    try:
+        return op.skip_input_indices or ()
+    except AttributeError:
+        return ()
+
+
+def _skips_x(op):
+    # The inputs of a forest are often data; dL/dx costs as much as the weight gradients.
+    return 0 in _skip_indices(op)
+
+
 def _routing_grad(op, grad_output, experts):
     *inputs, leaf_values = op.inputs
     module = _library.module()
     grad = module.keras_trees_pruned_routing_experts_grad if experts else module.keras_trees_pruned_routing_grad
-    grads = grad(grad_output, *inputs, leaf_values, **_attrs_of(op, experts))
+    skip_x = _skips_x(op)
+    grads = grad(grad_output, *inputs, leaf_values, x_grad=not skip_x, **_attrs_of(op, experts))
     # No gradient for is_split (boolean topology).
-    return list(grads[:-1]) + [None, grads[-1]]
+    return [None if skip_x else grads[0]] + list(grads[1:-1]) + [None, grads[-1]]
 
 
 @tf.RegisterGradient(_OBLIQUE)
@@ -87,8 +102,9 @@ def _statistics_grad(op, grad_statistics, experts):
     forward = module.keras_trees_pruned_routing_experts if experts else module.keras_trees_pruned_routing
     grad = module.keras_trees_pruned_routing_experts_grad if experts else module.keras_trees_pruned_routing_grad
     grad_weights = forward(*inputs, grad_statistics, **attrs)[0]
-    split_grads = grad(weights, *inputs, grad_statistics, **attrs)[:-1]
-    return [grad_weights] + list(split_grads) + [None]
+    skip_x = 1 in _skip_indices(op)
+    split_grads = grad(weights, *inputs, grad_statistics, x_grad=not skip_x, **attrs)[:-1]
+    return [grad_weights, None if skip_x else split_grads[0]] + list(split_grads[1:]) + [None]
 
 
 @tf.RegisterGradient("KerasTrees>PrunedLeafStatistics")
