@@ -14,7 +14,7 @@ from keras_trees import topology
 from keras_trees.layers import _validation
 from keras_trees.layers._heap import HeapTreeMixin
 from keras_trees.layers._random import numpy_generator
-from keras_trees.ops import hard_routing, path_probabilities
+from keras_trees.ops import _library, hard_routing, path_probabilities, pruned_routing
 from keras_trees.layers._xla import XLACompatibility
 
 # Heaps of this depth hold 2**25 - 1 positions per tree: already far beyond memory
@@ -64,6 +64,7 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
         split_regularizer=None,
         leaf_smoothing=1e-6,
         leaf_learning="auto",
+        prune_threshold=pruned_routing.DEFAULT_PRUNE_THRESHOLD,
         seed=None,
         **kwargs,
     ):
@@ -116,6 +117,7 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
             raise ValueError("leaf_learning='em' needs a classification layer (num_classes=...); "
                              "regression leaves are trained by the optimizer")
         self.leaf_learning = leaf_learning
+        self.prune_threshold = pruned_routing.check_threshold(prune_threshold)
         self.seed = seed
         # seed=None follows keras.utils.set_random_seed (NumPy's global generator).
         self._rng = numpy_generator(seed)
@@ -375,8 +377,29 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
     def _dense_soft(self):
         return self.num_positions <= self.DENSE_POSITIONS
 
+    def _is_split(self):
+        return ops.equal(self.node_state[:, : self.num_internal], topology.SPLIT)
+
+    @property
+    def _pruned_op(self):
+        """Whether probabilistic routing runs through ``pruned_routing``: the
+        compiled kernel, or its dense reference on heaps small enough for it
+        (deeper heaps without the kernel prune in the sparse path)."""
+        return self.prune_threshold > 0 and (self._dense_soft or _library.custom_ops_available())
+
+    def _pruned_outputs(self, feats, leaves=None):
+        """``(batch, num_trees, K)`` per-tree outputs of pruned routing."""
+        leaves = self._leaves() if leaves is None else leaves
+        return pruned_routing.pruned_routing(
+            feats, self.effective_kernel(), self.split_bias, self.gamma, self._is_split(),
+            ops.cast(leaves, feats.dtype), self.prune_threshold,
+        )
+
     def soft_posterior(self, feats):
-        """Eq. 2 / Eq. 20 with probabilistic routing through all present splits."""
+        """Eq. 2 / Eq. 20 with probabilistic routing through all present splits
+        (subtrees of path probability below ``prune_threshold`` dropped)."""
+        if self._pruned_op:
+            return ops.sum(self._pruned_outputs(feats), axis=1) / self.num_trees
         if self._dense_soft:
             mu = path_probabilities.heap_leaf_probabilities(
                 feats, self.effective_kernel(), self.split_bias, self.gamma, self.node_state
@@ -384,7 +407,7 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
             leaves = ops.cast(self._leaves(), feats.dtype)
             return ops.einsum("btn,tnk->bk", mu, leaves) / self.num_trees
         leaf_ids, log_mu = path_probabilities.soft_leaf_log_probabilities(
-            feats, self.effective_kernel(), self.split_bias, self.gamma, self.node_state
+            feats, self.effective_kernel(), self.split_bias, self.gamma, self.node_state, self.prune_threshold
         )
         values = ops.take(self._flat_leaves(feats.dtype), leaf_ids, axis=0)
         return ops.matmul(ops.exp(log_mu), values) / self.num_trees
@@ -496,11 +519,28 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
             h = mu * pi_y / (T * ops.maximum(p_y, 1e-30))[:, None, None]
             return ops.reshape(ops.einsum("btn,bk->tnk", h, counted), (total, self.num_classes))
 
+        def soft_pruned():
+            # h[b, l] = mu_l pi_l[y_b] / (T p(y_b)), so counts[l, k] =
+            # pi_l[k] sum_b mu_l(x_b) counted[b, k] / (T p(y_b)): the leaf
+            # statistics of the kept leaves with those per-sample weights.
+            values = ops.cast(self._leaves(), feats.dtype)
+            out = self._pruned_outputs(feats, values)  # (B, T, K)
+            p_y = ops.sum(ops.sum(out, axis=1) * onehot, axis=1) / T
+            r = counted / (T * ops.maximum(p_y, 1e-30))[:, None]
+            weights = ops.broadcast_to(r[:, None, :], ops.shape(out))
+            stats = pruned_routing.pruned_leaf_statistics(
+                feats, self.effective_kernel(), self.split_bias, self.gamma, self._is_split(), weights,
+                self.prune_threshold,
+            )
+            return ops.reshape(stats * values, (total, self.num_classes))
+
         def soft():
+            if self._pruned_op:
+                return soft_pruned()
             if self._dense_soft:
                 return soft_dense()
             leaf_ids, log_mu = path_probabilities.soft_leaf_log_probabilities(
-                feats, self.effective_kernel(), self.split_bias, self.gamma, self.node_state
+                feats, self.effective_kernel(), self.split_bias, self.gamma, self.node_state, self.prune_threshold
             )
             values = ops.take(leaves, leaf_ids, axis=0)  # (L, K)
             mu = ops.exp(log_mu)
@@ -598,6 +638,7 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
                 "split_regularizer": ser(self.split_regularizer),
                 "leaf_smoothing": self.leaf_smoothing,
                 "leaf_learning": self.leaf_learning,
+                "prune_threshold": self.prune_threshold,
                 "seed": self.seed,
             }
         )

@@ -203,15 +203,16 @@ def _tree_objective(layer, x, y, w, inverse_weight):
     """Weighted joint objective of the probabilistic tree (Algorithm 1) + prior."""
     x = ops.cast(x, layer.variable_dtype)
     w = ops.cast(w, x.dtype)[:, None]
-    p = ops.exp(layer.leaf_log_probabilities(x)) * w  # (batch, positions)
     batch = ops.sum(w)
+    # Soft (weighted) counts sum_b w_b mu_l(x_b) [...] per position (pruned routing).
     if layer.is_classifier:
         onehot = ops.one_hot(ops.cast(y, "int32"), layer.num_classes, dtype=x.dtype)
-        loss = conditional_entropy_from_counts(ops.matmul(ops.transpose(p), onehot), total=batch)
+        loss = conditional_entropy_from_counts(layer.leaf_statistics(x, onehot * w), total=batch)
     else:
         y = ops.cast(y, x.dtype)
-        pt = ops.transpose(p)
-        loss = leaf_variance_from_moments(ops.sum(p, 0), ops.matmul(pt, y), ops.matmul(pt, y * y), batch)
+        u = layer.units
+        m = layer.leaf_statistics(x, ops.concatenate([w, w * y, w * y * y], axis=1))
+        loss = leaf_variance_from_moments(m[:, 0], m[:, 1: 1 + u], m[:, 1 + u:], batch)
     return loss + _prior(layer, inverse_weight)
 
 

@@ -12,7 +12,7 @@ from keras_trees.layers._heap import HeapTreeMixin
 from keras_trees.layers._end_to_end import _const
 from keras_trees.layers._random import numpy_generator
 from keras_trees.losses.gamma_process_prior import GammaProcessPrior
-from keras_trees.ops import hard_routing
+from keras_trees.ops import _library, hard_routing, pruned_routing
 from keras_trees.ops import polytope as poly
 from keras_trees.layers._xla import XLACompatibility
 
@@ -102,6 +102,17 @@ class ConvexPolytopeTree(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
             for training-time probabilities.
         facet_tolerance: an expert is an active facet when
             ``r_k >= facet_tolerance * max_k r_k``.
+        prune_threshold: probabilistic routing (``call(training=True)`` and
+            the joint refinement's soft counts) drops a subtree once a
+            sample's path probability into it falls below this value, except
+            the child a node favours (the deterministic path), so every sample
+            keeps at least one leaf (:mod:`keras_trees.ops.pruned_routing`).
+            The dropped probability mass of a sample is below
+            ``prune_threshold`` times the number of dropped subtrees (at most
+            one per visited split) and bounds the change of its output (class
+            distributions) and of its soft counts. ``0`` is exact (the dense
+            computation, unchanged); the default is the same as for
+            :class:`keras_trees.layers.EndToEndTree`.
         seed: seed of the initial expert directions.
 
     Example:
@@ -129,6 +140,7 @@ class ConvexPolytopeTree(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
         steepness=1.0,
         annealing=True,
         facet_tolerance=1e-2,
+        prune_threshold=pruned_routing.DEFAULT_PRUNE_THRESHOLD,
         seed=None,
         **kwargs,
     ):
@@ -149,6 +161,7 @@ class ConvexPolytopeTree(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
         if not 0 <= facet_tolerance < 1:
             raise ValueError(f"facet_tolerance must be in [0, 1), got {facet_tolerance}")
         self.facet_tolerance = facet_tolerance
+        self.prune_threshold = pruned_routing.check_threshold(prune_threshold)
         self.seed = seed
         # seed=None follows keras.utils.set_random_seed (NumPy's global state).
         self._rng = numpy_generator(seed)
@@ -243,11 +256,14 @@ class ConvexPolytopeTree(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
 
     def leaf_log_probabilities(self, inputs):
         """``(batch, 2**(D+1) - 1)`` log path probabilities (Eq. 7) of the
-        probabilistic tree; ``-inf``-like values (``-1e30``) where no leaf is.
+        probabilistic tree; ``-inf``-like values (``-1e30``) where no leaf is
+        and at the leaves ``prune_threshold`` drops.
 
         Only the present splits (and the root) are evaluated, except on JAX,
         whose compiled functions need static shapes: there every internal
-        node is, so the cost grows with ``2**max_depth``."""
+        node is, so the cost grows with ``2**max_depth`` (the dense path; the
+        compiled pruned kernel serves ``call`` and the refinement on
+        TensorFlow)."""
         x = self.features(inputs)
         I = self.num_internal
         if keras.backend.backend() == "jax":
@@ -268,24 +284,63 @@ class ConvexPolytopeTree(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
             log_r, log_l = poly.annealed_log_probabilities(
                 rate, take(self.rate0()[0])[None], take(self.steepness[0])[None]
             )
+            # The favoured side (right iff > 0) of the pruning rule.
+            logit = poly.annealed_logits(rate, take(self.rate0()[0])[None], take(self.steepness[0])[None])
         else:
             log_r, log_l = poly.noisy_or_log_probabilities(rate)
+            logit = rate - pruned_routing.LOG2
         if ids is not None:
             dense = lambda v: ops.transpose(ops.scatter(ids[:, None], ops.transpose(v), (I, ops.shape(x)[0])))  # noqa: E731
-            log_r, log_l = dense(log_r), dense(log_l)
+            log_r, log_l, logit = dense(log_r), dense(log_l), dense(logit)
         levels = [ops.zeros_like(x[:, :1])]
         logp = levels[0]
         batch = ops.shape(x)[0]
+        threshold = self.prune_threshold
+        keep = ops.ones_like(logp, dtype="bool")
+        dropped = ops.cast(-1e30, logp.dtype)
         for d in range(self.max_depth):
             sl = slice(2**d - 1, 2 ** (d + 1) - 1)
-            logp = ops.reshape(ops.stack([logp + log_l[:, sl], logp + log_r[:, sl]], axis=-1), (batch, 2 ** (d + 1)))
+            left, right = logp + log_l[:, sl], logp + log_r[:, sl]
+            if threshold > 0:
+                fav = logit[:, sl] > 0
+                k_left = ops.logical_and(keep, ops.logical_or(ops.exp(left) >= threshold, ops.logical_not(fav)))
+                k_right = ops.logical_and(keep, ops.logical_or(ops.exp(right) >= threshold, fav))
+                left, right = ops.where(k_left, left, dropped), ops.where(k_right, right, dropped)
+                keep = ops.reshape(ops.stack([k_left, k_right], axis=-1), (batch, 2 ** (d + 1)))
+            logp = ops.reshape(ops.stack([left, right], axis=-1), (batch, 2 ** (d + 1)))
             levels.append(logp)
         logp = ops.concatenate(levels, axis=-1)
         is_leaf = ops.equal(self.node_state[0], topology.LEAF)[None]
         return ops.where(is_leaf, logp, ops.cast(-1e30, logp.dtype))
 
+    def _pruned_kernel(self):
+        """Whether probabilistic routing runs through the compiled pruned kernel."""
+        return self.prune_threshold > 0 and _library.custom_ops_available()
+
+    def _pruned_args(self):
+        is_split = ops.equal(self.node_state[:, : self.num_internal], topology.SPLIT)
+        return (self.expert_kernel, self.expert_bias, self.steepness, is_split), dict(
+            prune_threshold=self.prune_threshold, expert_weights=self.expert_weights(), rate0=self.rate0(),
+            annealed=self.annealing)
+
+    def leaf_statistics(self, inputs, weights):
+        """``(2**(D+1) - 1, U)``: ``sum_b mu_l(x_b) weights[b]`` at every leaf
+        ``l`` of the probabilistic tree (0 elsewhere), for ``weights``
+        ``(batch, U)``; differentiable (the soft counts of the refinement)."""
+        x = self.features(inputs)
+        weights = ops.cast(weights, x.dtype)
+        if self._pruned_kernel():
+            args, kwargs = self._pruned_args()
+            return pruned_routing.pruned_leaf_statistics(x, *args, weights[:, None, :], **kwargs)[0]
+        p = ops.exp(self.leaf_log_probabilities(x))
+        return ops.matmul(ops.transpose(p), weights)
+
     def call(self, inputs, training=None):
-        if training:
+        if training and self._pruned_kernel():
+            args, kwargs = self._pruned_args()
+            x = self.features(inputs)
+            out = pruned_routing.pruned_routing(x, *args, ops.cast(self.leaf_values, x.dtype), **kwargs)[:, 0]
+        elif training:
             p = ops.exp(self.leaf_log_probabilities(inputs))
             out = ops.matmul(p, ops.cast(self.leaf_values[0], p.dtype))
         else:
@@ -474,6 +529,7 @@ class ConvexPolytopeTree(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
             "steepness": self.initial_steepness,
             "annealing": self.annealing,
             "facet_tolerance": self.facet_tolerance,
+            "prune_threshold": self.prune_threshold,
             "seed": self.seed,
         })
         return config

@@ -79,6 +79,21 @@ class EndToEndTree(EndToEndTreesBase):
             with ``EMLeafUpdate``, which takes over the current leaves and hands
             its result back to the logits when training ends; by the optimizer
             in every other ``fit``).
+        prune_threshold: probabilistic routing (training, ``routing="soft"``,
+            the EM statistics) walks each sample depth first and drops a
+            subtree once the sample's path probability into it falls below
+            this value, except the child a split favours (the deterministic
+            path), so every sample keeps at least one leaf per tree; the kept
+            paths are all the compiled kernel evaluates, forward and backward
+            (:mod:`keras_trees.ops.pruned_routing`). Bound: the probability
+            mass a sample loses in a tree is below ``prune_threshold`` times
+            the subtrees dropped there (at most one per visited split), and the
+            tree's output (a class distribution) moves by at most that mass.
+            The default ``1e-4`` keeps every subtree holding 0.01% of a
+            sample's mass, so even a sample that visits 100 splits of a tree
+            loses less than 1% of its mass there; as the steepness anneals
+            almost every sample keeps one path. ``0`` is exact: the dense
+            computation (every present split for every sample), unchanged.
         seed: seed of the random split directions (unit sphere) and feature subsets.
 
     Example:

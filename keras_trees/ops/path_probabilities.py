@@ -26,7 +26,7 @@ def present(node_state, kind):
     return ops.cast(ops.nonzero(ops.equal(flat, kind))[0], "int32")
 
 
-def soft_leaf_log_probabilities(x, split_weights, split_bias, gamma, node_state):
+def soft_leaf_log_probabilities(x, split_weights, split_bias, gamma, node_state, prune_threshold=0.0):
     """Log path probabilities of every present leaf of every tree.
 
     Args:
@@ -34,11 +34,16 @@ def soft_leaf_log_probabilities(x, split_weights, split_bias, gamma, node_state)
         split_weights: ``(num_trees, 2**D - 1, input_dim)``.
         split_bias, gamma: ``(num_trees, 2**D - 1)``; gamma is the steepness.
         node_state: ``(num_trees, 2**(D+1) - 1)`` int topology.
+        prune_threshold: the pruning rule of
+            :mod:`keras_trees.ops.pruned_routing` (a leaf is dropped when a
+            node on its path has path probability below the threshold and is
+            not the child its split favours); 0 (default) drops nothing.
 
     Returns:
         ``(leaf_ids, log_mu)``: ``(L,)`` int32 flat leaf indices into
         ``num_trees * (2**(D+1) - 1)`` (tree-major) and ``(batch, L)``
-        ``log mu_l(x)``; ``sum_l mu_l = 1`` within each tree.
+        ``log mu_l(x)``; ``sum_l mu_l = 1`` within each tree without pruning;
+        dropped leaves have ``log mu = -inf``.
     """
     x = ops.convert_to_tensor(x)
     trees, internal, positions, depth = _tree_sizes(split_weights)
@@ -64,6 +69,13 @@ def soft_leaf_log_probabilities(x, split_weights, split_bias, gamma, node_state)
     for d in range(1, depth + 1):
         leaf_depth = leaf_depth + ops.cast(h1 >= 2**d, "int32")
     pow2 = ops.convert_to_tensor([2**k for k in range(depth + 1)], dtype="int32")
+    threshold = float(prune_threshold)
+    if threshold > 0:
+        # favoured[2s + direction]: the edge the split favours (right iff its logit > 0).
+        right = z > 0
+        favoured = ops.reshape(ops.stack([ops.logical_not(right), right], axis=1), (-1, ops.shape(x)[0]))
+        favoured = ops.concatenate([favoured, ops.ones_like(favoured[:1])], axis=0)
+        kept = None
     log_mu = None
     for d in range(depth):
         valid = leaf_depth > d
@@ -74,6 +86,11 @@ def soft_leaf_log_probabilities(x, split_weights, split_bias, gamma, node_state)
         col = ops.where(valid, 2 * ops.take(remap, pos) + direction, 2 * num_splits)
         term = ops.take(edges, col, axis=0)
         log_mu = term if log_mu is None else log_mu + term
+        if threshold > 0:
+            keep = ops.logical_or(ops.exp(log_mu) >= threshold, ops.take(favoured, col, axis=0))
+            kept = keep if kept is None else ops.logical_and(kept, keep)
+    if threshold > 0 and kept is not None:
+        log_mu = ops.where(kept, log_mu, ops.cast(float("-inf"), log_mu.dtype))
     return leaf_ids, ops.transpose(log_mu)
 
 

@@ -367,3 +367,22 @@ print("OUTSIDE", history["leaves"])
     assert int(out.split("OUTSIDE")[1].split()[0]) >= 2
     assert greedy == reference["greedy_accuracy"]
     assert abs(fit - reference["fit_accuracy"]) <= 0.03
+
+
+def test_pruned_probabilistic_tree_matches_the_numpy_oracle():
+    from tests.ops.pruned_oracle import pruned_outputs
+    from tests.test_topology import random_tree
+
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1, 1, size=(50, 2)).astype("float32")
+    tree = ConvexPolytopeTree(max_depth=3, num_experts=3, num_classes=2, prune_threshold=0.05, seed=0)
+    tree.build((None, 2))
+    tree.node_state.assign(random_tree(rng, 3))
+    tree.steepness.assign(rng.uniform(1, 4, size=(1, 7)).astype("float32"))
+    tree.leaf_values.assign(rng.dirichlet(np.ones(2), size=(1, 15)).astype("float32"))
+    as_np = lambda v: np.asarray(ops.convert_to_numpy(v))  # noqa: E731
+    expected, _, _, _ = pruned_outputs(
+        x, as_np(tree.expert_kernel), as_np(tree.expert_bias), as_np(tree.steepness),
+        as_np(tree.node_state)[:, :7] == topology.SPLIT, as_np(tree.leaf_values), tree.prune_threshold,
+        expert_weights=as_np(tree.expert_weights()), rate0=as_np(tree.rate0()))
+    np.testing.assert_allclose(as_np(tree(x, training=True)), expected[:, 0], rtol=2e-5, atol=2e-6)

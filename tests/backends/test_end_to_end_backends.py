@@ -476,3 +476,24 @@ def test_em_gradient_leaves_and_growth_train_on_two_replicas(tmp_path):
         tmp_path,
     )
     assert "RESULT" in out, out
+
+
+# ---------------------------------------------------------------- pruned routing
+def test_pruned_soft_routing_matches_the_numpy_oracle_and_trains():
+    from tests.ops.pruned_oracle import pruned_outputs
+    from tests.test_topology import random_tree
+
+    rng = np.random.default_rng(0)
+    x, y = blobs(120)
+    forest = EndToEndForest(num_trees=3, max_depth=3, num_classes=4, prune_threshold=0.05, seed=0)
+    model = sequential(forest, 2)
+    forest.node_state.assign(random_tree(rng, 3, num_trees=3))
+    forest.gamma.assign(rng.uniform(0.5, 4.0, size=(3, 7)).astype("float32"))
+    forest.set_leaf_values(rng.dirichlet(np.ones(4), size=(3, 15)))
+    is_split = numpy(forest.node_state)[:, :7] == topology.SPLIT
+    expected, _, _, dropped = pruned_outputs(x, numpy(forest.effective_kernel()), numpy(forest.split_bias),
+                                             numpy(forest.gamma), is_split, forest.leaves_numpy(), 0.05)
+    assert dropped.max() > 0  # the threshold prunes here
+    np.testing.assert_allclose(numpy(forest.posterior(x)), expected.mean(1), rtol=2e-5, atol=2e-6)
+    model.fit(x, y, batch_size=60, epochs=2, verbose=0, callbacks=[EMLeafUpdate(x, y), SteepnessAnnealing(0.1)])
+    assert np.isfinite(numpy(forest.split_kernel)).all() and accuracy(model, x, y) > 0.5

@@ -1,0 +1,166 @@
+"""Finetune-epoch time and peak memory of the end-to-end forest on letter: dense vs pruned routing.
+
+The forest of Hehn et al. (Table 1): 70 trees of depth <= 10 with 8 random
+features per split, batch 1000, Adam 1e-3, EMLeafUpdate and SteepnessAnnealing(0.1).
+The trees are grown greedily first (GreedyLevelGrowth, ``--growth-epochs`` per
+level instead of the paper's 45, to keep the run short); then every split is
+put where the paper's schedule has it when finetuning starts: trained for
+``--schedule-epochs`` (45) epochs, so SteepnessAnnealing gives it
+``gamma = 1 + 0.1 * 45 = 5.5`` and anneals on from there. The same grown
+forest is then finetuned for ``--epochs`` epochs once per ``prune_threshold``
+(0 = the dense path; the default threshold = the pruned kernel), each in a
+fresh process so its peak resident memory is its own. Printed side by side:
+seconds per finetune epoch (first epoch, with tracing; then the mean of the
+others), peak resident set size, the training loss, test accuracy, the
+splits evaluated and leaves kept per sample and tree, and the ratios to the
+dense path. No accuracy is asserted: see end_to_end_forest.py for the schedule.
+
+    python benchmarks/end_to_end_finetune_speed.py [--quick] [--trees 70] [--epochs 3]
+        [--thresholds 0 1e-4] [--json PATH]
+"""
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+import _data
+import numpy as np
+
+
+def grow(split, args, path):
+    import keras
+
+    from keras_trees.callbacks import EMLeafUpdate, GreedyLevelGrowth, SteepnessAnnealing
+    from keras_trees.layers import EndToEndForest
+
+    keras.utils.set_random_seed(args.seed)
+    forest = EndToEndForest(args.trees, max_depth=args.depth, num_classes=split.num_classes,
+                            features_per_split=8, seed=args.seed)
+    model = keras.Sequential([keras.Input((split.x_fit.shape[1],)), forest])
+    model.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy())
+    x, y = split.x_fit, split.y_fit
+    growth = GreedyLevelGrowth(x, y, epochs_per_level=args.growth_epochs, finetune_epochs=0)
+    start = time.time()
+    model.fit(x, y, batch_size=1000, epochs=growth.max_epochs(args.depth), verbose=0,
+              callbacks=[growth, EMLeafUpdate(x, y), SteepnessAnnealing(0.1)])
+    # Where the paper's schedule puts every split when finetuning starts.
+    split_mask = keras.ops.convert_to_numpy(forest.node_state)[:, : forest.num_internal] == 2
+    forest.node_epochs.assign(np.where(split_mask, args.schedule_epochs, 0).astype("int32"))
+    model.save(path)
+    return time.time() - start, forest.num_splits().mean(), forest.tree_depths().max()
+
+
+def finetune(path, threshold, epochs, seed):
+    """Runs in a fresh process: ``epochs`` finetune epochs at ``threshold``."""
+    import keras
+
+    from keras_trees.callbacks import EMLeafUpdate, SteepnessAnnealing
+    from keras_trees.layers._end_to_end import find_layers
+    from keras_trees.ops import pruned_routing
+
+    split = next(_data.splits("letter", [seed]))[1]
+    model = keras.models.load_model(path)
+    forest = find_layers(model)[0]
+    forest.prune_threshold = pruned_routing.check_threshold(threshold)
+    model.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy())
+    x, y = split.x_fit, split.y_fit
+    times = []
+
+    class Timer(keras.callbacks.Callback):  # listed first: the epoch includes the EM E-step
+        def on_epoch_begin(self, epoch, logs=None):
+            self.start = time.perf_counter()
+
+        def on_epoch_end(self, epoch, logs=None):
+            times.append(time.perf_counter() - self.start)
+
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    hist = model.fit(x, y, batch_size=1000, epochs=epochs, verbose=0,
+                     callbacks=[Timer(), EMLeafUpdate(x, y), SteepnessAnnealing(0.1)])
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    pred = model.predict(split.x_test, batch_size=4096, verbose=0)
+    is_split = forest._is_split()
+    _, kept, evals, dropped = pruned_routing.pruned_routing(
+        x[:4000], forest.effective_kernel(), forest.split_bias, forest.gamma, is_split, forest.leaf_values,
+        forest.prune_threshold, with_statistics=True)
+    return {
+        "threshold": forest.prune_threshold, "epoch_seconds": times, "peak_rss_gb": peak / 2**20,
+        "rss_before_fit_gb": rss_before / 2**20, "loss": [float(v) for v in hist.history["loss"]],
+        "accuracy": float((np.argmax(pred, 1) == split.y_test).mean()),
+        "split_evaluations": float(np.mean(evals)), "kept_leaves": float(np.mean(kept)),
+        "max_dropped_mass": float(np.max(dropped)),
+    }
+
+
+def main():
+    parser = _data.arg_parser(__doc__.splitlines()[0])
+    parser.add_argument("--trees", type=int, default=None)
+    parser.add_argument("--depth", type=int, default=10)
+    parser.add_argument("--growth-epochs", type=int, default=None, help="greedy epochs per level")
+    parser.add_argument("--schedule-epochs", type=int, default=45,
+                        help="epochs every split counts as trained when finetuning starts (paper: 45)")
+    parser.add_argument("--epochs", type=int, default=None, help="timed finetune epochs per threshold")
+    parser.add_argument("--thresholds", type=float, nargs="*", default=None,
+                        help="prune thresholds (0 = dense path; default: 0 and the layers' default)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--child", nargs=3, metavar=("MODEL", "THRESHOLD", "EPOCHS"), help=argparse_hidden())
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(finetune(args.child[0], float(args.child[1]), int(args.child[2]), args.seed)))
+        return
+    from keras_trees.ops.pruned_routing import DEFAULT_PRUNE_THRESHOLD
+
+    args.trees = args.trees or (10 if args.quick else 70)
+    args.growth_epochs = args.growth_epochs or 1
+    epochs = args.epochs or (2 if args.quick else 3)
+    thresholds = args.thresholds if args.thresholds is not None else [0.0, DEFAULT_PRUNE_THRESHOLD]
+    split = next(_data.splits("letter", [args.seed]))[1]
+    print(f"letter forest: {args.trees} trees, depth <= {args.depth}, 8 features/split, grown with "
+          f"{args.growth_epochs} epoch(s)/level, splits at epoch {args.schedule_epochs} of the gamma schedule "
+          f"(gamma {1 + 0.1 * args.schedule_epochs:.1f}); {epochs} finetune epochs per threshold, "
+          f"{len(split.x_fit)} training rows, batch 1000, {os.cpu_count()} CPUs", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "grown.keras")
+        seconds, splits, depth = grow(split, args, path)
+        print(f"grown in {seconds:.0f}s: {splits:.0f} splits per tree, depth {depth}", flush=True)
+        rows = []
+        for thr in thresholds:
+            cmd = [sys.executable, os.path.abspath(__file__), "--seed", str(args.seed),
+                   "--child", path, repr(float(thr)), str(epochs)]
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise RuntimeError(f"threshold {thr} failed:\n{proc.stdout}\n{proc.stderr[-4000:]}")
+            row = json.loads(proc.stdout.strip().splitlines()[-1])
+            rows.append(row)
+            print(f"prune_threshold {row['threshold']:g}: epochs {', '.join(f'{t:.1f}s' for t in row['epoch_seconds'])}"
+                  f", peak RSS {row['peak_rss_gb']:.2f} GB", flush=True)
+    base = rows[0]
+
+    def steady(row):
+        t = row["epoch_seconds"]
+        return float(np.mean(t[1:])) if len(t) > 1 else t[0]
+
+    print(f"\n{'prune_threshold':>15} {'1st epoch':>10} {'epoch':>8} {'peak RSS':>9} {'splits/tree':>11} "
+          f"{'leaves/tree':>11} {'final loss':>10} {'test acc':>8} {'speedup':>8} {'memory':>7}")
+    for row in rows:
+        print(f"{row['threshold']:>15g} {row['epoch_seconds'][0]:>9.1f}s {steady(row):>7.1f}s "
+              f"{row['peak_rss_gb']:>7.2f}GB {row['split_evaluations']:>11.1f} {row['kept_leaves']:>11.1f} "
+              f"{row['loss'][-1]:>10.4f} {row['accuracy']:>8.4f} {steady(base) / steady(row):>7.1f}x "
+              f"{row['peak_rss_gb'] / base['peak_rss_gb']:>6.2f}x")
+    print("epoch: mean of the epochs after the first (which includes tracing); ratios relative to the first row")
+    _data.write_json(args.json, {"benchmark": "end_to_end_finetune_speed", "trees": args.trees, "depth": args.depth,
+                                 "growth_epochs": args.growth_epochs, "schedule_epochs": args.schedule_epochs,
+                                 "rows": rows})
+
+
+def argparse_hidden():
+    import argparse
+
+    return argparse.SUPPRESS
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,277 @@
+// TensorFlow CPU kernels of pruned probabilistic routing (KerasTrees>PrunedRouting*,
+// registered in pruned_routing_ops.cc): validate the inputs, allocate the
+// outputs and run the core (core/pruned_routing.h) on TensorFlow's thread pool.
+// One kernel template per pass (forward, backward, leaf statistics) over the
+// two split forms (oblique, noisy-OR experts).
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "core/pruned_routing.h"
+#include "kernel_utils.h"
+
+namespace keras_trees {
+
+using ::tensorflow::errors::InvalidArgument;
+using ::tensorflow::OpKernel;
+using ::tensorflow::OpKernelConstruction;
+using ::tensorflow::OpKernelContext;
+using ::tensorflow::Tensor;
+using ::tensorflow::TensorShape;
+
+namespace {
+
+// Validates x and the split inputs that follow it (inputs first, first + 1,
+// ...; is_split last) and fills the dimensions (units excepted) and splits.
+// Returns false with the error set on ctx.
+template <typename T>
+struct ObliqueInputs {
+  using Splits = ObliqueSplits<T>;
+  using Grads = ObliqueSplitGrads<T>;
+  static constexpr int kInputs = 5;      // x, split_weights, split_bias, gamma, is_split
+  static constexpr int kGradOutputs = 3;  // split_weights, split_bias, gamma
+
+  static bool Read(OpKernelContext* ctx, int first, bool /*annealed*/, PrunedRoutingDims* d,
+                   Splits* s) {
+    const Tensor& x = ctx->input(first);
+    const Tensor& w = ctx->input(first + 1);
+    const Tensor& b = ctx->input(first + 2);
+    const Tensor& g = ctx->input(first + 3);
+    const Tensor& m = ctx->input(first + 4);
+    int depth = 0;
+    if (!ValidateRoutingInputs(ctx, x, w, 3, m, &depth)) return false;
+    const int64_t trees = w.dim_size(0), num_internal = w.dim_size(1);
+    if (!ValidateShape(ctx, b, "split_bias", {trees, num_internal})) return false;
+    if (!ValidateShape(ctx, g, "gamma", {trees, num_internal})) return false;
+    Fill(x, trees, num_internal, 1, depth, d);
+    s->weights = w.flat<T>().data();
+    s->bias = b.flat<T>().data();
+    s->gamma = g.flat<T>().data();
+    return true;
+  }
+
+  static Grads GradsFrom(T* const* outputs) { return Grads{outputs[0], outputs[1], outputs[2]}; }
+
+  static void Fill(const Tensor& x, int64_t trees, int64_t num_internal, int64_t experts,
+                   int depth, PrunedRoutingDims* d) {
+    d->batch = x.dim_size(0);
+    d->input_dim = x.dim_size(1);
+    d->trees = trees;
+    d->num_internal = num_internal;
+    d->experts = experts;
+    d->depth = depth;
+  }
+};
+
+template <typename T>
+struct ExpertInputs {
+  using Splits = ExpertSplits<T>;
+  using Grads = ExpertSplitGrads<T>;
+  // x, split_weights, split_bias, expert_weights, rate0, steepness, is_split
+  static constexpr int kInputs = 7;
+  static constexpr int kGradOutputs = 5;
+
+  static bool Read(OpKernelContext* ctx, int first, bool annealed, PrunedRoutingDims* d,
+                   Splits* s) {
+    const Tensor& x = ctx->input(first);
+    const Tensor& w = ctx->input(first + 1);
+    const Tensor& b = ctx->input(first + 2);
+    const Tensor& r = ctx->input(first + 3);
+    const Tensor& c = ctx->input(first + 4);
+    const Tensor& lam = ctx->input(first + 5);
+    const Tensor& m = ctx->input(first + 6);
+    int depth = 0;
+    if (!ValidateRoutingInputs(ctx, x, w, 4, m, &depth)) return false;
+    const int64_t trees = w.dim_size(0), num_internal = w.dim_size(1), k = w.dim_size(2);
+    if (k < 1) {
+      ctx->CtxFailure(InvalidArgument("split_weights.shape[2] (the number of experts) must be >= 1"));
+      return false;
+    }
+    if (!ValidateShape(ctx, b, "split_bias", {trees, num_internal, k})) return false;
+    if (!ValidateShape(ctx, r, "expert_weights", {trees, num_internal, k})) return false;
+    if (!ValidateShape(ctx, c, "rate0", {trees, num_internal})) return false;
+    if (!ValidateShape(ctx, lam, "steepness", {trees, num_internal})) return false;
+    const T* rd = r.flat<T>().data();
+    for (int64_t i = 0; i < r.NumElements(); ++i) {
+      if (!(rd[i] >= T(0))) {
+        ctx->CtxFailure(InvalidArgument("expert_weights must be >= 0 (noisy-OR rates), got ", rd[i]));
+        return false;
+      }
+    }
+    ObliqueInputs<T>::Fill(x, trees, num_internal, k, depth, d);
+    s->weights = w.flat<T>().data();
+    s->bias = b.flat<T>().data();
+    s->expert_weights = rd;
+    s->rate0 = c.flat<T>().data();
+    s->steepness = lam.flat<T>().data();
+    s->annealed = annealed;
+    return true;
+  }
+
+  static Grads GradsFrom(T* const* outputs) {
+    return Grads{outputs[0], outputs[1], outputs[2], outputs[3], outputs[4]};
+  }
+};
+
+// The threshold attribute (and `annealed` for the experts form).
+class PrunedRoutingAttrs {
+ public:
+  explicit PrunedRoutingAttrs(OpKernelConstruction* ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("threshold", &threshold_));
+    OP_REQUIRES(ctx, std::isfinite(threshold_) && threshold_ >= 0.0f && threshold_ < 1.0f,
+                InvalidArgument("threshold must be in [0, 1), got ", threshold_));
+    if (ctx->HasAttr("annealed")) OP_REQUIRES_OK(ctx, ctx->GetAttr("annealed", &annealed_));
+    if (ctx->HasAttr("x_grad")) OP_REQUIRES_OK(ctx, ctx->GetAttr("x_grad", &x_grad_));
+  }
+
+ protected:
+  float threshold_ = 0.0f;
+  bool annealed_ = true;
+  bool x_grad_ = true;
+};
+
+template <typename T>
+bool XIsFinite(OpKernelContext* ctx, const Tensor& x) {
+  if (AllFinite(x.flat<T>().data(), x.NumElements())) return true;
+  ctx->CtxFailure(InvalidArgument("x contains NaN or Inf; pruned routing needs finite inputs"));
+  return false;
+}
+
+// leaf_values [trees, 2 * num_internal + 1, units]; sets d->units.
+bool ReadLeafValues(OpKernelContext* ctx, const Tensor& v, PrunedRoutingDims* d) {
+  const int64_t positions = 2 * d->num_internal + 1;
+  if (!(v.dims() == 3 && v.dim_size(0) == d->trees && v.dim_size(1) == positions)) {
+    ctx->CtxFailure(InvalidArgument("leaf_values must have shape [", d->trees, ", ", positions,
+                                    ", units] (one row per heap position), got ",
+                                    v.shape().DebugString()));
+    return false;
+  }
+  d->units = v.dim_size(2);
+  return true;
+}
+
+// A [batch, trees, units] tensor (grad_output, weights); units < 0: any.
+bool ReadPerPair(OpKernelContext* ctx, const Tensor& t, const char* name, PrunedRoutingDims* d) {
+  if (!(t.dims() == 3 && t.dim_size(0) == d->batch && t.dim_size(1) == d->trees &&
+        (d->units < 0 || t.dim_size(2) == d->units))) {
+    ctx->CtxFailure(InvalidArgument(name, " must have shape [", d->batch, ", ", d->trees, ", ",
+                                    d->units < 0 ? std::string("units")
+                                                 : std::to_string(d->units),
+                                    "], got ", t.shape().DebugString()));
+    return false;
+  }
+  d->units = t.dim_size(2);
+  return true;
+}
+
+}  // namespace
+
+// Inputs: x, the split inputs, is_split, leaf_values. Outputs: output
+// [batch, trees, units], kept_leaves and split_evaluations [batch, trees]
+// (int32), dropped_mass [batch, trees].
+template <typename T, typename Inputs>
+class PrunedRoutingOp : public OpKernel, PrunedRoutingAttrs {
+ public:
+  explicit PrunedRoutingOp(OpKernelConstruction* ctx) : OpKernel(ctx), PrunedRoutingAttrs(ctx) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    PrunedRoutingDims d;
+    typename Inputs::Splits splits;
+    if (!Inputs::Read(ctx, 0, annealed_, &d, &splits)) return;
+    if (!ReadLeafValues(ctx, ctx->input(Inputs::kInputs), &d)) return;
+    if (!XIsFinite<T>(ctx, ctx->input(0))) return;
+    Tensor *out = nullptr, *kept = nullptr, *evals = nullptr, *dropped = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({d.batch, d.trees, d.units}), &out));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({d.batch, d.trees}), &kept));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, TensorShape({d.batch, d.trees}), &evals));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(3, TensorShape({d.batch, d.trees}), &dropped));
+    const Tensor& is_split = ctx->input(Inputs::kInputs - 1);
+    const Tensor& leaf_values = ctx->input(Inputs::kInputs);
+    PrunedRoutingForward<T>(d, ctx->input(0).flat<T>().data(), splits,
+                            is_split.flat<bool>().data(), leaf_values.flat<T>().data(),
+                            T(threshold_),
+                            out->flat<T>().data(), kept->flat<int32_t>().data(),
+                            evals->flat<int32_t>().data(), dropped->flat<T>().data(),
+                            CpuParallelFor(ctx));
+  }
+};
+
+// Inputs: grad_output, then the forward op's inputs. Outputs: the gradients of
+// x, of each split input (same shapes) and of leaf_values.
+template <typename T, typename Inputs>
+class PrunedRoutingGradOp : public OpKernel, PrunedRoutingAttrs {
+ public:
+  explicit PrunedRoutingGradOp(OpKernelConstruction* ctx)
+      : OpKernel(ctx), PrunedRoutingAttrs(ctx) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    PrunedRoutingDims d;
+    typename Inputs::Splits splits;
+    if (!Inputs::Read(ctx, 1, annealed_, &d, &splits)) return;
+    const Tensor& leaf_values = ctx->input(1 + Inputs::kInputs);
+    if (!ReadLeafValues(ctx, leaf_values, &d)) return;
+    if (!ReadPerPair(ctx, ctx->input(0), "grad_output", &d)) return;
+    if (!XIsFinite<T>(ctx, ctx->input(1))) return;
+    T* grads[Inputs::kGradOutputs + 2];
+    for (int i = 0; i < Inputs::kGradOutputs + 2; ++i) {
+      // grad_x, the split inputs' gradients, then grad_leaf_values.
+      const int input = i <= Inputs::kGradOutputs ? 1 + i : 1 + Inputs::kInputs;
+      Tensor* out = nullptr;
+      OP_REQUIRES_OK(ctx, ctx->allocate_output(i, ctx->input(input).shape(), &out));
+      grads[i] = out->flat<T>().data();
+    }
+    const Tensor& is_split = ctx->input(Inputs::kInputs);
+    if (!x_grad_) std::fill_n(grads[0], d.batch * d.input_dim, T(0));
+    PrunedRoutingBackward<T>(d, ctx->input(0).flat<T>().data(), ctx->input(1).flat<T>().data(),
+                             splits, is_split.flat<bool>().data(),
+                             leaf_values.flat<T>().data(), T(threshold_),
+                             x_grad_ ? grads[0] : nullptr,
+                             Inputs::GradsFrom(grads + 1), grads[Inputs::kGradOutputs + 1],
+                             CpuParallelFor(ctx));
+  }
+};
+
+// Inputs: weights [batch, trees, units], then x and the split inputs. Output:
+// statistics [trees, 2 * num_internal + 1, units].
+template <typename T, typename Inputs>
+class PrunedLeafStatisticsOp : public OpKernel, PrunedRoutingAttrs {
+ public:
+  explicit PrunedLeafStatisticsOp(OpKernelConstruction* ctx)
+      : OpKernel(ctx), PrunedRoutingAttrs(ctx) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    PrunedRoutingDims d;
+    typename Inputs::Splits splits;
+    if (!Inputs::Read(ctx, 1, annealed_, &d, &splits)) return;
+    d.units = -1;
+    if (!ReadPerPair(ctx, ctx->input(0), "weights", &d)) return;
+    if (!XIsFinite<T>(ctx, ctx->input(1))) return;
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(
+                            0, TensorShape({d.trees, 2 * d.num_internal + 1, d.units}), &out));
+    const Tensor& is_split = ctx->input(Inputs::kInputs);
+    PrunedLeafStatistics<T>(d, ctx->input(0).flat<T>().data(), ctx->input(1).flat<T>().data(),
+                            splits, is_split.flat<bool>().data(),
+                            T(threshold_), out->flat<T>().data(), CpuParallelFor(ctx));
+  }
+};
+
+#define REGISTER_PRUNED_ROUTING(NAME, KERNEL, INPUTS, T)                                  \
+  REGISTER_KERNEL_BUILDER(                                                                \
+      Name(NAME).Device(::tensorflow::DEVICE_CPU).TypeConstraint<T>("T"), KERNEL<T, INPUTS<T>>);
+
+#define REGISTER_PRUNED_ROUTING_ALL(T)                                                         \
+  REGISTER_PRUNED_ROUTING("KerasTrees>PrunedRouting", PrunedRoutingOp, ObliqueInputs, T)        \
+  REGISTER_PRUNED_ROUTING("KerasTrees>PrunedRoutingGrad", PrunedRoutingGradOp, ObliqueInputs, T) \
+  REGISTER_PRUNED_ROUTING("KerasTrees>PrunedLeafStatistics", PrunedLeafStatisticsOp,            \
+                          ObliqueInputs, T)                                                     \
+  REGISTER_PRUNED_ROUTING("KerasTrees>PrunedRoutingExperts", PrunedRoutingOp, ExpertInputs, T)  \
+  REGISTER_PRUNED_ROUTING("KerasTrees>PrunedRoutingExpertsGrad", PrunedRoutingGradOp,           \
+                          ExpertInputs, T)                                                      \
+  REGISTER_PRUNED_ROUTING("KerasTrees>PrunedLeafStatisticsExperts", PrunedLeafStatisticsOp,     \
+                          ExpertInputs, T)
+
+REGISTER_PRUNED_ROUTING_ALL(float);
+REGISTER_PRUNED_ROUTING_ALL(double);
+
+}  // namespace keras_trees

@@ -1,0 +1,353 @@
+"""Pruned probabilistic routing through forests of possibly unbalanced trees.
+
+Probabilistic routing (Hehn et al. 2019, Eq. 1-5; Armandpour & Zhou 2021,
+Eq. 7) mixes every leaf's value by its path probability ``mu_l(x)``, the
+product over the splits on the path of ``s`` (right turns) or ``1 - s`` (left
+turns). Evaluated densely that is every split of every tree for every sample.
+As the steepness anneals almost all of the mass follows one path, so the walk
+here is depth first with each node's path probability ("mass") and drops a
+child subtree once its mass falls below ``prune_threshold``, except the child
+the split favours (right iff the split's logit is > 0: the path deterministic
+routing takes), which is always kept. Hence
+
+* every sample keeps at least one leaf per tree (its inference path),
+* each visited split drops at most one subtree, each of mass
+  ``< prune_threshold``, so the dropped mass of a (sample, tree) is below
+  ``prune_threshold * (split_evaluations + 1 - kept_leaves)``: the threshold
+  times the leaves the walk visited that it did not keep (the dropped subtrees
+  count as visited leaves), which is at most ``prune_threshold *
+  split_evaluations``;
+* each output differs from the exact (dense) one by at most
+  ``dropped_mass * max |leaf value|`` (class distributions: by at most the
+  dropped mass);
+* ``prune_threshold=0`` drops nothing: the exact dense result.
+
+The gradient is the exact gradient of the pruned function (the kept set is
+piecewise constant in the parameters); the compiled backward pass walks the
+kept paths again instead of storing them.
+
+Two split forms, like :mod:`keras_trees.ops.hard_routing`: oblique sigmoid
+splits ``s = sigmoid(gamma * (<w, x> + b))`` (end-to-end trees and forests;
+``split_weights`` of rank 3) and noisy-OR expert splits (convex polytope
+trees; rank 4 with ``expert_weights`` and ``rate0``) with the rate
+``S = sum_k r_k softplus(<w_k, x> + b_k)`` and ``s = sigmoid(gamma * (S - rate0))``
+(annealed, Appendix B; ``gamma`` is the steepness lambda) or ``s = 1 - exp(-S)``
+(``annealed=False``; favoured side right iff ``S > log 2``).
+
+:func:`pruned_routing` and :func:`pruned_leaf_statistics` run the compiled
+``KerasTrees>PrunedRouting*`` ops where available (TensorFlow on CPU) and the
+dense ``keras.ops`` references otherwise, which apply the same pruning rule to
+the dense heap (their cost grows with ``2**depth``).
+"""
+
+import math
+
+import numpy as np
+from keras import ops
+
+from keras_trees.ops import _library
+
+# Default of the layers' ``prune_threshold``: see the layers' documentation.
+DEFAULT_PRUNE_THRESHOLD = 1e-4
+LOG2 = math.log(2.0)
+
+
+def check_threshold(value, name="prune_threshold"):
+    """``value`` as a float in ``[0, 1)`` (rounded to float32, the precision
+    of the ops' attribute, so every path compares masses with the same number)."""
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a number in [0, 1), got {value!r}") from None
+    if not (math.isfinite(value) and 0.0 <= value < 1.0):
+        raise ValueError(f"{name} must be in [0, 1), got {value}")
+    return float(np.float32(value))
+
+
+def _shape(t):
+    return tuple(t.shape)
+
+
+def _validate(x, split_weights, split_bias, gamma, is_split, expert_weights, rate0, annealed):
+    if len(x.shape) != 2:
+        raise ValueError(f"x must have rank 2 (batch, input_dim), got shape {_shape(x)}")
+    experts = len(split_weights.shape) == 4
+    if not experts and len(split_weights.shape) != 3:
+        raise ValueError(
+            "split_weights must have shape (num_trees, 2**depth - 1, input_dim) (oblique splits) or "
+            f"(num_trees, 2**depth - 1, num_experts, input_dim) (noisy-OR splits), got {_shape(split_weights)}"
+        )
+    trees, internal = split_weights.shape[:2]
+    leaves = internal + 1
+    if internal < 1 or leaves & (leaves - 1):
+        raise ValueError(f"split_weights.shape[1] must be 2**depth - 1, got {internal}")
+    dim = split_weights.shape[-1]
+    if x.shape[1] is not None and x.shape[1] != dim:
+        raise ValueError(f"x has {x.shape[1]} features but split_weights expects input_dim={dim}")
+    node = (trees, internal)
+    checks = [("is_split", is_split, node)]
+    if experts:
+        k = split_weights.shape[2]
+        if k < 1:
+            raise ValueError("split_weights.shape[2] (the number of experts) must be >= 1")
+        if expert_weights is None or (annealed and (rate0 is None or gamma is None)):
+            raise ValueError(
+                "split_weights of rank 4 are noisy-OR splits: pass expert_weights (num_trees, 2**depth - 1, "
+                "num_experts) and, when annealed, rate0 and gamma (the steepness), (num_trees, 2**depth - 1)"
+            )
+        checks += [("split_bias", split_bias, node + (k,)), ("expert_weights", expert_weights, node + (k,))]
+        if rate0 is not None:
+            checks.append(("rate0", rate0, node))
+    else:
+        if expert_weights is not None or rate0 is not None:
+            raise ValueError("expert_weights and rate0 need rank-4 split_weights (noisy-OR splits)")
+        if gamma is None:
+            raise ValueError("gamma (num_trees, 2**depth - 1) is required for oblique splits")
+        checks.append(("split_bias", split_bias, node))
+    if gamma is not None:
+        checks.append(("gamma", gamma, node))
+    for name, t, shape in checks:
+        if _shape(t) != shape:
+            raise ValueError(f"{name} must have shape {shape}, got {_shape(t)}")
+    return experts
+
+
+def _check_per_pair(name, t, x, split_weights):
+    batch, trees = x.shape[0], split_weights.shape[0]
+    if len(t.shape) != 3 or t.shape[1] != trees or (batch is not None and t.shape[0] not in (None, batch)):
+        raise ValueError(f"{name} must have shape (batch, num_trees, units) = ({batch}, {trees}, units), "
+                         f"got {_shape(t)}")
+
+
+def _check_leaf_values(leaf_values, split_weights):
+    trees, internal = split_weights.shape[:2]
+    if len(leaf_values.shape) != 3 or _shape(leaf_values)[:2] != (trees, 2 * internal + 1):
+        raise ValueError(
+            f"leaf_values must have shape (num_trees, 2**(depth+1) - 1, units) = ({trees}, {2 * internal + 1}, "
+            f"units) (one row per heap position), got {_shape(leaf_values)}"
+        )
+
+
+def _eager_numpy(t):
+    try:
+        return ops.convert_to_numpy(t)
+    except Exception:  # noqa: BLE001 - symbolic: the op checks
+        return None
+
+
+def _check_values_eager(x, expert_weights):
+    xv = _eager_numpy(x)
+    if xv is not None and not np.all(np.isfinite(xv)):
+        raise ValueError("x contains NaN or Inf; pruned routing needs finite inputs")
+    if expert_weights is not None:
+        rv = _eager_numpy(expert_weights)
+        if rv is not None and np.any(~(rv >= 0)):
+            raise ValueError("expert_weights must be >= 0 (noisy-OR rates r_k)")
+
+
+def _prepare(x, split_weights, split_bias, gamma, is_split, expert_weights, rate0, annealed, prune_threshold):
+    threshold = check_threshold(prune_threshold)
+    x = ops.convert_to_tensor(x)
+    conv = lambda t: None if t is None else ops.convert_to_tensor(t)  # noqa: E731
+    split_weights, split_bias, gamma, expert_weights, rate0 = (
+        conv(t) for t in (split_weights, split_bias, gamma, expert_weights, rate0))
+    is_split = ops.convert_to_tensor(is_split)
+    experts = _validate(x, split_weights, split_bias, gamma, is_split, expert_weights, rate0, annealed)
+    if experts:
+        zeros = ops.zeros(split_weights.shape[:2], dtype=split_weights.dtype)
+        gamma = zeros if gamma is None else gamma
+        rate0 = zeros if rate0 is None else rate0
+    return threshold, experts, (x, split_weights, split_bias, gamma, is_split, expert_weights, rate0)
+
+
+def _split_probabilities(x, split_weights, split_bias, gamma, expert_weights, rate0, annealed):
+    """``(right, left, favours_right)``, each ``(batch, num_trees, 2**depth - 1)``."""
+    dtype = x.dtype
+    cast = lambda t: ops.cast(t, dtype)  # noqa: E731
+    if expert_weights is not None:
+        z = ops.einsum("bp,tikp->btik", x, cast(split_weights)) + cast(split_bias)[None]
+        rate = ops.sum(cast(expert_weights)[None] * ops.softplus(z), axis=-1)
+        if not annealed:
+            return -ops.expm1(-rate), ops.exp(-rate), rate > LOG2
+        u = cast(gamma)[None] * (rate - cast(rate0)[None])
+    else:
+        u = cast(gamma)[None] * (ops.einsum("bp,tip->bti", x, cast(split_weights)) + cast(split_bias)[None])
+    return ops.sigmoid(u), ops.sigmoid(-u), u > 0
+
+
+def pruned_leaf_probabilities(x, split_weights, split_bias, gamma, is_split,
+                              prune_threshold=DEFAULT_PRUNE_THRESHOLD, expert_weights=None, rate0=None,
+                              annealed=True):
+    """Dense ``keras.ops`` reference of the pruned walk over the whole heap.
+
+    Returns:
+        ``(mu, kept_leaves, split_evaluations, dropped_mass)``: ``mu``
+        ``(batch, num_trees, 2**(depth+1) - 1)`` the path probabilities of the
+        kept leaves (0 at every other position), ``kept_leaves`` and
+        ``split_evaluations`` ``(batch, num_trees)`` int32, ``dropped_mass``
+        ``(batch, num_trees)`` (no gradient). Arguments as in :func:`pruned_routing`.
+    """
+    threshold, _, args = _prepare(x, split_weights, split_bias, gamma, is_split, expert_weights, rate0,
+                                  annealed, prune_threshold)
+    x, split_weights, split_bias, gamma, is_split, expert_weights, rate0 = args
+    right, left, favours_right = _split_probabilities(x, split_weights, split_bias, gamma, expert_weights,
+                                                      rate0, annealed)
+    internal = split_weights.shape[1]
+    depth = (internal + 1).bit_length() - 1
+    split = ops.cast(is_split, "bool")[None]
+    batch, trees = ops.shape(x)[0], split_weights.shape[0]
+    zeros = ops.zeros_like(right[..., :1])
+    mass = ops.ones_like(zeros)
+    keep = ops.ones_like(zeros, dtype="bool")
+    masses, keeps = [mass], [keep]
+    dropped = ops.zeros_like(zeros[..., 0])
+    evaluations = ops.zeros_like(zeros[..., 0], dtype="int32")
+    for d in range(depth):
+        sl = slice(2**d - 1, 2 ** (d + 1) - 1)
+        active = ops.logical_and(keep, split[..., sl])
+        m_left, m_right = mass * left[..., sl], mass * right[..., sl]
+        fav = favours_right[..., sl]
+        k_left = ops.logical_and(active, ops.logical_or(m_left >= threshold, ops.logical_not(fav)))
+        k_right = ops.logical_and(active, ops.logical_or(m_right >= threshold, fav))
+        lost = (ops.where(ops.logical_and(active, ops.logical_not(k_left)), m_left, 0.0)
+                + ops.where(ops.logical_and(active, ops.logical_not(k_right)), m_right, 0.0))
+        dropped = dropped + ops.sum(lost, axis=-1)
+        evaluations = evaluations + ops.sum(ops.cast(active, "int32"), axis=-1)
+        width = 2 ** (d + 1)
+        mass = ops.reshape(ops.stack([ops.where(k_left, m_left, 0.0), ops.where(k_right, m_right, 0.0)], -1),
+                           (batch, trees, width))
+        keep = ops.reshape(ops.stack([k_left, k_right], -1), (batch, trees, width))
+        masses.append(mass)
+        keeps.append(keep)
+    mu = ops.concatenate(masses, axis=-1)
+    not_split = ops.concatenate([ops.logical_not(split), ops.ones((1, trees, internal + 1), dtype="bool")], axis=-1)
+    leaf = ops.logical_and(ops.concatenate(keeps, axis=-1), not_split)
+    mu = ops.where(leaf, mu, 0.0)
+    kept = ops.sum(ops.cast(leaf, "int32"), axis=-1)
+    return mu, kept, evaluations, ops.stop_gradient(dropped)
+
+
+def pruned_routing_reference(x, split_weights, split_bias, gamma, is_split, leaf_values,
+                             prune_threshold=DEFAULT_PRUNE_THRESHOLD, expert_weights=None, rate0=None,
+                             annealed=True, with_statistics=False):
+    """Dense ``keras.ops`` reference of :func:`pruned_routing` (same arguments and results)."""
+    mu, kept, evaluations, dropped = pruned_leaf_probabilities(
+        x, split_weights, split_bias, gamma, is_split, prune_threshold, expert_weights, rate0, annealed)
+    leaf_values = ops.convert_to_tensor(leaf_values)
+    _check_leaf_values(leaf_values, ops.convert_to_tensor(split_weights))
+    out = ops.einsum("btn,tnu->btu", mu, ops.cast(leaf_values, mu.dtype))
+    return (out, kept, evaluations, dropped) if with_statistics else out
+
+
+def pruned_leaf_statistics_reference(x, split_weights, split_bias, gamma, is_split, weights,
+                                     prune_threshold=DEFAULT_PRUNE_THRESHOLD, expert_weights=None, rate0=None,
+                                     annealed=True):
+    """Dense ``keras.ops`` reference of :func:`pruned_leaf_statistics`."""
+    mu, _, _, _ = pruned_leaf_probabilities(
+        x, split_weights, split_bias, gamma, is_split, prune_threshold, expert_weights, rate0, annealed)
+    weights = ops.convert_to_tensor(weights)
+    _check_per_pair("weights", weights, ops.convert_to_tensor(x), ops.convert_to_tensor(split_weights))
+    return ops.einsum("btn,btu->tnu", mu, ops.cast(weights, mu.dtype))
+
+
+def pruned_routing(x, split_weights, split_bias, gamma, is_split, leaf_values,
+                   prune_threshold=DEFAULT_PRUNE_THRESHOLD, expert_weights=None, rate0=None, annealed=True,
+                   with_statistics=False):
+    """Per-tree outputs of probabilistic routing with pruning (compiled op where available).
+
+    Args:
+        x: ``(batch, input_dim)`` finite split features.
+        split_weights: ``(num_trees, 2**depth - 1, input_dim)`` oblique split
+            weights in heap order, or ``(num_trees, 2**depth - 1, K,
+            input_dim)`` noisy-OR expert weights.
+        split_bias: ``(num_trees, 2**depth - 1)`` (oblique) or
+            ``(num_trees, 2**depth - 1, K)`` (experts).
+        gamma: ``(num_trees, 2**depth - 1)`` steepness of every split
+            (oblique: ``gamma``; annealed experts: ``lambda``; unused by
+            non-annealed experts, may be None there).
+        is_split: ``(num_trees, 2**depth - 1)`` booleans (``node_state ==
+            SPLIT`` over the internal positions); walks stop at the first
+            non-split.
+        leaf_values: ``(num_trees, 2**(depth+1) - 1, units)`` by heap position
+            (only leaf positions are read).
+        prune_threshold: in ``[0, 1)``; subtrees of smaller path probability
+            are dropped (except the favoured child); 0 is exact.
+        expert_weights: noisy-OR only, ``(num_trees, 2**depth - 1, K)``, ``>= 0``.
+        rate0: annealed noisy-OR only, ``(num_trees, 2**depth - 1)``, ``S0``.
+        annealed: noisy-OR only: ``sigmoid(gamma * (S - rate0))`` (True) or
+            ``1 - exp(-S)`` (False).
+        with_statistics: also return the walk's statistics.
+
+    Returns:
+        ``(batch, num_trees, units)``: ``sum_l mu_l(x) leaf_values[t, l]`` over
+        the kept leaves of each tree; with ``with_statistics``, the tuple
+        ``(output, kept_leaves, split_evaluations, dropped_mass)``, the last
+        three ``(batch, num_trees)`` (int32, int32, float; not differentiable).
+        ``dropped_mass < prune_threshold * (split_evaluations + 1 - kept_leaves)``
+        wherever something was dropped.
+
+    >>> import numpy as np
+    >>> w = np.array([[[1.0], [0.0], [0.0]]]); b = np.zeros((1, 3)); g = np.full((1, 3), 2.0)
+    >>> is_split = np.array([[True, False, False]]); v = np.arange(7.0).reshape(1, 7, 1)
+    >>> out = pruned_routing(np.array([[0.0], [5.0]]), w, b, g, is_split, v, prune_threshold=0.01)
+    >>> np.round(np.asarray(out)[:, 0, 0], 4).tolist()  # 0.5 * 1 + 0.5 * 2; right leaf only
+    [1.5, 2.0]
+    """
+    threshold, experts, args = _prepare(x, split_weights, split_bias, gamma, is_split, expert_weights, rate0,
+                                        annealed, prune_threshold)
+    x, split_weights, split_bias, gamma, is_split, expert_weights, rate0 = args
+    leaf_values = ops.convert_to_tensor(leaf_values)
+    _check_leaf_values(leaf_values, split_weights)
+    _check_values_eager(x, expert_weights)
+    if _library.custom_ops_available():
+        from keras_trees.ops import _tf_pruned_routing
+
+        result = _tf_pruned_routing.pruned_routing(x, split_weights, split_bias, gamma, is_split, leaf_values,
+                                                   threshold, expert_weights, rate0, annealed)
+        return result if with_statistics else result[0]
+    return pruned_routing_reference(x, split_weights, split_bias, gamma, is_split, leaf_values, threshold,
+                                    expert_weights, rate0, annealed, with_statistics)
+
+
+def pruned_leaf_statistics(x, split_weights, split_bias, gamma, is_split, weights,
+                           prune_threshold=DEFAULT_PRUNE_THRESHOLD, expert_weights=None, rate0=None, annealed=True):
+    """``statistics[t, l, u] = sum_b mu_l(x_b) * weights[b, t, u]`` over the kept leaves.
+
+    The gradient of :func:`pruned_routing` with respect to ``leaf_values`` for
+    ``grad_output = weights`` (computed without the split gradients): the EM
+    E-step of end-to-end trees (``weights`` = responsibilities divided by the
+    leaf values) and the soft class counts of convex polytope trees.
+    Differentiable with respect to ``x``, the split parameters and ``weights``.
+
+    Args:
+        weights: ``(batch, num_trees, units)``.
+        others: as in :func:`pruned_routing`.
+
+    Returns:
+        ``(num_trees, 2**(depth+1) - 1, units)``, 0 at positions that are not
+        kept leaves of any sample.
+    """
+    threshold, _, args = _prepare(x, split_weights, split_bias, gamma, is_split, expert_weights, rate0,
+                                  annealed, prune_threshold)
+    x, split_weights, split_bias, gamma, is_split, expert_weights, rate0 = args
+    weights = ops.convert_to_tensor(weights)
+    _check_per_pair("weights", weights, x, split_weights)
+    _check_values_eager(x, expert_weights)
+    if _library.custom_ops_available():
+        from keras_trees.ops import _tf_pruned_routing
+
+        return _tf_pruned_routing.pruned_leaf_statistics(x, split_weights, split_bias, gamma, is_split, weights,
+                                                         threshold, expert_weights, rate0, annealed)
+    return pruned_leaf_statistics_reference(x, split_weights, split_bias, gamma, is_split, weights, threshold,
+                                            expert_weights, rate0, annealed)
+
+
+__all__ = [
+    "DEFAULT_PRUNE_THRESHOLD",
+    "check_threshold",
+    "pruned_leaf_probabilities",
+    "pruned_leaf_statistics",
+    "pruned_leaf_statistics_reference",
+    "pruned_routing",
+    "pruned_routing_reference",
+]
