@@ -16,6 +16,7 @@
 #include "core/hard_routing.h"
 #include "core/hinge.h"
 #include "core/loss_augmented.h"
+#include "core/pruned_routing.h"
 #include "core/tree_ensemble.h"
 
 namespace keras_trees {
@@ -265,6 +266,75 @@ std::string CheckLossAugmentedValues(const LossAugmentedDims& d, bool log_loss, 
     }
   } else if (!AllFinite(y, d.batch * d.classes)) {
     return "targets contain NaN or Inf";
+  }
+  return "";
+}
+
+// Pruned probabilistic routing: x [batch, input_dim]; oblique splits
+// split_weights [trees, 2**depth - 1, input_dim], split_bias and gamma
+// [trees, 2**depth - 1]; noisy-OR splits split_weights [trees, 2**depth - 1,
+// experts, input_dim], split_bias and expert_weights [trees, 2**depth - 1,
+// experts], rate0 and steepness [trees, 2**depth - 1]; is_split [trees,
+// 2**depth - 1]. `splits` holds the split inputs in that order. Fills *d
+// (units excepted).
+inline std::string CheckPrunedRoutingShapes(bool experts, const Shape& x, const std::vector<Shape>& splits,
+                                            const Shape& is_split, PrunedRoutingDims* d) {
+  using namespace checks_internal;
+  const size_t count = experts ? 5 : 3;
+  if (splits.size() != count) return Message("expected ", count, " split inputs, got ", splits.size());
+  RoutingDims r;
+  KT_RETURN_IF_ERROR(CheckRoutingShapes(experts, x, splits[0], splits[1], is_split,
+                                        experts ? splits[2] : Shape{}, experts ? splits[3] : Shape{},
+                                        &r, "rate0"));
+  d->batch = r.batch;
+  d->input_dim = r.input_dim;
+  d->trees = r.trees;
+  d->num_internal = r.num_internal;
+  d->experts = r.experts;
+  d->depth = r.depth;
+  return Exact(splits.back(), {r.trees, r.num_internal}, experts ? "steepness" : "gamma");
+}
+
+// leaf_values [trees, 2 * num_internal + 1, units] (one row per heap position);
+// sets d->units.
+inline std::string CheckPrunedLeafValues(const Shape& v, PrunedRoutingDims* d) {
+  using namespace checks_internal;
+  const int64_t positions = 2 * d->num_internal + 1;
+  if (!(v.size() == 3 && v[0] == d->trees && v[1] == positions)) {
+    return Message("leaf_values must have shape [", d->trees, ", ", positions,
+                   ", units] (one row per heap position), got ", ShapeString(v));
+  }
+  d->units = v[2];
+  return "";
+}
+
+// A [batch, trees, units] input (grad_output, weights); units < 0: any. Sets d->units.
+inline std::string CheckPerPair(const Shape& t, const char* name, PrunedRoutingDims* d) {
+  using namespace checks_internal;
+  if (!(t.size() == 3 && t[0] == d->batch && t[1] == d->trees && (d->units < 0 || t[2] == d->units))) {
+    return Message(name, " must have shape [", d->batch, ", ", d->trees, ", ",
+                   d->units < 0 ? std::string("units") : std::to_string(d->units), "], got ",
+                   ShapeString(t));
+  }
+  d->units = t[2];
+  return "";
+}
+
+template <typename T>
+std::string CheckPrunedRoutingValues(const PrunedRoutingDims& d, const T* x, const T* expert_weights,
+                                     double threshold) {
+  using checks_internal::Message;
+  if (!(std::isfinite(threshold) && threshold >= 0.0 && threshold < 1.0)) {
+    return Message("threshold must be in [0, 1), got ", threshold);
+  }
+  if (!AllFinite(x, d.batch * d.input_dim)) return "x contains NaN or Inf; pruned routing needs finite inputs";
+  if (expert_weights != nullptr) {
+    const int64_t n = d.trees * d.num_internal * d.experts;
+    for (int64_t i = 0; i < n; ++i) {
+      if (!(expert_weights[i] >= T(0))) {
+        return Message("expert_weights must be >= 0 (noisy-OR rates), got ", expert_weights[i]);
+      }
+    }
   }
   return "";
 }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "core/pruned_routing.h"
 #include "kernel_utils.h"
@@ -21,9 +22,26 @@ using ::tensorflow::TensorShape;
 
 namespace {
 
-// Validates x and the split inputs that follow it (inputs first, first + 1,
-// ...; is_split last) and fills the dimensions (units excepted) and splits.
-// Returns false with the error set on ctx.
+// Checks x, the split inputs that follow it (inputs first, first + 1, ...;
+// is_split last) and their values (core/checks.h), and fills the dimensions
+// (units excepted). Returns false with the error set on ctx.
+template <typename T>
+bool CheckInputs(OpKernelContext* ctx, int first, bool experts, PrunedRoutingDims* d) {
+  const int splits = experts ? 5 : 3;
+  std::vector<Shape> shapes;
+  for (int i = 1; i <= splits; ++i) shapes.push_back(ShapeOf(ctx->input(first + i)));
+  std::string message = CheckPrunedRoutingShapes(experts, ShapeOf(ctx->input(first)), shapes,
+                                                 ShapeOf(ctx->input(first + splits + 1)), d);
+  if (message.empty()) {
+    // The threshold attribute is checked at construction.
+    message = CheckPrunedRoutingValues<T>(*d, ctx->input(first).flat<T>().data(),
+                                          experts ? ctx->input(first + 3).flat<T>().data() : nullptr, 0.0);
+  }
+  if (!message.empty()) ctx->CtxFailure(InvalidArgument(message));
+  return message.empty();
+}
+
+// The split inputs of each form, read after CheckInputs.
 template <typename T>
 struct ObliqueInputs {
   using Splits = ObliqueSplits<T>;
@@ -33,34 +51,15 @@ struct ObliqueInputs {
 
   static bool Read(OpKernelContext* ctx, int first, bool /*annealed*/, PrunedRoutingDims* d,
                    Splits* s) {
-    const Tensor& x = ctx->input(first);
-    const Tensor& w = ctx->input(first + 1);
-    const Tensor& b = ctx->input(first + 2);
-    const Tensor& g = ctx->input(first + 3);
-    const Tensor& m = ctx->input(first + 4);
-    int depth = 0;
-    if (!ValidateRoutingInputs(ctx, x, w, 3, m, &depth)) return false;
-    const int64_t trees = w.dim_size(0), num_internal = w.dim_size(1);
-    if (!ValidateShape(ctx, b, "split_bias", {trees, num_internal})) return false;
-    if (!ValidateShape(ctx, g, "gamma", {trees, num_internal})) return false;
-    Fill(x, trees, num_internal, 1, depth, d);
-    s->weights = w.flat<T>().data();
-    s->bias = b.flat<T>().data();
-    s->gamma = g.flat<T>().data();
+    if (!CheckInputs<T>(ctx, first, false, d)) return false;
+    s->weights = ctx->input(first + 1).flat<T>().data();
+    s->bias = ctx->input(first + 2).flat<T>().data();
+    s->gamma = ctx->input(first + 3).flat<T>().data();
     return true;
   }
 
   static Grads GradsFrom(T* const* outputs) { return Grads{outputs[0], outputs[1], outputs[2]}; }
 
-  static void Fill(const Tensor& x, int64_t trees, int64_t num_internal, int64_t experts,
-                   int depth, PrunedRoutingDims* d) {
-    d->batch = x.dim_size(0);
-    d->input_dim = x.dim_size(1);
-    d->trees = trees;
-    d->num_internal = num_internal;
-    d->experts = experts;
-    d->depth = depth;
-  }
 };
 
 template <typename T>
@@ -73,37 +72,12 @@ struct ExpertInputs {
 
   static bool Read(OpKernelContext* ctx, int first, bool annealed, PrunedRoutingDims* d,
                    Splits* s) {
-    const Tensor& x = ctx->input(first);
-    const Tensor& w = ctx->input(first + 1);
-    const Tensor& b = ctx->input(first + 2);
-    const Tensor& r = ctx->input(first + 3);
-    const Tensor& c = ctx->input(first + 4);
-    const Tensor& lam = ctx->input(first + 5);
-    const Tensor& m = ctx->input(first + 6);
-    int depth = 0;
-    if (!ValidateRoutingInputs(ctx, x, w, 4, m, &depth)) return false;
-    const int64_t trees = w.dim_size(0), num_internal = w.dim_size(1), k = w.dim_size(2);
-    if (k < 1) {
-      ctx->CtxFailure(InvalidArgument("split_weights.shape[2] (the number of experts) must be >= 1"));
-      return false;
-    }
-    if (!ValidateShape(ctx, b, "split_bias", {trees, num_internal, k})) return false;
-    if (!ValidateShape(ctx, r, "expert_weights", {trees, num_internal, k})) return false;
-    if (!ValidateShape(ctx, c, "rate0", {trees, num_internal})) return false;
-    if (!ValidateShape(ctx, lam, "steepness", {trees, num_internal})) return false;
-    const T* rd = r.flat<T>().data();
-    for (int64_t i = 0; i < r.NumElements(); ++i) {
-      if (!(rd[i] >= T(0))) {
-        ctx->CtxFailure(InvalidArgument("expert_weights must be >= 0 (noisy-OR rates), got ", rd[i]));
-        return false;
-      }
-    }
-    ObliqueInputs<T>::Fill(x, trees, num_internal, k, depth, d);
-    s->weights = w.flat<T>().data();
-    s->bias = b.flat<T>().data();
-    s->expert_weights = rd;
-    s->rate0 = c.flat<T>().data();
-    s->steepness = lam.flat<T>().data();
+    if (!CheckInputs<T>(ctx, first, true, d)) return false;
+    s->weights = ctx->input(first + 1).flat<T>().data();
+    s->bias = ctx->input(first + 2).flat<T>().data();
+    s->expert_weights = ctx->input(first + 3).flat<T>().data();
+    s->rate0 = ctx->input(first + 4).flat<T>().data();
+    s->steepness = ctx->input(first + 5).flat<T>().data();
     s->annealed = annealed;
     return true;
   }
@@ -130,38 +104,18 @@ class PrunedRoutingAttrs {
   bool x_grad_ = true;
 };
 
-template <typename T>
-bool XIsFinite(OpKernelContext* ctx, const Tensor& x) {
-  if (AllFinite(x.flat<T>().data(), x.NumElements())) return true;
-  ctx->CtxFailure(InvalidArgument("x contains NaN or Inf; pruned routing needs finite inputs"));
-  return false;
-}
-
 // leaf_values [trees, 2 * num_internal + 1, units]; sets d->units.
 bool ReadLeafValues(OpKernelContext* ctx, const Tensor& v, PrunedRoutingDims* d) {
-  const int64_t positions = 2 * d->num_internal + 1;
-  if (!(v.dims() == 3 && v.dim_size(0) == d->trees && v.dim_size(1) == positions)) {
-    ctx->CtxFailure(InvalidArgument("leaf_values must have shape [", d->trees, ", ", positions,
-                                    ", units] (one row per heap position), got ",
-                                    v.shape().DebugString()));
-    return false;
-  }
-  d->units = v.dim_size(2);
-  return true;
+  const std::string message = CheckPrunedLeafValues(ShapeOf(v), d);
+  if (!message.empty()) ctx->CtxFailure(InvalidArgument(message));
+  return message.empty();
 }
 
 // A [batch, trees, units] tensor (grad_output, weights); units < 0: any.
 bool ReadPerPair(OpKernelContext* ctx, const Tensor& t, const char* name, PrunedRoutingDims* d) {
-  if (!(t.dims() == 3 && t.dim_size(0) == d->batch && t.dim_size(1) == d->trees &&
-        (d->units < 0 || t.dim_size(2) == d->units))) {
-    ctx->CtxFailure(InvalidArgument(name, " must have shape [", d->batch, ", ", d->trees, ", ",
-                                    d->units < 0 ? std::string("units")
-                                                 : std::to_string(d->units),
-                                    "], got ", t.shape().DebugString()));
-    return false;
-  }
-  d->units = t.dim_size(2);
-  return true;
+  const std::string message = CheckPerPair(ShapeOf(t), name, d);
+  if (!message.empty()) ctx->CtxFailure(InvalidArgument(message));
+  return message.empty();
 }
 
 }  // namespace
@@ -179,7 +133,6 @@ class PrunedRoutingOp : public OpKernel, PrunedRoutingAttrs {
     typename Inputs::Splits splits;
     if (!Inputs::Read(ctx, 0, annealed_, &d, &splits)) return;
     if (!ReadLeafValues(ctx, ctx->input(Inputs::kInputs), &d)) return;
-    if (!XIsFinite<T>(ctx, ctx->input(0))) return;
     Tensor *out = nullptr, *kept = nullptr, *evals = nullptr, *dropped = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({d.batch, d.trees, d.units}), &out));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({d.batch, d.trees}), &kept));
@@ -211,7 +164,6 @@ class PrunedRoutingGradOp : public OpKernel, PrunedRoutingAttrs {
     const Tensor& leaf_values = ctx->input(1 + Inputs::kInputs);
     if (!ReadLeafValues(ctx, leaf_values, &d)) return;
     if (!ReadPerPair(ctx, ctx->input(0), "grad_output", &d)) return;
-    if (!XIsFinite<T>(ctx, ctx->input(1))) return;
     T* grads[Inputs::kGradOutputs + 2];
     for (int i = 0; i < Inputs::kGradOutputs + 2; ++i) {
       // grad_x, the split inputs' gradients, then grad_leaf_values.
@@ -245,7 +197,6 @@ class PrunedLeafStatisticsOp : public OpKernel, PrunedRoutingAttrs {
     if (!Inputs::Read(ctx, 1, annealed_, &d, &splits)) return;
     d.units = -1;
     if (!ReadPerPair(ctx, ctx->input(0), "weights", &d)) return;
-    if (!XIsFinite<T>(ctx, ctx->input(1))) return;
     Tensor* out = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(
                             0, TensorShape({d.trees, 2 * d.num_internal + 1, d.units}), &out));

@@ -2,8 +2,8 @@
 
 Each function is written once in ``keras.ops`` (the reference path and the test
 oracle for the compiled kernels); the public entry points dispatch to the
-custom TensorFlow ops when the backend is TensorFlow and the op library is
-loaded. ``reference_only()`` forces the reference path.
+compiled kernels of the active backend (TensorFlow custom ops, JAX XLA FFI
+handlers) when they are loaded. ``reference_only()`` forces the reference path.
 """
 
 from keras_trees.ops._library import (
@@ -39,6 +39,13 @@ from keras_trees.ops.polytope import (
     noisy_or_probability,
     noisy_or_rate,
     p0_to_rate,
+)
+from keras_trees.ops.pruning import (
+    pruned_leaf_probabilities,
+    pruned_leaf_statistics,
+    pruned_leaf_statistics_reference,
+    pruned_routing,
+    pruned_routing_reference,
 )
 from keras_trees.ops.routing import (
     depth_from_internal_nodes,
@@ -80,6 +87,12 @@ __all__ = [
     "heap_leaf_probabilities",
     "path_lengths",
     "soft_leaf_log_probabilities",
+    # pruned probabilistic routing (end-to-end and polytope trees)
+    "pruned_leaf_probabilities",
+    "pruned_leaf_statistics",
+    "pruned_leaf_statistics_reference",
+    "pruned_routing",
+    "pruned_routing_reference",
     # hinge forests and ferns
     "hinge_depth",
     "hinge_forest",

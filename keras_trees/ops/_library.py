@@ -26,6 +26,9 @@ _FFI_TARGETS = (
     "KerasTreesHardRouting",
     "KerasTreesHardRoutingExperts",
     "KerasTreesLossAugmentedInference",
+    "KerasTreesPrunedRouting",
+    "KerasTreesPrunedRoutingGrad",
+    "KerasTreesPrunedLeafStatistics",
 )
 _lock = threading.Lock()
 _state = {"loaded": None, "module": None, "error": None, "warned": False}

@@ -284,3 +284,58 @@ def test_loss_augmented_inference_rejects_labels_out_of_range_when_compiled():
     fn = compiled(lambda x, y: tree_ops.loss_augmented_inference(x, w, b, theta, y)[0])
     with pytest.raises(Exception, match=r"labels\[1\] = 5 is outside \[0, 2\)"):
         np.asarray(fn(x, np.array([0, 5], "int32")))
+
+
+# ---------------------------------------------------------------- pruned probabilistic routing
+
+
+def pruned_args(rng, batch, dtype, experts, trees=3, depth=3, features=4, units=2):
+    internal = 2**depth - 1
+    x = rng.normal(size=(batch, features)).astype(dtype)
+    is_split = rng.random((trees, internal)) < 0.8
+    is_split[:, 0] = True
+    gamma = rng.uniform(0.5, 3.0, size=(trees, internal)).astype(dtype)
+    v = rng.normal(size=(trees, 2 * internal + 1, units)).astype(dtype)
+    if experts:
+        w = rng.normal(size=(trees, internal, experts, features)).astype(dtype)
+        b = rng.normal(size=(trees, internal, experts)).astype(dtype)
+        r = rng.uniform(0, 1, size=(trees, internal, experts)).astype(dtype)
+        rate0 = rng.uniform(0.5, 1.5, size=(trees, internal)).astype(dtype)
+        return [x, w, b, gamma, v, r, rate0], is_split
+    w = rng.normal(size=(trees, internal, features)).astype(dtype)
+    b = rng.normal(size=(trees, internal)).astype(dtype)
+    return [x, w, b, gamma, v], is_split
+
+
+@pytest.mark.parametrize("threshold", [0.0, 0.05], ids=["exact", "pruned"])
+@pytest.mark.parametrize("experts", [0, 3], ids=["oblique", "noisy_or"])
+@pytest.mark.parametrize("batch,dtype", CASES)
+def test_pruned_routing(threshold, experts, batch, dtype):
+    rng = np.random.default_rng(batch + 5 * experts)
+    with precision(dtype):
+        args, is_split = pruned_args(rng, batch, dtype, experts)
+
+        def call(fn, *a, **kw):
+            x, w, b, gamma, v, *extra = a
+            more = dict(expert_weights=extra[0], rate0=extra[1]) if extra else {}
+            return fn(x, w, b, gamma, is_split, v, threshold, **more, **kw)
+
+        kernel = lambda *a: call(tree_ops.pruned_routing, *a)  # noqa: E731
+        reference = lambda *a: call(tree_ops.pruned_routing_reference, *a)  # noqa: E731
+        out, kept, evaluations, dropped = numpy(call(tree_ops.pruned_routing, *args, with_statistics=True))
+        ref = numpy(call(tree_ops.pruned_routing_reference, *args, with_statistics=True))
+        assert out.shape == (batch, 3, 2) and out.dtype == dtype
+        np.testing.assert_allclose(out, ref[0], rtol=TOL[dtype] * 10, atol=TOL[dtype] * 10)
+        np.testing.assert_array_equal(kept, ref[1])
+        np.testing.assert_array_equal(evaluations, ref[2])
+        np.testing.assert_allclose(dropped, ref[3], rtol=TOL[dtype] * 10, atol=TOL[dtype] * 10)
+        # The documented bound on the dropped mass.
+        assert np.all(dropped <= threshold * (evaluations + 1 - kept) + TOL[dtype])
+        if batch > 1:
+            check_gradients(kernel, reference, args, list(range(len(args))), dtype, rng)
+            weights = rng.normal(size=(batch, 3, 2)).astype(dtype)
+            stats = lambda *a: call(tree_ops.pruned_leaf_statistics, *a[:4], weights, *a[5:])  # noqa: E731
+            stats_ref = lambda *a: call(tree_ops.pruned_leaf_statistics_reference, *a[:4], weights, *a[5:])  # noqa: E731
+            np.testing.assert_allclose(np.asarray(stats(*args)), np.asarray(stats_ref(*args)),
+                                       rtol=TOL[dtype] * 10, atol=TOL[dtype] * 10)
+        check_deterministic(kernel, args)

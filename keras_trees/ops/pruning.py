@@ -35,7 +35,8 @@ trees; rank 4 with ``expert_weights`` and ``rate0``) with the rate
 (``annealed=False``; favoured side right iff ``S > log 2``).
 
 :func:`pruned_routing` and :func:`pruned_leaf_statistics` run the compiled
-``KerasTrees>PrunedRouting*`` ops where available (TensorFlow on CPU) and the
+kernels where available (the ``KerasTrees>PrunedRouting*`` TensorFlow ops or
+the ``KerasTreesPruned*`` XLA FFI handlers under JAX, on the CPU) and the
 dense ``keras.ops`` references otherwise, which apply the same pruning rule to
 the dense heap (their cost grows with ``2**depth``).
 """
@@ -300,9 +301,8 @@ def pruned_routing(x, split_weights, split_bias, gamma, is_split, leaf_values,
     _check_leaf_values(leaf_values, split_weights)
     _check_values_eager(x, expert_weights)
     if _library.custom_ops_available():
-        from keras_trees.ops import _tf_pruned_routing
-
-        result = _tf_pruned_routing.pruned_routing(x, split_weights, split_bias, gamma, is_split, leaf_values,
+        kernels = _library.binding("pruned_routing")
+        result = kernels.pruned_routing(x, split_weights, split_bias, gamma, is_split, leaf_values,
                                                    threshold, expert_weights, rate0, annealed)
         return result if with_statistics else result[0]
     return pruned_routing_reference(x, split_weights, split_bias, gamma, is_split, leaf_values, threshold,
@@ -334,9 +334,8 @@ def pruned_leaf_statistics(x, split_weights, split_bias, gamma, is_split, weight
     _check_per_pair("weights", weights, x, split_weights)
     _check_values_eager(x, expert_weights)
     if _library.custom_ops_available():
-        from keras_trees.ops import _tf_pruned_routing
-
-        return _tf_pruned_routing.pruned_leaf_statistics(x, split_weights, split_bias, gamma, is_split, weights,
+        kernels = _library.binding("pruned_routing")
+        return kernels.pruned_leaf_statistics(x, split_weights, split_bias, gamma, is_split, weights,
                                                          threshold, expert_weights, rate0, annealed)
     return pruned_leaf_statistics_reference(x, split_weights, split_bias, gamma, is_split, weights, threshold,
                                             expert_weights, rate0, annealed)

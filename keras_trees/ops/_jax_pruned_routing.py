@@ -1,0 +1,116 @@
+"""JAX (XLA FFI) wrappers of the compiled pruned-routing kernels, with
+``jax.custom_vjp`` gradients calling the backward core (which walks the kept
+paths again: nothing is stored between the passes). Same functions and
+results as ``_tf_pruned_routing``. Imported only under the JAX backend with the
+kernels loaded."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from keras_trees.ops import _jax_common as common
+
+
+def _attrs(threshold, experts, annealed):
+    return {"threshold": np.float32(threshold), "experts": bool(experts), "annealed": bool(annealed)}
+
+
+def _forward(attrs, x, splits, is_split, leaf_values):
+    batch, trees, units = x.shape[0], is_split.shape[0], leaf_values.shape[2]
+    pairs = (batch, trees)
+    return common.call(
+        "KerasTreesPrunedRouting",
+        (common.shape((batch, trees, units), x.dtype), common.shape(pairs, "int32"),
+         common.shape(pairs, "int32"), common.shape(pairs, x.dtype)),
+        x, *splits, is_split, leaf_values, **attrs,
+    )
+
+
+def _backward(attrs, grad_output, x, splits, is_split, leaf_values):
+    shapes = [common.shape(a.shape, x.dtype) for a in (x, *splits, leaf_values)]
+    grads = common.call("KerasTreesPrunedRoutingGrad", tuple(shapes),
+                        grad_output.astype(x.dtype), x, *splits, is_split, leaf_values, **attrs)
+    return grads[0], tuple(grads[1:-1]), grads[-1]
+
+
+def _statistics(attrs, weights, x, splits, is_split):
+    trees, internal = is_split.shape
+    shape = common.shape((trees, 2 * internal + 1, weights.shape[2]), x.dtype)
+    return common.call("KerasTreesPrunedLeafStatistics", shape, weights, x, *splits, is_split, **attrs)
+
+
+# attrs (a hashable tuple of items) is static; is_split is a boolean input (no gradient).
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _routing(attrs, x, splits, is_split, leaf_values):
+    return tuple(_forward(dict(attrs), x, splits, is_split, leaf_values))
+
+
+def _routing_fwd(attrs, x, splits, is_split, leaf_values):
+    return _routing(attrs, x, splits, is_split, leaf_values), (x, splits, is_split, leaf_values)
+
+
+def _routing_bwd(attrs, residuals, cotangents):
+    x, splits, is_split, leaf_values = residuals
+    # kept_leaves, split_evaluations and dropped_mass are statistics of the walk:
+    # constants, as in TensorFlow.
+    gx, gsplits, gv = _backward(dict(attrs), cotangents[0], x, splits, is_split, leaf_values)
+    return gx, gsplits, None, gv
+
+
+_routing.defvjp(_routing_fwd, _routing_bwd)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _leaf_statistics(attrs, weights, x, splits, is_split):
+    return _statistics(dict(attrs), weights, x, splits, is_split)
+
+
+def _leaf_statistics_fwd(attrs, weights, x, splits, is_split):
+    return _leaf_statistics(attrs, weights, x, splits, is_split), (weights, x, splits, is_split)
+
+
+def _leaf_statistics_bwd(attrs, residuals, grad_statistics):
+    # statistics[t, l] = sum_b mu_l(x_b) weights[b, t]: d/dweights[b, t] is the
+    # forward pass with leaf values G; the split gradients are those of that
+    # forward pass contracted with the weights.
+    weights, x, splits, is_split = residuals
+    attrs = dict(attrs)
+    g = grad_statistics.astype(x.dtype)
+    grad_weights = _forward(attrs, x, splits, is_split, g)[0]
+    gx, gsplits, _ = _backward(attrs, weights, x, splits, is_split, g)
+    return grad_weights, gx, gsplits, None
+
+
+_leaf_statistics.defvjp(_leaf_statistics_fwd, _leaf_statistics_bwd)
+
+
+def _prepare(x, split_weights, split_bias, gamma, is_split, expert_weights, rate0):
+    """``(out_dtype, x, split inputs, is_split)`` in a supported dtype; the split
+    inputs are (weights, bias, gamma) or (weights, bias, expert weights, rate0,
+    steepness gamma), the kernels' order."""
+    x = jnp.asarray(x)
+    out = common.out_dtype(x)
+    dtype = common.compute_dtype(x)
+    floats = [split_weights, split_bias] + ([] if expert_weights is None else [expert_weights, rate0]) + [gamma]
+    x, *splits = common.cast(dtype, x, *floats)
+    return out, x, tuple(splits), jnp.asarray(is_split).astype(bool)
+
+
+def pruned_routing(x, split_weights, split_bias, gamma, is_split, leaf_values, threshold,
+                   expert_weights=None, rate0=None, annealed=True):
+    """Kernel outputs ``(output, kept_leaves, split_evaluations, dropped_mass)``."""
+    out, x, splits, is_split = _prepare(x, split_weights, split_bias, gamma, is_split, expert_weights, rate0)
+    attrs = tuple(sorted(_attrs(threshold, expert_weights is not None, annealed).items()))
+    v = jnp.asarray(leaf_values).astype(x.dtype)
+    output, kept, evaluations, dropped = _routing(attrs, x, splits, is_split, v)
+    return output.astype(out), kept, evaluations, jax.lax.stop_gradient(dropped).astype(out)
+
+
+def pruned_leaf_statistics(x, split_weights, split_bias, gamma, is_split, weights, threshold,
+                           expert_weights=None, rate0=None, annealed=True):
+    out, x, splits, is_split = _prepare(x, split_weights, split_bias, gamma, is_split, expert_weights, rate0)
+    attrs = tuple(sorted(_attrs(threshold, expert_weights is not None, annealed).items()))
+    r = jnp.asarray(weights).astype(x.dtype)
+    return _leaf_statistics(attrs, r, x, splits, is_split).astype(out)
