@@ -60,12 +60,12 @@ def finetune(path, threshold, epochs, seed):
 
     from keras_trees.callbacks import EMLeafUpdate, SteepnessAnnealing
     from keras_trees.layers._end_to_end import find_layers
-    from keras_trees.ops import pruning
+    from keras_trees.ops import pruned_routing
 
     split = next(_data.splits("letter", [seed]))[1]
     model = keras.models.load_model(path)
     forest = find_layers(model)[0]
-    forest.prune_threshold = pruning.check_threshold(threshold)
+    forest.prune_threshold = pruned_routing.check_threshold(threshold)
     model.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy())
     x, y = split.x_fit, split.y_fit
     times = []
@@ -83,7 +83,7 @@ def finetune(path, threshold, epochs, seed):
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     pred = model.predict(split.x_test, batch_size=4096, verbose=0)
     is_split = forest._is_split()
-    _, kept, evals, dropped = pruning.pruned_routing(
+    _, kept, evals, dropped = pruned_routing.pruned_routing(
         x[:4000], forest.effective_kernel(), forest.split_bias, forest.gamma, is_split, forest.leaf_values,
         forest.prune_threshold, with_statistics=True)
     return {
@@ -111,7 +111,7 @@ def main():
     if args.child:
         print(json.dumps(finetune(args.child[0], float(args.child[1]), int(args.child[2]), args.seed)))
         return
-    from keras_trees.ops.pruning import DEFAULT_PRUNE_THRESHOLD
+    from keras_trees.ops.pruned_routing import DEFAULT_PRUNE_THRESHOLD
 
     args.trees = args.trees or (10 if args.quick else 70)
     args.growth_epochs = args.growth_epochs or 1

@@ -14,7 +14,7 @@ from keras_trees import topology
 from keras_trees.layers import _validation
 from keras_trees.layers._heap import HeapTreeMixin
 from keras_trees.layers._random import numpy_generator
-from keras_trees.ops import _library, hard_routing, path_probabilities, pruning
+from keras_trees.ops import _library, hard_routing, path_probabilities, pruned_routing
 from keras_trees.layers._xla import XLACompatibility
 
 # Heaps of this depth hold 2**25 - 1 positions per tree: already far beyond memory
@@ -64,7 +64,7 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
         split_regularizer=None,
         leaf_smoothing=1e-6,
         leaf_learning="auto",
-        prune_threshold=pruning.DEFAULT_PRUNE_THRESHOLD,
+        prune_threshold=pruned_routing.DEFAULT_PRUNE_THRESHOLD,
         seed=None,
         **kwargs,
     ):
@@ -117,7 +117,7 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
             raise ValueError("leaf_learning='em' needs a classification layer (num_classes=...); "
                              "regression leaves are trained by the optimizer")
         self.leaf_learning = leaf_learning
-        self.prune_threshold = pruning.check_threshold(prune_threshold)
+        self.prune_threshold = pruned_routing.check_threshold(prune_threshold)
         self.seed = seed
         # seed=None follows keras.utils.set_random_seed (NumPy's global generator).
         self._rng = numpy_generator(seed)
@@ -390,7 +390,7 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
     def _pruned_outputs(self, feats, leaves=None):
         """``(batch, num_trees, K)`` per-tree outputs of pruned routing."""
         leaves = self._leaves() if leaves is None else leaves
-        return pruning.pruned_routing(
+        return pruned_routing.pruned_routing(
             feats, self.effective_kernel(), self.split_bias, self.gamma, self._is_split(),
             ops.cast(leaves, feats.dtype), self.prune_threshold,
         )
@@ -528,7 +528,7 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
             p_y = ops.sum(ops.sum(out, axis=1) * onehot, axis=1) / T
             r = counted / (T * ops.maximum(p_y, 1e-30))[:, None]
             weights = ops.broadcast_to(r[:, None, :], ops.shape(out))
-            stats = pruning.pruned_leaf_statistics(
+            stats = pruned_routing.pruned_leaf_statistics(
                 feats, self.effective_kernel(), self.split_bias, self.gamma, self._is_split(), weights,
                 self.prune_threshold,
             )

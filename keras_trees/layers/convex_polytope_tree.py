@@ -12,7 +12,7 @@ from keras_trees.layers._heap import HeapTreeMixin
 from keras_trees.layers._end_to_end import _const
 from keras_trees.layers._random import numpy_generator
 from keras_trees.losses.gamma_process_prior import GammaProcessPrior
-from keras_trees.ops import _library, hard_routing, pruning
+from keras_trees.ops import _library, hard_routing, pruned_routing
 from keras_trees.ops import polytope as poly
 from keras_trees.layers._xla import XLACompatibility
 
@@ -106,7 +106,7 @@ class ConvexPolytopeTree(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
             the joint refinement's soft counts) drops a subtree once a
             sample's path probability into it falls below this value, except
             the child a node favours (the deterministic path), so every sample
-            keeps at least one leaf (:mod:`keras_trees.ops.pruning`).
+            keeps at least one leaf (:mod:`keras_trees.ops.pruned_routing`).
             The dropped probability mass of a sample is below
             ``prune_threshold`` times the number of dropped subtrees (at most
             one per visited split) and bounds the change of its output (class
@@ -140,7 +140,7 @@ class ConvexPolytopeTree(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
         steepness=1.0,
         annealing=True,
         facet_tolerance=1e-2,
-        prune_threshold=pruning.DEFAULT_PRUNE_THRESHOLD,
+        prune_threshold=pruned_routing.DEFAULT_PRUNE_THRESHOLD,
         seed=None,
         **kwargs,
     ):
@@ -161,7 +161,7 @@ class ConvexPolytopeTree(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
         if not 0 <= facet_tolerance < 1:
             raise ValueError(f"facet_tolerance must be in [0, 1), got {facet_tolerance}")
         self.facet_tolerance = facet_tolerance
-        self.prune_threshold = pruning.check_threshold(prune_threshold)
+        self.prune_threshold = pruned_routing.check_threshold(prune_threshold)
         self.seed = seed
         # seed=None follows keras.utils.set_random_seed (NumPy's global state).
         self._rng = numpy_generator(seed)
@@ -288,7 +288,7 @@ class ConvexPolytopeTree(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
             logit = poly.annealed_logits(rate, take(self.rate0()[0])[None], take(self.steepness[0])[None])
         else:
             log_r, log_l = poly.noisy_or_log_probabilities(rate)
-            logit = rate - pruning.LOG2
+            logit = rate - pruned_routing.LOG2
         if ids is not None:
             dense = lambda v: ops.transpose(ops.scatter(ids[:, None], ops.transpose(v), (I, ops.shape(x)[0])))  # noqa: E731
             log_r, log_l, logit = dense(log_r), dense(log_l), dense(logit)
@@ -331,7 +331,7 @@ class ConvexPolytopeTree(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
         weights = ops.cast(weights, x.dtype)
         if self._pruned_kernel():
             args, kwargs = self._pruned_args()
-            return pruning.pruned_leaf_statistics(x, *args, weights[:, None, :], **kwargs)[0]
+            return pruned_routing.pruned_leaf_statistics(x, *args, weights[:, None, :], **kwargs)[0]
         p = ops.exp(self.leaf_log_probabilities(x))
         return ops.matmul(ops.transpose(p), weights)
 
@@ -339,7 +339,7 @@ class ConvexPolytopeTree(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
         if training and self._pruned_kernel():
             args, kwargs = self._pruned_args()
             x = self.features(inputs)
-            out = pruning.pruned_routing(x, *args, ops.cast(self.leaf_values, x.dtype), **kwargs)[:, 0]
+            out = pruned_routing.pruned_routing(x, *args, ops.cast(self.leaf_values, x.dtype), **kwargs)[:, 0]
         elif training:
             p = ops.exp(self.leaf_log_probabilities(inputs))
             out = ops.matmul(p, ops.cast(self.leaf_values[0], p.dtype))

@@ -85,7 +85,7 @@ class EndToEndTree(EndToEndTreesBase):
             this value, except the child a split favours (the deterministic
             path), so every sample keeps at least one leaf per tree; the kept
             paths are all the compiled kernel evaluates, forward and backward
-            (:mod:`keras_trees.ops.pruning`). Bound: the probability
+            (:mod:`keras_trees.ops.pruned_routing`). Bound: the probability
             mass a sample loses in a tree is below ``prune_threshold`` times
             the subtrees dropped there (at most one per visited split), and the
             tree's output (a class distribution) moves by at most that mass.

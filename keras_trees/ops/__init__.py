@@ -40,13 +40,6 @@ from keras_trees.ops.polytope import (
     noisy_or_rate,
     p0_to_rate,
 )
-from keras_trees.ops.pruning import (
-    pruned_leaf_probabilities,
-    pruned_leaf_statistics,
-    pruned_leaf_statistics_reference,
-    pruned_routing,
-    pruned_routing_reference,
-)
 from keras_trees.ops.routing import (
     depth_from_internal_nodes,
     hard_leaf_index,
@@ -87,12 +80,6 @@ __all__ = [
     "heap_leaf_probabilities",
     "path_lengths",
     "soft_leaf_log_probabilities",
-    # pruned probabilistic routing (end-to-end and polytope trees)
-    "pruned_leaf_probabilities",
-    "pruned_leaf_statistics",
-    "pruned_leaf_statistics_reference",
-    "pruned_routing",
-    "pruned_routing_reference",
     # hinge forests and ferns
     "hinge_depth",
     "hinge_forest",

@@ -35,7 +35,7 @@ def soft_leaf_log_probabilities(x, split_weights, split_bias, gamma, node_state,
         split_bias, gamma: ``(num_trees, 2**D - 1)``; gamma is the steepness.
         node_state: ``(num_trees, 2**(D+1) - 1)`` int topology.
         prune_threshold: the pruning rule of
-            :mod:`keras_trees.ops.pruning` (a leaf is dropped when a
+            :mod:`keras_trees.ops.pruned_routing` (a leaf is dropped when a
             node on its path has path probability below the threshold and is
             not the child its split favours); 0 (default) drops nothing.
 

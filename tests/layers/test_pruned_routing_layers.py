@@ -12,7 +12,7 @@ from keras_trees import topology
 from keras_trees.callbacks import EMLeafUpdate
 from keras_trees.layers import ConvexPolytopeTree, EndToEndForest, EndToEndTree
 from keras_trees.layers import _polytope_training
-from keras_trees.ops import _library, path_probabilities, pruning
+from keras_trees.ops import _library, path_probabilities, pruned_routing
 from tests.ops.pruned_oracle import pruned_outputs, pruned_walk, split_probabilities
 from tests.test_topology import random_tree
 
@@ -115,7 +115,7 @@ def test_prune_threshold_is_configured_and_checked(cls):
     config = layer.get_config()
     assert config["prune_threshold"] == pytest.approx(0.002)
     assert cls.from_config(config).prune_threshold == layer.prune_threshold
-    assert cls(**kwargs).prune_threshold == pytest.approx(pruning.DEFAULT_PRUNE_THRESHOLD)
+    assert cls(**kwargs).prune_threshold == pytest.approx(pruned_routing.DEFAULT_PRUNE_THRESHOLD)
     for bad in (-1e-3, 1.0, float("inf")):
         with pytest.raises(ValueError, match="prune_threshold must be in"):
             cls(prune_threshold=bad, **kwargs)

@@ -9,7 +9,7 @@ import tensorflow as tf
 from keras_trees import ops as tree_ops
 from keras_trees import topology
 from keras_trees.ops import _library, path_probabilities
-from keras_trees.ops import pruning as pr
+from keras_trees.ops import pruned_routing as pr
 from tests.conftest import finite_difference_check, run_python
 from tests.ops.pruned_oracle import pruned_outputs
 from tests.test_topology import random_tree
@@ -209,7 +209,7 @@ _DETERMINISM = """
 import sys, hashlib
 import numpy as np, tensorflow as tf
 tf.config.threading.set_intra_op_parallelism_threads(int(sys.argv[1]) if len(sys.argv) > 1 else {threads})
-from keras_trees.ops import pruning as pr
+from keras_trees.ops import pruned_routing as pr
 from tests.ops.test_pruned_routing import determinism_digest
 print("DIGEST", determinism_digest())
 """
