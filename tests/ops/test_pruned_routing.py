@@ -139,6 +139,22 @@ def test_gradients_match_reference_autodiff(rng, form):
                 assert np.abs(g).max() > 0
 
 
+def test_weight_gradients_without_the_input_gradient(rng):
+    # x is data (not watched): the tape skips dL/dx and the op does not compute it.
+    args, _ = make(rng, batch=30, depth=5)
+    grads = []
+    for reference in (False, True):
+        w = tf.Variable(args["split_weights"])
+        with tf.GradientTape() as tape, _library.reference_only(reference):
+            loss = tf.reduce_sum(run(pr.pruned_route, {**args, "split_weights": w}, 0.01) ** 2)
+        grads.append(np.asarray(tape.gradient(loss, w)))
+    np.testing.assert_allclose(grads[0], grads[1], rtol=1e-9, atol=1e-12)
+    raw = [args[k] for k in ("x", "split_weights", "split_bias", "gamma", "is_split", "leaf_values")]
+    gx, gw = _library.module().keras_trees_pruned_routing_grad(np.ones((30, 3, 3)), *raw, threshold=0.01,
+                                                               x_grad=False)[:2]
+    assert not np.asarray(gx).any() and np.asarray(gw).any()
+
+
 @pytest.mark.parametrize("form", FORMS)
 def test_gradients_match_finite_differences(rng, form):
     args, _ = make(rng, form, batch=6, depth=3, trees=2)
