@@ -11,12 +11,16 @@ forest is then finetuned for ``--epochs`` epochs once per ``prune_threshold``
 (0 = the dense path; the default threshold = the pruned kernel), each in a
 fresh process so its peak resident memory is its own. Printed side by side:
 seconds per finetune epoch (first epoch, with tracing; then the mean of the
-others), peak resident set size, the training loss, test accuracy, the
+others) as wall time and as CPU time of all threads (wall time depends on
+what else runs on the machine; on an idle machine with C cores it is about
+CPU / C), peak resident set size, the training loss, test accuracy, the
 splits evaluated and leaves kept per sample and tree, and the ratios to the
-dense path. No accuracy is asserted: see end_to_end_forest.py for the schedule.
+dense path. ``--grown PATH`` keeps the grown forest (grown there once, loaded
+by later runs). No accuracy is asserted: see end_to_end_forest.py for the
+schedule.
 
     python benchmarks/end_to_end_finetune_speed.py [--quick] [--trees 70] [--epochs 3]
-        [--thresholds 0 1e-4] [--json PATH]
+        [--growth-epochs 45] [--grown PATH] [--thresholds 0 1e-4] [--json PATH]
 """
 
 import json
@@ -68,14 +72,19 @@ def finetune(path, threshold, epochs, seed):
     forest.prune_threshold = pruned_routing.check_threshold(threshold)
     model.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy())
     x, y = split.x_fit, split.y_fit
-    times = []
+    times, cpu = [], []
+
+    def cpu_seconds():
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
 
     class Timer(keras.callbacks.Callback):  # listed first: the epoch includes the EM E-step
         def on_epoch_begin(self, epoch, logs=None):
-            self.start = time.perf_counter()
+            self.start, self.cpu = time.perf_counter(), cpu_seconds()
 
         def on_epoch_end(self, epoch, logs=None):
             times.append(time.perf_counter() - self.start)
+            cpu.append(cpu_seconds() - self.cpu)
 
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     hist = model.fit(x, y, batch_size=1000, epochs=epochs, verbose=0,
@@ -83,11 +92,12 @@ def finetune(path, threshold, epochs, seed):
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     pred = model.predict(split.x_test, batch_size=4096, verbose=0)
     is_split = forest._is_split()
-    _, kept, evals, dropped = pruned_routing.pruned_routing(
+    _, kept, evals, dropped = pruned_routing.pruned_route(
         x[:4000], forest.effective_kernel(), forest.split_bias, forest.gamma, is_split, forest.leaf_values,
         forest.prune_threshold, with_statistics=True)
     return {
-        "threshold": forest.prune_threshold, "epoch_seconds": times, "peak_rss_gb": peak / 2**20,
+        "threshold": forest.prune_threshold, "epoch_seconds": times, "epoch_cpu_seconds": cpu,
+        "load_average": os.getloadavg()[0], "peak_rss_gb": peak / 2**20,
         "rss_before_fit_gb": rss_before / 2**20, "loss": [float(v) for v in hist.history["loss"]],
         "accuracy": float((np.argmax(pred, 1) == split.y_test).mean()),
         "split_evaluations": float(np.mean(evals)), "kept_leaves": float(np.mean(kept)),
@@ -106,6 +116,7 @@ def main():
     parser.add_argument("--thresholds", type=float, nargs="*", default=None,
                         help="prune thresholds (0 = dense path; default: 0 and the layers' default)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--grown", metavar="PATH", help="grown forest (.keras): loaded if it exists, else grown there")
     parser.add_argument("--child", nargs=3, metavar=("MODEL", "THRESHOLD", "EPOCHS"), help=argparse_hidden())
     args = parser.parse_args()
     if args.child:
@@ -123,9 +134,12 @@ def main():
           f"(gamma {1 + 0.1 * args.schedule_epochs:.1f}); {epochs} finetune epochs per threshold, "
           f"{len(split.x_fit)} training rows, batch 1000, {os.cpu_count()} CPUs", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "grown.keras")
-        seconds, splits, depth = grow(split, args, path)
-        print(f"grown in {seconds:.0f}s: {splits:.0f} splits per tree, depth {depth}", flush=True)
+        path = args.grown or os.path.join(tmp, "grown.keras")
+        if os.path.exists(path):
+            print(f"grown forest loaded from {path}", flush=True)
+        else:
+            seconds, splits, depth = grow(split, args, path)
+            print(f"grown in {seconds:.0f}s: {splits:.0f} splits per tree, depth {depth}", flush=True)
         rows = []
         for thr in thresholds:
             cmd = [sys.executable, os.path.abspath(__file__), "--seed", str(args.seed),
@@ -136,21 +150,26 @@ def main():
             row = json.loads(proc.stdout.strip().splitlines()[-1])
             rows.append(row)
             print(f"prune_threshold {row['threshold']:g}: epochs {', '.join(f'{t:.1f}s' for t in row['epoch_seconds'])}"
-                  f", peak RSS {row['peak_rss_gb']:.2f} GB", flush=True)
+                  f" (CPU {', '.join(f'{t:.1f}s' for t in row['epoch_cpu_seconds'])}), peak RSS "
+                  f"{row['peak_rss_gb']:.2f} GB, load average {row['load_average']:.1f}", flush=True)
     base = rows[0]
 
-    def steady(row):
-        t = row["epoch_seconds"]
+    def steady(row, key="epoch_seconds"):
+        t = row[key]
         return float(np.mean(t[1:])) if len(t) > 1 else t[0]
 
-    print(f"\n{'prune_threshold':>15} {'1st epoch':>10} {'epoch':>8} {'peak RSS':>9} {'splits/tree':>11} "
-          f"{'leaves/tree':>11} {'final loss':>10} {'test acc':>8} {'speedup':>8} {'memory':>7}")
+    print(f"\n{'prune_threshold':>15} {'1st epoch':>10} {'epoch':>8} {'epoch CPU':>10} {'peak RSS':>9} "
+          f"{'splits/tree':>11} {'leaves/tree':>11} {'final loss':>10} {'test acc':>8} {'speedup':>8} "
+          f"{'CPU':>6} {'memory':>7}")
     for row in rows:
         print(f"{row['threshold']:>15g} {row['epoch_seconds'][0]:>9.1f}s {steady(row):>7.1f}s "
-              f"{row['peak_rss_gb']:>7.2f}GB {row['split_evaluations']:>11.1f} {row['kept_leaves']:>11.1f} "
-              f"{row['loss'][-1]:>10.4f} {row['accuracy']:>8.4f} {steady(base) / steady(row):>7.1f}x "
+              f"{steady(row, 'epoch_cpu_seconds'):>9.1f}s {row['peak_rss_gb']:>7.2f}GB "
+              f"{row['split_evaluations']:>11.1f} {row['kept_leaves']:>11.1f} {row['loss'][-1]:>10.4f} "
+              f"{row['accuracy']:>8.4f} {steady(base) / steady(row):>7.1f}x "
+              f"{steady(base, 'epoch_cpu_seconds') / steady(row, 'epoch_cpu_seconds'):>5.1f}x "
               f"{row['peak_rss_gb'] / base['peak_rss_gb']:>6.2f}x")
-    print("epoch: mean of the epochs after the first (which includes tracing); ratios relative to the first row")
+    print("epoch: mean of the epochs after the first (which includes tracing), wall and CPU time of all threads; "
+          "ratios relative to the first row")
     _data.write_json(args.json, {"benchmark": "end_to_end_finetune_speed", "trees": args.trees, "depth": args.depth,
                                  "growth_epochs": args.growth_epochs, "schedule_epochs": args.schedule_epochs,
                                  "rows": rows})

@@ -7,11 +7,12 @@
 // A sample reaches leaf l with the path probability mu_l(x), the product over
 // the splits on the path of s (right turns) or 1 - s (left turns), where s is
 // the split's probability of sending the sample right. The forward pass walks
-// each (sample, tree) depth first from the root with the path probability
-// ("mass") of every node and drops a child subtree when its mass is below
-// `threshold`, except the child the split favours (right iff its logit u > 0;
-// the path of deterministic routing at gamma -> infinity), which is always
-// kept. So every sample keeps at least one leaf per tree, each visited split
+// each (sample, tree) from the root with the path probability ("mass") of
+// every node and drops a child subtree when its mass is below `threshold`,
+// except the child the split favours (right iff its logit u > 0; the path of
+// deterministic routing at gamma -> infinity), which is always kept. (The
+// kept set is defined by this rule alone; the engine walks level by level, a
+// chunk of samples at a time, see pruned_routing.cc.) So every sample keeps at least one leaf per tree, each visited split
 // drops at most one subtree, and
 //
 //   dropped mass = 1 - sum_{kept l} mu_l < threshold * dropped subtrees
@@ -49,9 +50,9 @@
 //   s = 1 - exp(-S), favoured side right iff S > log 2 (rate0, steepness unused).
 //
 // Determinism: every output element has one writer and sums run in a fixed
-// order (leaves left to right, trees and sample blocks in index order); the
-// sample blocks of the backward pass depend on the shapes only, so results
-// are bit-identical for every thread count.
+// order (a sample's leaves in the order of its walk, samples in chunks and
+// blocks, trees and blocks in index order); chunks and blocks depend on the
+// shapes only, so results are bit-identical for every thread count.
 #ifndef KERAS_TREES_CORE_PRUNED_ROUTING_H_
 #define KERAS_TREES_CORE_PRUNED_ROUTING_H_
 

@@ -390,7 +390,7 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
     def _pruned_outputs(self, feats, leaves=None):
         """``(batch, num_trees, K)`` per-tree outputs of pruned routing."""
         leaves = self._leaves() if leaves is None else leaves
-        return pruned_routing.pruned_routing(
+        return pruned_routing.pruned_route(
             feats, self.effective_kernel(), self.split_bias, self.gamma, self._is_split(),
             ops.cast(leaves, feats.dtype), self.prune_threshold,
         )

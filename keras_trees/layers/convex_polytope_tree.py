@@ -339,7 +339,7 @@ class ConvexPolytopeTree(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
         if training and self._pruned_kernel():
             args, kwargs = self._pruned_args()
             x = self.features(inputs)
-            out = pruned_routing.pruned_routing(x, *args, ops.cast(self.leaf_values, x.dtype), **kwargs)[:, 0]
+            out = pruned_routing.pruned_route(x, *args, ops.cast(self.leaf_values, x.dtype), **kwargs)[:, 0]
         elif training:
             p = ops.exp(self.leaf_log_probabilities(inputs))
             out = ops.matmul(p, ops.cast(self.leaf_values[0], p.dtype))

@@ -99,4 +99,20 @@ __all__ = [
     "loss_augmented_inference",
     "loss_augmented_inference_reference",
     "surrogate",
+    # pruned probabilistic routing (end-to-end trees and forests, convex polytope trees)
+    "DEFAULT_PRUNE_THRESHOLD",
+    "pruned_leaf_probabilities",
+    "pruned_leaf_statistics",
+    "pruned_leaf_statistics_reference",
+    "pruned_route",
+    "pruned_route_reference",
 ]
+
+from keras_trees.ops.pruned_routing import (  # noqa: E402
+    DEFAULT_PRUNE_THRESHOLD,
+    pruned_leaf_probabilities,
+    pruned_leaf_statistics,
+    pruned_leaf_statistics_reference,
+    pruned_route,
+    pruned_route_reference,
+)

@@ -98,7 +98,7 @@ def _prepare(x, split_weights, split_bias, gamma, is_split, expert_weights, rate
     return out, x, tuple(splits), jnp.asarray(is_split).astype(bool)
 
 
-def pruned_routing(x, split_weights, split_bias, gamma, is_split, leaf_values, threshold,
+def pruned_route(x, split_weights, split_bias, gamma, is_split, leaf_values, threshold,
                    expert_weights=None, rate0=None, annealed=True):
     """Kernel outputs ``(output, kept_leaves, split_evaluations, dropped_mass)``."""
     out, x, splits, is_split = _prepare(x, split_weights, split_bias, gamma, is_split, expert_weights, rate0)

@@ -28,7 +28,7 @@ def _attrs(threshold, expert_weights, annealed):
     return attrs
 
 
-def pruned_routing(x, split_weights, split_bias, gamma, is_split, leaf_values, threshold,
+def pruned_route(x, split_weights, split_bias, gamma, is_split, leaf_values, threshold,
                    expert_weights=None, rate0=None, annealed=True):
     """Raw op outputs ``(output, kept_leaves, split_evaluations, dropped_mass)``."""
     out_dtype, inputs = _splits(x, split_weights, split_bias, gamma, is_split, expert_weights, rate0)

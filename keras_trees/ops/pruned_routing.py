@@ -34,7 +34,7 @@ trees; rank 4 with ``expert_weights`` and ``rate0``) with the rate
 (annealed, Appendix B; ``gamma`` is the steepness lambda) or ``s = 1 - exp(-S)``
 (``annealed=False``; favoured side right iff ``S > log 2``).
 
-:func:`pruned_routing` and :func:`pruned_leaf_statistics` run the compiled
+:func:`pruned_route` and :func:`pruned_leaf_statistics` run the compiled
 kernels where available (the ``KerasTrees>PrunedRouting*`` TensorFlow ops or
 the ``KerasTreesPruned*`` XLA FFI handlers under JAX, on the CPU) and the
 dense ``keras.ops`` references otherwise, which apply the same pruning rule to
@@ -186,7 +186,7 @@ def pruned_leaf_probabilities(x, split_weights, split_bias, gamma, is_split,
         ``(batch, num_trees, 2**(depth+1) - 1)`` the path probabilities of the
         kept leaves (0 at every other position), ``kept_leaves`` and
         ``split_evaluations`` ``(batch, num_trees)`` int32, ``dropped_mass``
-        ``(batch, num_trees)`` (no gradient). Arguments as in :func:`pruned_routing`.
+        ``(batch, num_trees)`` (no gradient). Arguments as in :func:`pruned_route`.
     """
     threshold, _, args = _prepare(x, split_weights, split_bias, gamma, is_split, expert_weights, rate0,
                                   annealed, prune_threshold)
@@ -228,10 +228,10 @@ def pruned_leaf_probabilities(x, split_weights, split_bias, gamma, is_split,
     return mu, kept, evaluations, ops.stop_gradient(dropped)
 
 
-def pruned_routing_reference(x, split_weights, split_bias, gamma, is_split, leaf_values,
+def pruned_route_reference(x, split_weights, split_bias, gamma, is_split, leaf_values,
                              prune_threshold=DEFAULT_PRUNE_THRESHOLD, expert_weights=None, rate0=None,
                              annealed=True, with_statistics=False):
-    """Dense ``keras.ops`` reference of :func:`pruned_routing` (same arguments and results)."""
+    """Dense ``keras.ops`` reference of :func:`pruned_route` (same arguments and results)."""
     mu, kept, evaluations, dropped = pruned_leaf_probabilities(
         x, split_weights, split_bias, gamma, is_split, prune_threshold, expert_weights, rate0, annealed)
     leaf_values = ops.convert_to_tensor(leaf_values)
@@ -251,7 +251,7 @@ def pruned_leaf_statistics_reference(x, split_weights, split_bias, gamma, is_spl
     return ops.einsum("btn,btu->tnu", mu, ops.cast(weights, mu.dtype))
 
 
-def pruned_routing(x, split_weights, split_bias, gamma, is_split, leaf_values,
+def pruned_route(x, split_weights, split_bias, gamma, is_split, leaf_values,
                    prune_threshold=DEFAULT_PRUNE_THRESHOLD, expert_weights=None, rate0=None, annealed=True,
                    with_statistics=False):
     """Per-tree outputs of probabilistic routing with pruning (compiled op where available).
@@ -290,9 +290,12 @@ def pruned_routing(x, split_weights, split_bias, gamma, is_split, leaf_values,
     >>> import numpy as np
     >>> w = np.array([[[1.0], [0.0], [0.0]]]); b = np.zeros((1, 3)); g = np.full((1, 3), 2.0)
     >>> is_split = np.array([[True, False, False]]); v = np.arange(7.0).reshape(1, 7, 1)
-    >>> out = pruned_routing(np.array([[0.0], [5.0]]), w, b, g, is_split, v, prune_threshold=0.01)
-    >>> np.round(np.asarray(out)[:, 0, 0], 4).tolist()  # 0.5 * 1 + 0.5 * 2; right leaf only
-    [1.5, 2.0]
+    >>> x = np.array([[0.0], [5.0]])
+    >>> out, kept, _, dropped = pruned_route(x, w, b, g, is_split, v, prune_threshold=0.01, with_statistics=True)
+    >>> np.round(np.asarray(out, float)[:, 0, 0], 4).tolist()  # 0.5 * 1 + 0.5 * 2, then 0.99995 * 2
+    [1.5, 1.9999]
+    >>> np.asarray(kept).ravel().tolist(), np.round(np.asarray(dropped, float).ravel(), 5).tolist()
+    ([2, 1], [0.0, 5e-05])
     """
     threshold, experts, args = _prepare(x, split_weights, split_bias, gamma, is_split, expert_weights, rate0,
                                         annealed, prune_threshold)
@@ -302,10 +305,10 @@ def pruned_routing(x, split_weights, split_bias, gamma, is_split, leaf_values,
     _check_values_eager(x, expert_weights)
     if _library.custom_ops_available():
         kernels = _library.binding("pruned_routing")
-        result = kernels.pruned_routing(x, split_weights, split_bias, gamma, is_split, leaf_values,
+        result = kernels.pruned_route(x, split_weights, split_bias, gamma, is_split, leaf_values,
                                                    threshold, expert_weights, rate0, annealed)
         return result if with_statistics else result[0]
-    return pruned_routing_reference(x, split_weights, split_bias, gamma, is_split, leaf_values, threshold,
+    return pruned_route_reference(x, split_weights, split_bias, gamma, is_split, leaf_values, threshold,
                                     expert_weights, rate0, annealed, with_statistics)
 
 
@@ -313,7 +316,7 @@ def pruned_leaf_statistics(x, split_weights, split_bias, gamma, is_split, weight
                            prune_threshold=DEFAULT_PRUNE_THRESHOLD, expert_weights=None, rate0=None, annealed=True):
     """``statistics[t, l, u] = sum_b mu_l(x_b) * weights[b, t, u]`` over the kept leaves.
 
-    The gradient of :func:`pruned_routing` with respect to ``leaf_values`` for
+    The gradient of :func:`pruned_route` with respect to ``leaf_values`` for
     ``grad_output = weights`` (computed without the split gradients): the EM
     E-step of end-to-end trees (``weights`` = responsibilities divided by the
     leaf values) and the soft class counts of convex polytope trees.
@@ -321,7 +324,7 @@ def pruned_leaf_statistics(x, split_weights, split_bias, gamma, is_split, weight
 
     Args:
         weights: ``(batch, num_trees, units)``.
-        others: as in :func:`pruned_routing`.
+        others: as in :func:`pruned_route`.
 
     Returns:
         ``(num_trees, 2**(depth+1) - 1, units)``, 0 at positions that are not
@@ -347,6 +350,6 @@ __all__ = [
     "pruned_leaf_probabilities",
     "pruned_leaf_statistics",
     "pruned_leaf_statistics_reference",
-    "pruned_routing",
-    "pruned_routing_reference",
+    "pruned_route",
+    "pruned_route_reference",
 ]

@@ -320,10 +320,10 @@ def test_pruned_routing(threshold, experts, batch, dtype):
             more = dict(expert_weights=extra[0], rate0=extra[1]) if extra else {}
             return fn(x, w, b, gamma, is_split, v, threshold, **more, **kw)
 
-        kernel = lambda *a: call(tree_ops.pruned_routing, *a)  # noqa: E731
-        reference = lambda *a: call(tree_ops.pruned_routing_reference, *a)  # noqa: E731
-        out, kept, evaluations, dropped = numpy(call(tree_ops.pruned_routing, *args, with_statistics=True))
-        ref = numpy(call(tree_ops.pruned_routing_reference, *args, with_statistics=True))
+        kernel = lambda *a: call(tree_ops.pruned_route, *a)  # noqa: E731
+        reference = lambda *a: call(tree_ops.pruned_route_reference, *a)  # noqa: E731
+        out, kept, evaluations, dropped = numpy(call(tree_ops.pruned_route, *args, with_statistics=True))
+        ref = numpy(call(tree_ops.pruned_route_reference, *args, with_statistics=True))
         assert out.shape == (batch, 3, 2) and out.dtype == dtype
         np.testing.assert_allclose(out, ref[0], rtol=TOL[dtype] * 10, atol=TOL[dtype] * 10)
         np.testing.assert_array_equal(kept, ref[1])

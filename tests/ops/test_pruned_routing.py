@@ -64,9 +64,9 @@ def oracle(args, threshold):
 @pytest.mark.parametrize("threshold", [0.0, 1e-3, 0.05])
 def test_op_matches_reference_and_oracle(rng, dtype, form, threshold):
     args, _ = make(rng, form, dtype=dtype)
-    out, kept, evals, dropped = (np.asarray(v) for v in run(pr.pruned_routing, args, threshold, with_statistics=True))
+    out, kept, evals, dropped = (np.asarray(v) for v in run(pr.pruned_route, args, threshold, with_statistics=True))
     assert out.dtype == np.dtype(dtype) and kept.dtype == np.int32 and dropped.dtype == np.dtype(dtype)
-    ref = [np.asarray(v) for v in run(pr.pruned_routing_reference, args, threshold, with_statistics=True)]
+    ref = [np.asarray(v) for v in run(pr.pruned_route_reference, args, threshold, with_statistics=True)]
     tol = 2e-5 if dtype == "float32" else 1e-12
     np.testing.assert_allclose(out, ref[0], rtol=tol, atol=tol)
     np.testing.assert_array_equal(kept, ref[1])
@@ -84,7 +84,7 @@ def test_op_matches_reference_and_oracle(rng, dtype, form, threshold):
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_threshold_zero_is_the_dense_path(rng, dtype):
     args, state = make(rng, dtype=dtype, depth=6)
-    out, kept, evals, dropped = (np.asarray(v) for v in run(pr.pruned_routing, args, 0.0, with_statistics=True))
+    out, kept, evals, dropped = (np.asarray(v) for v in run(pr.pruned_route, args, 0.0, with_statistics=True))
     dense = np.asarray(path_probabilities.heap_leaf_probabilities(
         args["x"], args["split_weights"], args["split_bias"], args["gamma"], state))
     tol = 2e-6 if dtype == "float32" else 1e-13
@@ -100,7 +100,7 @@ def test_dropped_mass_bound(rng, form):
     for scale, threshold in ((0.3, 0.02), (1.0, 1e-3), (5.0, 1e-4), (0.3, 0.3)):
         args, _ = make(rng, form, batch=200, depth=7, scale=scale)
         args["leaf_values"] = np.ones_like(args["leaf_values"])
-        out, kept, evals, dropped = (np.asarray(v) for v in run(pr.pruned_routing, args, threshold,
+        out, kept, evals, dropped = (np.asarray(v) for v in run(pr.pruned_route, args, threshold,
                                                                     with_statistics=True))
         # Every walk keeps a leaf; at most one dropped subtree per visited split,
         # each below the threshold; the kept mass is 1 - dropped.
@@ -111,8 +111,8 @@ def test_dropped_mass_bound(rng, form):
         np.testing.assert_allclose(out[..., 0], 1.0 - dropped, atol=1e-12)
         # |pruned - exact| <= dropped * max |leaf value| for any leaf values.
         args["leaf_values"] = rng.uniform(-2, 2, size=args["leaf_values"].shape)
-        exact = np.asarray(run(pr.pruned_routing, args, 0.0))
-        pruned = np.asarray(run(pr.pruned_routing, args, threshold))
+        exact = np.asarray(run(pr.pruned_route, args, 0.0))
+        pruned = np.asarray(run(pr.pruned_route, args, threshold))
         assert (np.abs(pruned - exact) <= dropped[..., None] * 2.0 + 1e-12).all()
 
 
@@ -129,7 +129,7 @@ def test_gradients_match_reference_autodiff(rng, form):
             variables = {k: tf.Variable(args[k]) for k in names}
             call = {**args, **variables}
             with tf.GradientTape() as tape, _library.reference_only(reference):
-                loss = tf.reduce_sum(run(pr.pruned_routing, call, threshold) * probe)
+                loss = tf.reduce_sum(run(pr.pruned_route, call, threshold) * probe)
             grads.append(tape.gradient(loss, [variables[k] for k in names]))
         for name, g, r in zip(names, *grads):
             g = np.asarray(g)
@@ -137,6 +137,22 @@ def test_gradients_match_reference_autodiff(rng, form):
             np.testing.assert_allclose(g, r, rtol=1e-9, atol=1e-12, err_msg=f"{form} {name} {threshold}")
             if name in ("x", "split_weights", "leaf_values"):
                 assert np.abs(g).max() > 0
+
+
+def test_weight_gradients_without_the_input_gradient(rng):
+    # x is data (not watched): the tape skips dL/dx and the op does not compute it.
+    args, _ = make(rng, batch=30, depth=5)
+    grads = []
+    for reference in (False, True):
+        w = tf.Variable(args["split_weights"])
+        with tf.GradientTape() as tape, _library.reference_only(reference):
+            loss = tf.reduce_sum(run(pr.pruned_route, {**args, "split_weights": w}, 0.01) ** 2)
+        grads.append(np.asarray(tape.gradient(loss, w)))
+    np.testing.assert_allclose(grads[0], grads[1], rtol=1e-9, atol=1e-12)
+    raw = [args[k] for k in ("x", "split_weights", "split_bias", "gamma", "is_split", "leaf_values")]
+    gx, gw = _library.module().keras_trees_pruned_routing_grad(np.ones((30, 3, 3)), *raw, threshold=0.01,
+                                                               x_grad=False)[:2]
+    assert not np.asarray(gx).any() and np.asarray(gw).any()
 
 
 @pytest.mark.parametrize("form", FORMS)
@@ -149,7 +165,7 @@ def test_gradients_match_finite_differences(rng, form):
 
     def loss(*values):
         call = {**args, **dict(zip(names, values))}
-        return tf.reduce_sum(run(pr.pruned_routing, call, 0.02) * probe)
+        return tf.reduce_sum(run(pr.pruned_route, call, 0.02) * probe)
 
     for i, analytic, numeric in finite_difference_check(loss, [args[k] for k in names], eps=1e-6, rng=rng):
         assert abs(analytic - numeric) <= 1e-6 + 1e-5 * abs(numeric), (form, names[i], analytic, numeric)
@@ -164,7 +180,7 @@ def test_leaf_statistics_are_the_leaf_value_gradient(rng, form):
     stats = np.asarray(call(pr.pruned_leaf_statistics, args, weights))
     v = tf.Variable(np.zeros((3, 31, 2)))
     with tf.GradientTape() as tape:
-        loss = tf.reduce_sum(run(pr.pruned_routing, {**args, "leaf_values": v}, 0.02) * weights)
+        loss = tf.reduce_sum(run(pr.pruned_route, {**args, "leaf_values": v}, 0.02) * weights)
     np.testing.assert_allclose(stats, np.asarray(tape.gradient(loss, v)), rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(stats, np.asarray(call(pr.pruned_leaf_statistics_reference, args, weights)),
                                rtol=1e-10, atol=1e-12)
@@ -185,13 +201,13 @@ def test_leaf_statistics_are_the_leaf_value_gradient(rng, form):
 @pytest.mark.parametrize("batch", [0, 1])
 def test_batch_zero_and_one(rng, batch):
     args, _ = make(rng, batch=batch)
-    out, kept, evals, dropped = run(pr.pruned_routing, args, 0.01, with_statistics=True)
+    out, kept, evals, dropped = run(pr.pruned_route, args, 0.01, with_statistics=True)
     assert tuple(out.shape) == (batch, 3, 3) and tuple(kept.shape) == (batch, 3)
     np.testing.assert_allclose(np.asarray(out), oracle(args, pr.check_threshold(0.01))[0], atol=1e-12)
     x = tf.Variable(args["x"])
     w = tf.Variable(args["split_weights"])
     with tf.GradientTape() as tape:
-        loss = tf.reduce_sum(run(pr.pruned_routing, {**args, "x": x, "split_weights": w}, 0.01))
+        loss = tf.reduce_sum(run(pr.pruned_route, {**args, "x": x, "split_weights": w}, 0.01))
     gx, gw = tape.gradient(loss, [x, w])
     assert tuple(gx.shape) == (batch, 4) and (batch > 0 or np.all(np.asarray(gw) == 0))
 
@@ -199,7 +215,7 @@ def test_batch_zero_and_one(rng, batch):
 def test_root_leaf_and_unbalanced_trees(rng):
     args, _ = make(rng, trees=2, depth=4, p_split=0.5)
     args["is_split"][0] = False  # tree 0 is a single leaf (position 0)
-    out, kept, evals, dropped = (np.asarray(v) for v in run(pr.pruned_routing, args, 0.01, with_statistics=True))
+    out, kept, evals, dropped = (np.asarray(v) for v in run(pr.pruned_route, args, 0.01, with_statistics=True))
     np.testing.assert_allclose(out[:, 0], np.broadcast_to(args["leaf_values"][0, 0], out[:, 0].shape))
     assert (kept[:, 0] == 1).all() and (evals[:, 0] == 0).all() and (dropped[:, 0] == 0).all()
     np.testing.assert_allclose(out, oracle(args, pr.check_threshold(0.01))[0], atol=1e-12)
@@ -227,7 +243,7 @@ def determinism_digest():
         names = ["x", "split_weights", "split_bias", "leaf_values", "gamma"]
         variables = {k: tf.Variable(args[k]) for k in names}
         with tf.GradientTape() as tape:
-            out = run(pr.pruned_routing, {**args, **variables}, 1e-3, with_statistics=True)
+            out = run(pr.pruned_route, {**args, **variables}, 1e-3, with_statistics=True)
             loss = tf.reduce_sum(out[0] * np.linspace(-1, 1, out[0].shape[-1], dtype="float32"))
         grads = tape.gradient(loss, [variables[k] for k in names])
         for t in list(out) + grads:
@@ -246,11 +262,11 @@ def test_bad_inputs_are_rejected_with_clear_errors(rng):
     args, _ = make(rng, depth=3)
     for bad in (-0.1, 1.0, float("nan")):
         with pytest.raises(ValueError, match="prune_threshold must be in"):
-            run(pr.pruned_routing, args, bad)
+            run(pr.pruned_route, args, bad)
     x = args["x"].copy()
     x[0, 1] = np.inf
     with pytest.raises(ValueError, match="NaN or Inf"):
-        run(pr.pruned_routing, {**args, "x": x}, 0.01)
+        run(pr.pruned_route, {**args, "x": x}, 0.01)
     for name, value, match in (
         ("gamma", args["gamma"][:, :3], "gamma must have shape"),
         ("split_bias", args["split_bias"][:1], "split_bias must have shape"),
@@ -260,12 +276,12 @@ def test_bad_inputs_are_rejected_with_clear_errors(rng):
         ("split_weights", args["split_weights"][:, :6], "2\\*\\*depth - 1"),
     ):
         with pytest.raises(ValueError, match=match):
-            run(pr.pruned_routing, {**args, name: value}, 0.01)
+            run(pr.pruned_route, {**args, name: value}, 0.01)
     experts, _ = make(rng, "experts", depth=3)
     with pytest.raises(ValueError, match="expert_weights"):
-        run(pr.pruned_routing, {**experts, "expert_weights": None}, 0.01)
+        run(pr.pruned_route, {**experts, "expert_weights": None}, 0.01)
     with pytest.raises(ValueError, match="expert_weights must be >= 0"):
-        run(pr.pruned_routing, {**experts, "expert_weights": -experts["expert_weights"]}, 0.01)
+        run(pr.pruned_route, {**experts, "expert_weights": -experts["expert_weights"]}, 0.01)
     with pytest.raises(ValueError, match="weights must have shape"):
         pr.pruned_leaf_statistics(args["x"], args["split_weights"], args["split_bias"], args["gamma"],
                                   args["is_split"], np.ones((23, 2, 1)), 0.01)
