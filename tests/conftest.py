@@ -13,6 +13,38 @@ import pytest  # noqa: E402
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+TEST_SEED = 1234
+
+
+@pytest.fixture(autouse=True)
+def _same_random_state_for_every_test():
+    """Starts every test from the same random state, whatever ran before it.
+
+    Layers draw their initial weights from Keras' global seed generator, so
+    without this a test's weights depend on which tests its pytest-xdist worker
+    happened to run first. Under TensorFlow this is `keras.utils.set_random_seed`;
+    under JAX and PyTorch the same without importing TensorFlow (which
+    `set_random_seed` does whenever it is installed).
+    """
+    import random
+
+    import keras
+
+    if keras.backend.backend() == "tensorflow":
+        keras.utils.set_random_seed(TEST_SEED)
+        return
+    from keras.src.backend.common import global_state
+
+    global_state.set_global_attribute("global_random_seed", TEST_SEED)
+    global_state.set_global_attribute("global_seed_generator", None)
+    random.seed(TEST_SEED)
+    np.random.seed(TEST_SEED)
+    if keras.backend.backend() == "torch":
+        import torch
+
+        torch.manual_seed(TEST_SEED)
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
