@@ -7,6 +7,7 @@
 //   experts:  split_weights, split_bias, expert_weights, rate0, steepness
 // then is_split (bool). All shapes are static: the backward pass walks the kept
 // paths again instead of reading a trace.
+#include <algorithm>
 #include <vector>
 
 #include "core/pruned_routing.h"
@@ -99,8 +100,9 @@ ffi::Error Forward(ffi::ThreadPool pool, ffi::RemainingArgs args, ffi::Remaining
 }
 
 ffi::Error Backward(ffi::ThreadPool pool, ffi::RemainingArgs args, ffi::RemainingRets rets,
-                    float threshold, bool experts, bool annealed) {
-  // grad_output, then the forward call's arguments.
+                    float threshold, bool experts, bool annealed, bool x_grad) {
+  // grad_output, then the forward call's arguments. Without x_grad, grad_x is
+  // zeros and not computed (the inputs of a forest are often data).
   if (args.size() < 2) return InvalidArgument("pruned routing grad: wrong arity");
   const ffi::AnyBuffer gy = *args.get<ffi::AnyBuffer>(0);
   const std::vector<ffi::AnyBuffer> in_args = Buffers(args, 1);
@@ -118,13 +120,18 @@ ffi::Error Backward(ffi::ThreadPool pool, ffi::RemainingArgs args, ffi::Remainin
     if (!HasType<T>(gy) || !HasType<T>(v)) return InvalidArgument("grad_output and leaf_values need x's dtype");
     T* g[5] = {};
     for (size_t i = 0; i < splits; ++i) g[i] = Data<T>(out[1 + i]);
+    T* grad_x = Data<T>(out[0]);
+    if (!x_grad) {
+      std::fill_n(grad_x, d.batch * d.input_dim, T(0));
+      grad_x = nullptr;
+    }
     if (experts) {
       PrunedRoutingBackward<T>(d, Data<T>(gy), Data<T>(in.x()), in.experts, Data<bool>(in.is_split()), Data<T>(v),
-                               T(threshold), Data<T>(out[0]), ExpertSplitGrads<T>{g[0], g[1], g[2], g[3], g[4]},
+                               T(threshold), grad_x, ExpertSplitGrads<T>{g[0], g[1], g[2], g[3], g[4]},
                                Data<T>(out[splits + 1]), XlaParallelFor(pool));
     } else {
       PrunedRoutingBackward<T>(d, Data<T>(gy), Data<T>(in.x()), in.oblique, Data<bool>(in.is_split()), Data<T>(v),
-                               T(threshold), Data<T>(out[0]), ObliqueSplitGrads<T>{g[0], g[1], g[2]},
+                               T(threshold), grad_x, ObliqueSplitGrads<T>{g[0], g[1], g[2]},
                                Data<T>(out[splits + 1]), XlaParallelFor(pool));
     }
     return ffi::Error::Success();
@@ -175,7 +182,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesPrunedRoutingGrad, keras_trees::Backward
                                   .RemainingRets()  // grad_x, split input grads, grad_leaf_values
                                   .Attr<float>("threshold")
                                   .Attr<bool>("experts")
-                                  .Attr<bool>("annealed"));
+                                  .Attr<bool>("annealed")
+                                  .Attr<bool>("x_grad"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesPrunedLeafStatistics, keras_trees::Statistics,
                               ffi::Ffi::Bind()

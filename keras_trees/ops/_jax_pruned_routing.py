@@ -9,6 +9,7 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.custom_derivatives import CustomVJPPrimal, SymbolicZero
 
 from keras_trees.ops import _jax_common as common
 
@@ -28,11 +29,38 @@ def _forward(attrs, x, splits, is_split, leaf_values):
     )
 
 
-def _backward(attrs, grad_output, x, splits, is_split, leaf_values):
+def _backward(attrs, grad_output, x, splits, is_split, leaf_values, x_grad):
+    """``(grad_x or None, split grads, leaf grads)``; without ``x_grad`` the
+    kernel skips dL/dx, which costs as much as the weight gradients."""
     shapes = [common.shape(a.shape, x.dtype) for a in (x, *splits, leaf_values)]
     grads = common.call("KerasTreesPrunedRoutingGrad", tuple(shapes),
-                        grad_output.astype(x.dtype), x, *splits, is_split, leaf_values, **attrs)
-    return grads[0], tuple(grads[1:-1]), grads[-1]
+                        grad_output.astype(x.dtype), x, *splits, is_split, leaf_values, x_grad=bool(x_grad), **attrs)
+    return grads[0] if x_grad else None, tuple(grads[1:-1]), grads[-1]
+
+
+def _primals(*primals):
+    """Values of ``jax.custom_vjp`` primals under ``symbolic_zeros=True``, and
+    whether x (the first) is differentiated: the inputs of a forest are often
+    data, whose gradient nobody asks for."""
+    values = jax.tree.map(lambda p: p.value, primals, is_leaf=lambda p: isinstance(p, CustomVJPPrimal))
+    return values, bool(primals[0].perturbed)
+
+
+def _dense(cotangent, like):
+    if isinstance(cotangent, SymbolicZero):
+        return jnp.zeros(like.shape, like.dtype)
+    return cotangent
+
+
+def _residuals(x_grad, *arrays):
+    # Whether x is differentiated is static: it is kept in the residuals'
+    # structure (a key), not as a value.
+    return {"x_grad" if x_grad else "x_constant": arrays}
+
+
+def _unpack(residuals):
+    (key, arrays), = residuals.items()
+    return key == "x_grad", arrays
 
 
 def _statistics(attrs, weights, x, splits, is_split):
@@ -48,18 +76,22 @@ def _routing(attrs, x, splits, is_split, leaf_values):
 
 
 def _routing_fwd(attrs, x, splits, is_split, leaf_values):
-    return _routing(attrs, x, splits, is_split, leaf_values), (x, splits, is_split, leaf_values)
+    (x, splits, is_split, leaf_values), x_grad = _primals(x, splits, is_split, leaf_values)
+    outputs = _routing(attrs, x, splits, is_split, leaf_values)
+    return outputs, _residuals(x_grad, x, splits, is_split, leaf_values)
 
 
 def _routing_bwd(attrs, residuals, cotangents):
-    x, splits, is_split, leaf_values = residuals
+    x_grad, (x, splits, is_split, leaf_values) = _unpack(residuals)
     # kept_leaves, split_evaluations and dropped_mass are statistics of the walk:
     # constants, as in TensorFlow.
-    gx, gsplits, gv = _backward(dict(attrs), cotangents[0], x, splits, is_split, leaf_values)
+    grad_output = _dense(cotangents[0], jax.ShapeDtypeStruct((x.shape[0], is_split.shape[0], leaf_values.shape[2]),
+                                                             x.dtype))
+    gx, gsplits, gv = _backward(dict(attrs), grad_output, x, splits, is_split, leaf_values, x_grad)
     return gx, gsplits, None, gv
 
 
-_routing.defvjp(_routing_fwd, _routing_bwd)
+_routing.defvjp(_routing_fwd, _routing_bwd, symbolic_zeros=True)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
@@ -68,22 +100,25 @@ def _leaf_statistics(attrs, weights, x, splits, is_split):
 
 
 def _leaf_statistics_fwd(attrs, weights, x, splits, is_split):
-    return _leaf_statistics(attrs, weights, x, splits, is_split), (weights, x, splits, is_split)
+    (x, weights, splits, is_split), x_grad = _primals(x, weights, splits, is_split)
+    statistics = _leaf_statistics(attrs, weights, x, splits, is_split)
+    return statistics, _residuals(x_grad, weights, x, splits, is_split)
 
 
 def _leaf_statistics_bwd(attrs, residuals, grad_statistics):
     # statistics[t, l] = sum_b mu_l(x_b) weights[b, t]: d/dweights[b, t] is the
     # forward pass with leaf values G; the split gradients are those of that
     # forward pass contracted with the weights.
-    weights, x, splits, is_split = residuals
+    x_grad, (weights, x, splits, is_split) = _unpack(residuals)
     attrs = dict(attrs)
-    g = grad_statistics.astype(x.dtype)
+    g = _dense(grad_statistics, jax.ShapeDtypeStruct((is_split.shape[0], 2 * is_split.shape[1] + 1,
+                                                      weights.shape[2]), x.dtype)).astype(x.dtype)
     grad_weights = _forward(attrs, x, splits, is_split, g)[0]
-    gx, gsplits, _ = _backward(attrs, weights, x, splits, is_split, g)
+    gx, gsplits, _ = _backward(attrs, weights, x, splits, is_split, g, x_grad)
     return grad_weights, gx, gsplits, None
 
 
-_leaf_statistics.defvjp(_leaf_statistics_fwd, _leaf_statistics_bwd)
+_leaf_statistics.defvjp(_leaf_statistics_fwd, _leaf_statistics_bwd, symbolic_zeros=True)
 
 
 def _prepare(x, split_weights, split_bias, gamma, is_split, expert_weights, rate0):

@@ -109,6 +109,19 @@ def check_gradients(kernel, reference, args, diff, dtype, rng, fd_coords=8):
             assert abs(g.reshape(-1)[j] - numeric) <= 1e-5 * max(1.0, abs(numeric)), (i, j)
 
 
+def ffi_attributes(jaxpr, name):
+    """The values of attribute ``name`` of every XLA FFI call in a jaxpr (nested ones too)."""
+    found = []
+    for eqn in jaxpr.eqns:
+        found += [value for key, value in dict(eqn.params.get("attributes", ())).items() if key == name]
+        for param in eqn.params.values():
+            for sub in param if isinstance(param, (list, tuple)) else [param]:
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    found += ffi_attributes(inner, name)
+    return found
+
+
 def check_deterministic(fn, args):
     first = numpy(fn(*args))
     again = numpy(compiled(fn)(*args))
@@ -339,3 +352,34 @@ def test_pruned_routing(threshold, experts, batch, dtype):
             np.testing.assert_allclose(np.asarray(stats(*args)), np.asarray(stats_ref(*args)),
                                        rtol=TOL[dtype] * 10, atol=TOL[dtype] * 10)
         check_deterministic(kernel, args)
+
+
+@pytest.mark.parametrize("experts", [0, 3], ids=["oblique", "noisy_or"])
+def test_pruned_weight_gradients_when_the_input_is_data(experts):
+    # x not differentiated (the usual case: x is data): the kernels skip dL/dx
+    # (TensorFlow: the tape's skip_input_indices; JAX: custom_vjp's perturbed
+    # flag), and the weight gradients and statistics gradients are unchanged.
+    rng = np.random.default_rng(11 + experts)
+    args, is_split = pruned_args(rng, 12, "float64", experts)
+    with precision("float64"):
+
+        def call(fn, *a):
+            x, w, b, gamma, v, *extra = a
+            more = dict(expert_weights=extra[0], rate0=extra[1]) if extra else {}
+            return fn(x, w, b, gamma, is_split, v, 0.05, **more)
+
+        weights = rng.normal(size=(12, 3, 2))
+        for kernel, reference in [
+            (lambda *a: call(tree_ops.pruned_route, *a), lambda *a: call(tree_ops.pruned_route_reference, *a)),
+            (lambda *a: call(tree_ops.pruned_leaf_statistics, *a[:4], weights, *a[5:]),
+             lambda *a: call(tree_ops.pruned_leaf_statistics_reference, *a[:4], weights, *a[5:])),
+        ]:
+            check_gradients(kernel, reference, args, list(range(1, len(args))), "float64", rng, fd_coords=3)
+            if BACKEND == "jax":
+                import jax
+
+                def loss(w, kernel=kernel):
+                    return kernel(args[0], w, *args[2:]).sum()
+
+                flags = ffi_attributes(jax.make_jaxpr(jax.grad(loss))(args[1]).jaxpr, "x_grad")
+                assert flags == [False], flags
