@@ -94,6 +94,11 @@ def export_constants(package, namespace, *names):
         _record(package, constant, namespace[constant])
 
 
+def packages():
+    """The packages something was exported to so far."""
+    return sorted(_EXPORTS)
+
+
 def exports(package):
     """``{name: object}`` exported to ``package`` so far (a copy)."""
     return dict(_EXPORTS.get(package, {}))
