@@ -189,6 +189,7 @@ def trained(workdir):
     return train
 
 
+@pytest.mark.filterwarnings("ignore:The model does not have any trainable weights")  # batch norm
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
 def test_training_step(case, trained):
     run = trained(case)
