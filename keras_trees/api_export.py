@@ -11,10 +11,15 @@ Keras objects (layers, models, callbacks, losses, metrics, regularizers,
 constraints, initializers, optimizers, schedules), and any class exported with
 ``serializable=True``, are also registered for Keras serialization as
 ``"keras_trees>ClassName"``, the names every earlier release saved them under:
-``.keras`` files keep loading after ``import keras_trees``.
+``.keras`` files keep loading after ``import keras_trees``. A new layer::
 
->>> @keras_trees_export("keras_trees.layers")   # doctest: +SKIP
-... class MyTree(keras.layers.Layer): ...
+    @keras_trees_export("keras_trees.layers")
+    class MyTree(keras.layers.Layer):
+        ...
+
+is then ``keras_trees.layers.MyTree``, in ``keras_trees.layers.__all__`` and
+saved as ``"keras_trees>MyTree"``; ``tests/test_layer_contract.py`` asks it for
+one ``Case`` and ``tests/test_public_api.py`` for its registered name.
 """
 
 import sys
