@@ -15,6 +15,7 @@ _load_ops()
 
 from keras_trees import callbacks  # noqa: E402,F401
 from keras_trees import constraints  # noqa: E402,F401
+from keras_trees import export  # noqa: E402,F401
 from keras_trees import initializers  # noqa: E402,F401
 from keras_trees import inspection  # noqa: E402,F401
 from keras_trees import interop  # noqa: E402,F401
@@ -22,19 +23,8 @@ from keras_trees import layers  # noqa: E402,F401
 from keras_trees import losses  # noqa: E402,F401
 from keras_trees import regularizers  # noqa: E402,F401
 from keras_trees import topology  # noqa: E402,F401
-from keras_trees.export import export_portable  # noqa: E402,F401
+from keras_trees.api_export import public_api  # noqa: E402
 
-__all__ = [
-    "ops",
-    "layers",
-    "callbacks",
-    "constraints",
-    "losses",
-    "interop",
-    "regularizers",
-    "initializers",
-    "inspection",
-    "topology",
-    "export_portable",
-    "__version__",
-]
+# The exported objects (export_portable) and the public modules (those objects
+# are exported to); inspection and interop still keep their own lists.
+__all__ = ["__version__", "inspection", "interop", *public_api(__name__)]

@@ -3,8 +3,10 @@
 import keras
 from keras import ops
 
+from keras_trees.api_export import keras_trees_export, public_api
 
-@keras.saving.register_keras_serializable(package="keras_trees")
+
+@keras_trees_export("keras_trees.constraints")
 class RowNorm(keras.constraints.Constraint):
     """Projects every row onto the Euclidean ball of radius ``max_norm``.
 
@@ -37,4 +39,18 @@ class RowNorm(keras.constraints.Constraint):
         return {"max_norm": self.max_norm, "axis": self.axis}
 
 
-__all__ = ["RowNorm"]
+@keras_trees_export("keras_trees.constraints")
+class ClipValues(keras.constraints.Constraint):
+    """Clips a variable into ``[min_value, max_value]`` after each optimizer step."""
+
+    def __init__(self, min_value, max_value):
+        self.min_value, self.max_value = float(min_value), float(max_value)
+
+    def __call__(self, w):
+        return ops.clip(w, self.min_value, self.max_value)
+
+    def get_config(self):
+        return {"min_value": self.min_value, "max_value": self.max_value}
+
+
+__all__ = public_api(__name__)

@@ -1,8 +1,10 @@
 """Export helpers."""
 
+from keras_trees.api_export import keras_trees_export
 from keras_trees.ops._library import reference_only
 
 
+@keras_trees_export("keras_trees")
 def export_portable(model, filepath, **kwargs):
     """Exports ``model`` as a TF SavedModel made of stock TensorFlow ops only.
 

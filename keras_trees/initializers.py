@@ -4,8 +4,10 @@ import math
 
 import keras
 
+from keras_trees.api_export import keras_trees_export, public_api
 
-@keras.saving.register_keras_serializable(package="keras_trees")
+
+@keras_trees_export("keras_trees.initializers")
 class SplitUniform(keras.initializers.Initializer):
     """Uniform split weights scaled by the number of input features.
 
@@ -38,3 +40,6 @@ class SplitUniform(keras.initializers.Initializer):
 
     def get_config(self):
         return {"scale": self.scale, "seed": self.seed}
+
+
+__all__ = public_api(__name__)

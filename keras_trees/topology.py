@@ -48,21 +48,27 @@ them with these functions and ``assign`` the result).
 
 import numpy as np
 
+from keras_trees.api_export import export_constants, keras_trees_export, public_api
+
 ABSENT = 0
 LEAF = 1
 SPLIT = 2
+export_constants("keras_trees.topology", globals(), "ABSENT", "LEAF", "SPLIT")
 
 
+@keras_trees_export("keras_trees.topology")
 def num_internal(max_depth):
     """Positions that can hold a split in a tree of maximum depth ``max_depth``."""
     return 2 ** int(max_depth) - 1
 
 
+@keras_trees_export("keras_trees.topology")
 def num_positions(max_depth):
     """All positions (splits and leaves) of a tree of maximum depth ``max_depth``."""
     return 2 ** (int(max_depth) + 1) - 1
 
 
+@keras_trees_export("keras_trees.topology")
 def max_depth_from_positions(positions):
     """Inverse of :func:`num_positions`."""
     n = int(positions) + 1
@@ -71,28 +77,34 @@ def max_depth_from_positions(positions):
     return n.bit_length() - 2
 
 
+@keras_trees_export("keras_trees.topology")
 def left_child(i):
     return 2 * np.asarray(i) + 1
 
 
+@keras_trees_export("keras_trees.topology")
 def right_child(i):
     return 2 * np.asarray(i) + 2
 
 
+@keras_trees_export("keras_trees.topology")
 def parent(i):
     return (np.asarray(i) - 1) // 2
 
 
+@keras_trees_export("keras_trees.topology")
 def position_depth(i):
     """Depth (root = 0) of heap positions ``i`` (scalar or array)."""
     i = np.asarray(i, dtype=np.int64)
     return np.floor(np.log2(i + 1) + 1e-9).astype(np.int64)
 
 
+@keras_trees_export("keras_trees.topology")
 def empty(num_trees, max_depth):
     return np.zeros((int(num_trees), num_positions(max_depth)), dtype=np.int32)
 
 
+@keras_trees_export("keras_trees.topology")
 def root_leaf(num_trees, max_depth):
     """Trees made of a single leaf."""
     state = empty(num_trees, max_depth)
@@ -100,6 +112,7 @@ def root_leaf(num_trees, max_depth):
     return state
 
 
+@keras_trees_export("keras_trees.topology")
 def stump(num_trees, max_depth):
     """Trees made of one split and two leaves (the start of greedy growth)."""
     if max_depth < 1:
@@ -110,6 +123,7 @@ def stump(num_trees, max_depth):
     return state
 
 
+@keras_trees_export("keras_trees.topology")
 def perfect(num_trees, depth, max_depth=None):
     """Perfect trees of ``depth`` inside heaps of ``max_depth`` (default ``depth``)."""
     max_depth = depth if max_depth is None else max_depth
@@ -121,6 +135,7 @@ def perfect(num_trees, depth, max_depth=None):
     return state
 
 
+@keras_trees_export("keras_trees.topology")
 def split_leaf(state, tree, node):
     """Turns leaf ``node`` of ``tree`` into a split with two leaf children (copy)."""
     state = np.array(state, copy=True)
@@ -138,6 +153,7 @@ def split_leaf(state, tree, node):
     return state
 
 
+@keras_trees_export("keras_trees.topology")
 def make_leaf(state, tree, node):
     """Turns ``node`` into a leaf and removes its whole subtree (copy)."""
     state = np.array(state, copy=True)
@@ -154,25 +170,30 @@ def make_leaf(state, tree, node):
     return state
 
 
+@keras_trees_export("keras_trees.topology")
 def leaves(state, tree):
     return np.flatnonzero(np.asarray(state)[tree] == LEAF)
 
 
+@keras_trees_export("keras_trees.topology")
 def splits(state, tree):
     return np.flatnonzero(np.asarray(state)[tree] == SPLIT)
 
 
+@keras_trees_export("keras_trees.topology")
 def num_leaves(state):
     """Leaves per tree."""
     return (np.asarray(state) == LEAF).sum(axis=1)
 
 
+@keras_trees_export("keras_trees.topology")
 def tree_depth(state, tree):
     """Depth of the deepest leaf of ``tree``."""
     lv = leaves(state, tree)
     return int(position_depth(lv).max()) if lv.size else 0
 
 
+@keras_trees_export("keras_trees.topology")
 def is_split_mask(state):
     """``(num_trees, num_internal)`` booleans: the ``is_split`` input of the hard-routing op."""
     state = np.asarray(state)
@@ -180,6 +201,7 @@ def is_split_mask(state):
     return state[:, :internal] == SPLIT
 
 
+@keras_trees_export("keras_trees.topology")
 def validate(state, max_depth=None):
     """Raises ``ValueError`` unless ``state`` is a valid forest (see module docs)."""
     state = np.asarray(state)
@@ -207,6 +229,7 @@ def validate(state, max_depth=None):
             )
 
 
+@keras_trees_export("keras_trees.topology")
 def route(state, split_values):
     """NumPy reference of hard routing for one sample set and one tree.
 
@@ -228,6 +251,7 @@ def route(state, split_values):
     return node
 
 
+@keras_trees_export("keras_trees.topology")
 def describe(state, tree=0):
     """One line per node, e.g. for printing a grown tree."""
     lines = []
@@ -236,3 +260,6 @@ def describe(state, tree=0):
         kind = "split" if state[tree, n] == SPLIT else "leaf"
         lines.append(f"{'  ' * int(position_depth(n))}{n}: {kind}")
     return "\n".join(lines)
+
+
+__all__ = public_api(__name__)

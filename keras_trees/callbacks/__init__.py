@@ -5,18 +5,14 @@ End-to-end trees: :class:`SteepnessAnnealing`, :class:`EMLeafUpdate`,
 :class:`PolytopeLeafUpdate`. Non-greedy trees: :class:`StableSGD`.
 """
 
-from keras_trees.callbacks.em_leaf_update import EMLeafUpdate
-from keras_trees.callbacks.greedy_level_growth import GreedyLevelGrowth
-from keras_trees.callbacks.polytope_annealing import PolytopeAnnealing
-from keras_trees.callbacks.polytope_leaves import PolytopeLeafUpdate
-from keras_trees.callbacks.stable_sgd import StableSGD
-from keras_trees.callbacks.steepness_annealing import SteepnessAnnealing
+from keras_trees.api_export import public_api
+from keras_trees.callbacks import (  # noqa: F401  (each module exports its callback)
+    em_leaf_update,
+    greedy_level_growth,
+    polytope_annealing,
+    polytope_leaves,
+    stable_sgd,
+    steepness_annealing,
+)
 
-__all__ = [
-    "EMLeafUpdate",
-    "GreedyLevelGrowth",
-    "PolytopeAnnealing",
-    "PolytopeLeafUpdate",
-    "StableSGD",
-    "SteepnessAnnealing",
-]
+__all__ = public_api(__name__)

@@ -4,13 +4,14 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_trees.api_export import keras_trees_export
 from keras_trees.callbacks._common import (
     batches, check_data, check_labels, check_weights, compiled, effective_weights, end_to_end_layers,
     ensure_built, layer_input_fn, weights_config,
 )
 
 
-@keras.saving.register_keras_serializable(package="keras_trees")
+@keras_trees_export("keras_trees.callbacks")
 class EMLeafUpdate(keras.callbacks.Callback):
     """Sets every leaf's class distribution by the EM M-step over the training data.
 

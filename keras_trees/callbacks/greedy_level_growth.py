@@ -7,6 +7,7 @@ import numpy as np
 from keras import ops
 
 from keras_trees import topology
+from keras_trees.api_export import keras_trees_export
 from keras_trees.callbacks._common import (
     batches, check_data, check_labels, check_weights, compiled, effective_weights, end_to_end_layers,
     ensure_built, identity, layer_input_fn, reset_optimizer, weights_config,
@@ -23,7 +24,7 @@ def _entropy(p):
     return float(-(p[nz] * np.log(p[nz])).sum())
 
 
-@keras.saving.register_keras_serializable(package="keras_trees")
+@keras_trees_export("keras_trees.callbacks")
 class GreedyLevelGrowth(keras.callbacks.Callback):
     """Grows trees from a root stump inside ``model.fit``, then finetunes them jointly.
 

@@ -5,6 +5,7 @@ import numpy as np
 from keras import ops
 
 from keras_trees import topology
+from keras_trees.api_export import keras_trees_export
 
 
 def polytope_layers(model, names=None):
@@ -20,7 +21,7 @@ def polytope_layers(model, names=None):
     return layers
 
 
-@keras.saving.register_keras_serializable(package="keras_trees")
+@keras_trees_export("keras_trees.callbacks")
 class PolytopeAnnealing(keras.callbacks.Callback):
     """Raises ``lambda`` of ``f_lambda = 1 / (1 + ((1 - f) / (1 - p0))**lambda)`` per epoch.
 

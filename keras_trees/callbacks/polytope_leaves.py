@@ -4,6 +4,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_trees.api_export import keras_trees_export
 from keras_trees.callbacks._common import batches, layer_input_fn
 from keras_trees.callbacks.polytope_annealing import polytope_layers
 
@@ -15,7 +16,7 @@ def _num_samples(x):
     return len(leaves[0])
 
 
-@keras.saving.register_keras_serializable(package="keras_trees")
+@keras_trees_export("keras_trees.callbacks")
 class PolytopeLeafUpdate(keras.callbacks.Callback):
     """Sets leaves to the empirical class distribution (mean response) of the
     training data routed deterministically, at the end of every epoch (or only

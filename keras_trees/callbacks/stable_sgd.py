@@ -4,8 +4,10 @@ import math
 
 import keras
 
+from keras_trees.api_export import keras_trees_export
 
-@keras.saving.register_keras_serializable(package="keras_trees")
+
+@keras_trees_export("keras_trees.callbacks")
 class StableSGD(keras.callbacks.Callback):
     """Keeps the leaf assignments of the training data fixed between rounds.
 

@@ -5,10 +5,11 @@ import numpy as np
 from keras import ops
 
 from keras_trees import topology
+from keras_trees.api_export import keras_trees_export
 from keras_trees.callbacks._common import end_to_end_layers
 
 
-@keras.saving.register_keras_serializable(package="keras_trees")
+@keras_trees_export("keras_trees.callbacks")
 class SteepnessAnnealing(keras.callbacks.Callback):
     """Raises the steepness ``gamma`` of every split by ``increment`` per training epoch.
 

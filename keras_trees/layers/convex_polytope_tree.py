@@ -7,6 +7,8 @@ import numpy as np
 from keras import ops
 
 from keras_trees import topology
+from keras_trees.api_export import keras_trees_export
+from keras_trees.constraints import ClipValues
 from keras_trees.layers import _gradient_step, _polytope_training, _validation
 from keras_trees.layers._heap import HeapTreeMixin
 from keras_trees.layers._end_to_end import _const
@@ -24,26 +26,12 @@ MIN_LOG_EXPERT_WEIGHT = -10.0
 MAX_LOG_EXPERT_WEIGHT = 10.0
 
 
-@keras.saving.register_keras_serializable(package="keras_trees")
-class ClipValues(keras.constraints.Constraint):
-    """Clips a variable into ``[min_value, max_value]`` after each optimizer step."""
-
-    def __init__(self, min_value, max_value):
-        self.min_value, self.max_value = float(min_value), float(max_value)
-
-    def __call__(self, w):
-        return ops.clip(w, self.min_value, self.max_value)
-
-    def get_config(self):
-        return {"min_value": self.min_value, "max_value": self.max_value}
-
-
 def _softplus_inverse(y):
     y = np.maximum(np.asarray(y, dtype=np.float64), 1e-12)
     return np.where(y > 30, y, np.log(np.expm1(np.minimum(y, 30))))
 
 
-@keras.saving.register_keras_serializable(package="keras_trees")
+@keras_trees_export("keras_trees.layers")
 class ConvexPolytopeTree(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
     """A decision tree whose splits are noisy-ORs of ``K`` linear experts (convex polytopes).
 

@@ -1,11 +1,10 @@
 """End-to-end learned deterministic decision forest (Hehn et al. 2019, Section 2.7)."""
 
-import keras
-
+from keras_trees.api_export import keras_trees_export
 from keras_trees.layers._end_to_end import EndToEndTreesBase
 
 
-@keras.saving.register_keras_serializable(package="keras_trees")
+@keras_trees_export("keras_trees.layers")
 class EndToEndForest(EndToEndTreesBase):
     """A forest of :class:`EndToEndTree` trees whose prediction is their mean (Eq. 20).
 

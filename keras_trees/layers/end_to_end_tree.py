@@ -1,11 +1,10 @@
 """End-to-end learned deterministic decision tree (Hehn, Kooij & Hamprecht, IJCV 2019)."""
 
-import keras
-
+from keras_trees.api_export import keras_trees_export
 from keras_trees.layers._end_to_end import EndToEndTreesBase
 
 
-@keras.saving.register_keras_serializable(package="keras_trees")
+@keras_trees_export("keras_trees.layers")
 class EndToEndTree(EndToEndTreesBase):
     """A decision tree that is probabilistic while training and deterministic at test time.
 

@@ -5,10 +5,11 @@ import numbers
 import keras
 from keras import ops
 
+from keras_trees.api_export import keras_trees_export
 from keras_trees.layers import _validation
 
 
-@keras.saving.register_keras_serializable(package="keras_trees")
+@keras_trees_export("keras_trees.layers")
 class HingeBatchNormalization(keras.layers.Layer):
     """Batch normalization that computes the same function in training and inference.
 

@@ -7,6 +7,7 @@ import numpy as np
 from keras import ops
 
 from keras_trees import ops as tree_ops
+from keras_trees.api_export import keras_trees_export
 from keras_trees.layers import _validation
 from keras_trees.layers._random import numpy_generator
 from keras_trees.layers._xla import XLACompatibility
@@ -238,7 +239,7 @@ _COMMON_ARGS = """
 """
 
 
-@keras.saving.register_keras_serializable(package="keras_trees")
+@keras_trees_export("keras_trees.layers")
 class HingeForest(_HingeEnsemble):
     __doc__ = (
         """A random hinge forest: ``num_trees`` perfect hinge trees of depth ``depth``.
@@ -293,7 +294,7 @@ class HingeForest(_HingeEnsemble):
     _fern = False
 
 
-@keras.saving.register_keras_serializable(package="keras_trees")
+@keras_trees_export("keras_trees.layers")
 class HingeFern(_HingeEnsemble):
     __doc__ = (
         """Random hinge ferns: ``num_trees`` ferns of depth ``depth``.

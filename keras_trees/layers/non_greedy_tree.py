@@ -6,6 +6,7 @@ import numpy as np
 from keras import ops
 
 from keras_trees import topology
+from keras_trees.api_export import keras_trees_export
 from keras_trees.constraints import RowNorm
 from keras_trees.layers import _validation
 from keras_trees.layers._heap import HeapTreeMixin
@@ -38,7 +39,7 @@ def _scale_loss_for_replicas(value):
     return value if replicas == 1 else value * ops.cast(1.0 / replicas, value.dtype)
 
 
-@keras.saving.register_keras_serializable(package="keras_trees")
+@keras_trees_export("keras_trees.layers")
 class NonGreedyTree(XLACompatibility, HeapTreeMixin, keras.Model):
     """A perfect oblique decision tree trained jointly by SGD on the convex-concave
     upper bound of its empirical loss.
@@ -436,6 +437,3 @@ class NonGreedyTree(XLACompatibility, HeapTreeMixin, keras.Model):
         if isinstance(config.get("dtype"), dict):
             config["dtype"] = keras.saving.deserialize_keras_object(config["dtype"])
         return cls(**config)
-
-
-__all__ = ["NonGreedyTree"]

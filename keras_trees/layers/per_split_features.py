@@ -10,7 +10,10 @@ output ``t * (2**max_depth - 1) + n`` only, through a learned scale and bias.
 
 import keras
 
+from keras_trees.api_export import keras_trees_export
 
+
+@keras_trees_export("keras_trees.layers")
 def split_cnn(input_shape, kernel_size=5, channels=(3, 6), hidden=50, padding="valid", name=None):
     """The split CNN of Section 3.4: ``Conv kxk @ c1 -> MaxPool 2 -> ReLU -> Conv kxk @ c2
     -> MaxPool 2 -> ReLU -> Dense(hidden) -> ReLU -> Dense(1)``.
@@ -43,6 +46,7 @@ def split_cnn(input_shape, kernel_size=5, channels=(3, 6), hidden=50, padding="v
     return keras.Sequential(layers, name=name)
 
 
+@keras_trees_export("keras_trees.layers")
 def per_split_features(input_shape, max_depth, num_trees=1, split_model=None, name="per_split_features"):
     """A Functional model with one sub-model per split of ``num_trees`` heaps of ``max_depth``.
 
@@ -89,6 +93,3 @@ def per_split_features(input_shape, max_depth, num_trees=1, split_model=None, na
         outputs.append(out)
     merged = outputs[0] if num_splits == 1 else keras.layers.Concatenate()(outputs)
     return keras.Model(inputs, merged, name=name)
-
-
-__all__ = ["per_split_features", "split_cnn"]

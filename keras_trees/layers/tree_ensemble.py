@@ -4,13 +4,14 @@ import keras
 from keras import ops
 
 from keras_trees import ops as tree_ops
+from keras_trees.api_export import keras_trees_export
 from keras_trees.layers import _validation
 from keras_trees.layers._xla import XLACompatibility
 
 MAX_DEPTH = 24
 
 
-@keras.saving.register_keras_serializable(package="keras_trees")
+@keras_trees_export("keras_trees.layers")
 class TreeEnsembleLayer(XLACompatibility, keras.layers.Layer):
     """An additive ensemble of soft decision trees with smooth-step routing.
 

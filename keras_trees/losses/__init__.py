@@ -5,20 +5,11 @@ conditional entropy ``H(Y|L)`` (Eq. 10-13), the variance-reduction objective
 (Eq. 15-16) and the gamma-process prior penalty (Eq. 14).
 """
 
-from keras_trees.losses.conditional_entropy import (
-    ConditionalEntropy,
+from keras_trees.api_export import public_api
+from keras_trees.losses import (  # noqa: F401  (each module exports its objectives)
     conditional_entropy,
-    conditional_entropy_from_counts,
+    gamma_process_prior,
+    leaf_variance,
 )
-from keras_trees.losses.gamma_process_prior import GammaProcessPrior
-from keras_trees.losses.leaf_variance import LeafVariance, leaf_variance, leaf_variance_from_moments
 
-__all__ = [
-    "ConditionalEntropy",
-    "GammaProcessPrior",
-    "LeafVariance",
-    "conditional_entropy",
-    "conditional_entropy_from_counts",
-    "leaf_variance",
-    "leaf_variance_from_moments",
-]
+__all__ = public_api(__name__)

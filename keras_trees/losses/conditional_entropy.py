@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from keras_trees.api_export import keras_trees_export
+
 _TINY = 1e-30
 
 
@@ -13,6 +15,7 @@ def _xlogx_ratio(counts, mass):
     return ops.where(counts > 0, counts * (ops.log(safe_c) - ops.log(safe_m)), ops.zeros_like(counts))
 
 
+@keras_trees_export("keras_trees.losses")
 def conditional_entropy_from_counts(counts, total=None):
     """``H(Y|L)`` from soft class counts per leaf.
 
@@ -32,6 +35,7 @@ def conditional_entropy_from_counts(counts, total=None):
     return -ops.sum(_xlogx_ratio(counts, mass)) / ops.maximum(ops.cast(total, counts.dtype), _TINY)
 
 
+@keras_trees_export("keras_trees.losses")
 def conditional_entropy(y_true, leaf_probabilities, num_classes, sample_weight=None):
     """Eq. 13: ``H_hat(Y|L)`` of a batch.
 
@@ -57,7 +61,7 @@ def conditional_entropy(y_true, leaf_probabilities, num_classes, sample_weight=N
     return conditional_entropy_from_counts(counts)
 
 
-@keras.saving.register_keras_serializable(package="keras_trees")
+@keras_trees_export("keras_trees.losses")
 class ConditionalEntropy(keras.losses.Loss):
     """Keras loss ``H_hat(Y|L)`` (Eq. 13) for ``y_pred`` = leaf probabilities.
 

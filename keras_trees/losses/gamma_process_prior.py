@@ -2,11 +2,12 @@
 
 import math
 
-import keras
 from keras import ops
 
+from keras_trees.api_export import keras_trees_export
 
-@keras.saving.register_keras_serializable(package="keras_trees")
+
+@keras_trees_export("keras_trees.losses", serializable=True)
 class GammaProcessPrior:
     """Penalty of Eq. 14 (Algorithm 1) for the experts of every split node.
 

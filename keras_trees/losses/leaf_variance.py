@@ -3,9 +3,12 @@
 import keras
 from keras import ops
 
+from keras_trees.api_export import keras_trees_export
+
 _TINY = 1e-30
 
 
+@keras_trees_export("keras_trees.losses")
 def leaf_variance_from_moments(m0, m1, m2, total):
     """``sum_l sum_n P(l|x_n) (y_n - mu_l)^2 / N`` from the soft moments per leaf.
 
@@ -21,6 +24,7 @@ def leaf_variance_from_moments(m0, m1, m2, total):
     return ops.sum(ops.maximum(within, 0.0)) / ops.maximum(ops.cast(total, m0.dtype), _TINY)
 
 
+@keras_trees_export("keras_trees.losses")
 def leaf_variance(y_true, leaf_probabilities, sample_weight=None):
     """Eq. 15 with ``mu_l`` of Eq. 16, averaged over the batch (and summed over outputs).
 
@@ -45,7 +49,7 @@ def leaf_variance(y_true, leaf_probabilities, sample_weight=None):
     return leaf_variance_from_moments(m0, m1, m2, ops.sum(w))
 
 
-@keras.saving.register_keras_serializable(package="keras_trees")
+@keras_trees_export("keras_trees.losses")
 class LeafVariance(keras.losses.Loss):
     """Keras loss: the within-leaf variance of Eq. 15-16 for ``y_pred`` = leaf
     probabilities (one scalar per batch; leaf means are batch statistics)."""

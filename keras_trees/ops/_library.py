@@ -14,6 +14,8 @@ import warnings
 
 import keras
 
+from keras_trees.api_export import keras_trees_export
+
 _DISABLE_ENV = "KERAS_TREES_DISABLE_CUSTOM_OPS"
 # Backends with compiled kernels -> prefix of their wrapper modules.
 _BINDINGS = {"tensorflow": "tf", "jax": "jax"}
@@ -109,6 +111,7 @@ def _register_gradients():
             importlib.import_module(f"keras_trees.ops.{info.name}")
 
 
+@keras_trees_export("keras_trees.ops")
 def load_error():
     """Why the library is not loaded (None when it is)."""
     return _state["error"]
@@ -188,6 +191,7 @@ def kernels_block_xla():
     return keras.backend.backend() == "tensorflow" and load()
 
 
+@keras_trees_export("keras_trees.ops")
 def custom_ops_available():
     """True when op calls made here and now run the compiled kernels.
 
@@ -206,6 +210,7 @@ def custom_ops_available():
     return not _in_xla_context() and _target_is_cpu()
 
 
+@keras_trees_export("keras_trees.ops")
 def execution_report():
     """What runs where, as a dict (also a readable summary under ``"summary"``).
 
@@ -253,6 +258,7 @@ def execution_report():
     }
 
 
+@keras_trees_export("keras_trees.ops")
 @contextlib.contextmanager
 def reference_only(enabled=True):
     """Within this context (per thread), every op uses the keras.ops reference path.

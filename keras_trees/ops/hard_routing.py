@@ -16,6 +16,7 @@ bias, nonnegative per-expert weights ``r`` and a per-node ``threshold``):
 
 from keras import ops
 
+from keras_trees.api_export import keras_trees_export
 from keras_trees.ops import _library
 
 
@@ -87,6 +88,7 @@ def _check_nonnegative_eager(r):
         raise ValueError("expert_weights must be >= 0 (noisy-OR rates r_k)")
 
 
+@keras_trees_export("keras_trees.ops")
 def hard_route_reference(x, split_weights, split_bias, is_split, expert_weights=None, threshold=None):
     """Dense ``keras.ops`` reference: evaluates all splits, then walks the heap.
 
@@ -130,6 +132,7 @@ def _walk(values, is_split):
     return node, ops.stack(path, axis=-1)
 
 
+@keras_trees_export("keras_trees.ops")
 def hard_route(x, split_weights, split_bias, is_split, with_path_values=True, expert_weights=None,
                threshold=None):
     """Routes every sample down one path per tree (compiled op where available).
@@ -193,10 +196,8 @@ def hard_route(x, split_weights, split_bias, is_split, with_path_values=True, ex
     return node, path
 
 
+@keras_trees_export("keras_trees.ops")
 def path_lengths(node):
     """Number of splits evaluated on each path: the depth of the stop position."""
     node = ops.cast(ops.convert_to_tensor(node), "float32")
     return ops.cast(ops.floor(ops.log2(node + 1.0) + 1e-6), "int32")
-
-
-__all__ = ["hard_route", "hard_route_reference", "path_lengths"]

@@ -25,12 +25,14 @@ every vertex and every leaf, for tests and speed comparisons.
 
 from keras import ops
 
+from keras_trees.api_export import keras_trees_export
 from keras_trees.ops import _library
 from keras_trees.ops.routing import depth_from_internal_nodes
 
 MAX_DEPTH = 24  # kMaxDepth of the kernels
 
 
+@keras_trees_export("keras_trees.ops")
 def hinge_depth(num_vertices, fern=False):
     """Depth of a hinge tree (``2**depth - 1`` vertices) or fern (``depth`` vertices)."""
     if num_vertices is None:
@@ -105,6 +107,7 @@ def _convert(x, thresholds, feature_indices, leaf_weights):
     return x, thresholds, feature_indices, leaf_weights
 
 
+@keras_trees_export("keras_trees.ops")
 def hinge_traversal_reference(x, thresholds, feature_indices, fern=False):
     """Algorithm 3 in ``keras.ops``: ``(leaf, margin, vertex)``, each ``(batch, num_trees)``.
 
@@ -144,6 +147,7 @@ def hinge_traversal_reference(x, thresholds, feature_indices, fern=False):
     return leaf, margin_at(best_v), best_v
 
 
+@keras_trees_export("keras_trees.ops")
 def hinge_forest_reference(x, thresholds, feature_indices, leaf_weights, fern=False):
     """Per-tree outputs ``w_leaf * |r*|`` via Algorithm 3 in ``keras.ops``.
 
@@ -169,6 +173,7 @@ def hinge_forest_reference(x, thresholds, feature_indices, leaf_weights, fern=Fa
     return ops.take(flat, rows, axis=0) * ops.abs(margin)[..., None]
 
 
+@keras_trees_export("keras_trees.ops")
 def hinge_forest_dense(x, thresholds, feature_indices, leaf_weights, fern=False):
     """Eq. 10 evaluated literally: every vertex, every leaf, then a dense sum.
 
@@ -198,6 +203,7 @@ def hinge_forest_dense(x, thresholds, feature_indices, leaf_weights, fern=False)
     return ops.einsum("bml,mlk->bmk", member, leaf_weights)
 
 
+@keras_trees_export("keras_trees.ops")
 def hinge_forest(x, thresholds, feature_indices, leaf_weights, fern=False):
     """Per-tree hinge-forest outputs ``(batch, num_trees, units)``.
 
@@ -216,6 +222,7 @@ def hinge_forest(x, thresholds, feature_indices, leaf_weights, fern=False):
     return hinge_forest_reference(x, thresholds, feature_indices, leaf_weights, fern)
 
 
+@keras_trees_export("keras_trees.ops")
 def hinge_forest_traversal(x, thresholds, feature_indices, fern=False):
     """``(leaf, margin, vertex)`` of Algorithm 3, each ``(batch, num_trees)``.
 
@@ -233,13 +240,3 @@ def hinge_forest_traversal(x, thresholds, feature_indices, fern=False):
         return leaf, margin, vertex
     _check_eager(x, thresholds, feature_indices)
     return hinge_traversal_reference(x, thresholds, feature_indices, fern)
-
-
-__all__ = [
-    "hinge_depth",
-    "hinge_forest",
-    "hinge_forest_dense",
-    "hinge_forest_reference",
-    "hinge_forest_traversal",
-    "hinge_traversal_reference",
-]

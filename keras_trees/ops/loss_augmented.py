@@ -23,6 +23,7 @@ leaf ``f(h)``, ``h = sgn(v)`` (right iff ``v_i > 0``).
 import numpy as np
 from keras import ops
 
+from keras_trees.api_export import keras_trees_export
 from keras_trees.ops import _library
 
 LOSSES = ("log", "squared")
@@ -102,6 +103,7 @@ def selected_leaf_loss(leaf_values, leaf, labels, loss):
     return ops.sum(diff * diff, axis=1)
 
 
+@keras_trees_export("keras_trees.ops")
 def loss_augmented_inference_reference(x, split_weights, split_bias, leaf_values, labels, loss="log", fast=True):
     """Dense ``keras.ops`` reference: scores all ``2**d`` leaves of every sample.
 
@@ -144,6 +146,7 @@ def loss_augmented_inference_reference(x, split_weights, split_bias, leaf_values
     return g_leaf, h_leaf, ops.maximum(best, h_score)
 
 
+@keras_trees_export("keras_trees.ops")
 def loss_augmented_inference(x, split_weights, split_bias, leaf_values, labels, loss="log", fast=True):
     """Loss-augmented inference of a perfect oblique tree (compiled op where available).
 
@@ -220,6 +223,7 @@ def path_margin(x, split_weights, split_bias, leaf, depth):
     return ops.sum((ops.cast(dirs, v.dtype) - h) * v, axis=1)
 
 
+@keras_trees_export("keras_trees.ops")
 def surrogate(x, split_weights, split_bias, leaf_values, labels, g_leaf, loss="log", assigned_leaf=None):
     """Differentiable per-sample surrogate at the loss-augmented leaf ``g_leaf``.
 
@@ -235,14 +239,3 @@ def surrogate(x, split_weights, split_bias, leaf_values, labels, g_leaf, loss="l
     if assigned_leaf is not None:
         value = value - path_margin(x, split_weights, split_bias, assigned_leaf, depth)
     return value
-
-
-__all__ = [
-    "loss_augmented_inference",
-    "loss_augmented_inference_reference",
-    "leaf_losses",
-    "selected_leaf_loss",
-    "path_nodes",
-    "path_margin",
-    "surrogate",
-]

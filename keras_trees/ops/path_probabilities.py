@@ -12,6 +12,7 @@ data-dependent size), so deep unbalanced trees cost what they contain, not
 from keras import ops
 
 from keras_trees import topology
+from keras_trees.api_export import keras_trees_export
 
 
 def _tree_sizes(split_weights):
@@ -26,6 +27,7 @@ def present(node_state, kind):
     return ops.cast(ops.nonzero(ops.equal(flat, kind))[0], "int32")
 
 
+@keras_trees_export("keras_trees.ops")
 def soft_leaf_log_probabilities(x, split_weights, split_bias, gamma, node_state, prune_threshold=0.0):
     """Log path probabilities of every present leaf of every tree.
 
@@ -94,6 +96,7 @@ def soft_leaf_log_probabilities(x, split_weights, split_bias, gamma, node_state,
     return leaf_ids, ops.transpose(log_mu)
 
 
+@keras_trees_export("keras_trees.ops")
 def frontier(x, split_weights, split_bias, gamma, node_state, candidate):
     """Greedy-growth routing: hard through committed splits, soft at candidate stumps.
 
@@ -124,9 +127,7 @@ def frontier(x, split_weights, split_bias, gamma, node_state, candidate):
     return node, is_stump, ops.sigmoid(g * f)
 
 
-__all__ = ["soft_leaf_log_probabilities", "heap_leaf_probabilities", "frontier", "present"]
-
-
+@keras_trees_export("keras_trees.ops")
 def heap_leaf_probabilities(x, split_weights, split_bias, gamma, node_state):
     """Dense level-by-level variant for shallow heaps: ``(batch, num_trees, positions)``.
 

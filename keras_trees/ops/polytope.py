@@ -25,18 +25,22 @@ import math
 import numpy as np
 from keras import ops
 
+from keras_trees.api_export import keras_trees_export
+
 LOG2 = math.log(2.0)
 
 
 _TINY = 1e-30  # a normal number in float32 and float64
 
 
+@keras_trees_export("keras_trees.ops")
 def noisy_or_rate(z, expert_weights):
     """``S = sum_k r_k softplus(z_k)`` over the last axis (stable softplus)."""
     z = ops.convert_to_tensor(z)
     return ops.sum(ops.cast(expert_weights, z.dtype) * ops.softplus(z), axis=-1)
 
 
+@keras_trees_export("keras_trees.ops")
 def log1mexp(a):
     """``log(1 - exp(-a))`` for ``a >= 0``, stable everywhere (Maechler 2012).
 
@@ -51,18 +55,21 @@ def log1mexp(a):
     return ops.where(a < LOG2, ops.log(-ops.expm1(-small)), ops.log1p(-ops.exp(-large)))
 
 
+@keras_trees_export("keras_trees.ops")
 def noisy_or_probability(rate):
     """``f = 1 - exp(-S)`` (Eq. 2), computed as ``-expm1(-S)``."""
     rate = ops.convert_to_tensor(rate)
     return -ops.expm1(-rate)
 
 
+@keras_trees_export("keras_trees.ops")
 def noisy_or_log_probabilities(rate):
     """``(log P(right), log P(left)) = (log(1 - exp(-S)), -S)`` (Eq. 2, 8)."""
     rate = ops.convert_to_tensor(rate)
     return log1mexp(rate), -rate
 
 
+@keras_trees_export("keras_trees.ops")
 def p0_to_rate(p0):
     """``S0 = -log(1 - p0)``: the rate at which ``f`` equals ``p0``."""
     return -ops.log1p(-ops.convert_to_tensor(p0))
@@ -74,6 +81,7 @@ def annealed_logits(rate, rate0, steepness):
     return ops.cast(steepness, rate.dtype) * (rate - ops.cast(rate0, rate.dtype))
 
 
+@keras_trees_export("keras_trees.ops")
 def annealed_log_probabilities(rate, rate0, steepness):
     """``(log f_lambda, log(1 - f_lambda))`` with ``S0 = -log(1 - p0)`` (Eq. 25)."""
     logits = annealed_logits(rate, rate0, steepness)
@@ -116,6 +124,7 @@ def stump_log_probabilities(x, weights, bias, expert_weights, rate0, steepness, 
     return rate, log_right, log_left
 
 
+@keras_trees_export("keras_trees.ops")
 def facet_offsets(expert_weights, threshold):
     """Right-hand sides of Theorem 1: ``log(exp(c / r_k) - 1)`` (NumPy, stable).
 
@@ -133,17 +142,3 @@ def facet_offsets(expert_weights, threshold):
         out = np.where(np.isinf(u) & (u > 0), np.inf, out)
         out = np.where(c <= 0, -np.inf, out)  # S >= 0, so S <= c <= 0 only on a null set
     return out
-
-
-__all__ = [
-    "annealed_log_probabilities",
-    "annealed_logits",
-    "annealed_probability",
-    "facet_offsets",
-    "log1mexp",
-    "noisy_or_log_probabilities",
-    "noisy_or_probability",
-    "noisy_or_rate",
-    "p0_to_rate",
-    "stump_log_probabilities",
-]

@@ -46,10 +46,12 @@ import math
 import numpy as np
 from keras import ops
 
+from keras_trees.api_export import export_constants, keras_trees_export
 from keras_trees.ops import _library
 
 # Default of the layers' ``prune_threshold``: see the layers' documentation.
 DEFAULT_PRUNE_THRESHOLD = 1e-4
+export_constants("keras_trees.ops", globals(), "DEFAULT_PRUNE_THRESHOLD")
 LOG2 = math.log(2.0)
 
 
@@ -176,6 +178,7 @@ def _split_probabilities(x, split_weights, split_bias, gamma, expert_weights, ra
     return ops.sigmoid(u), ops.sigmoid(-u), u > 0
 
 
+@keras_trees_export("keras_trees.ops")
 def pruned_leaf_probabilities(x, split_weights, split_bias, gamma, is_split,
                               prune_threshold=DEFAULT_PRUNE_THRESHOLD, expert_weights=None, rate0=None,
                               annealed=True):
@@ -228,6 +231,7 @@ def pruned_leaf_probabilities(x, split_weights, split_bias, gamma, is_split,
     return mu, kept, evaluations, ops.stop_gradient(dropped)
 
 
+@keras_trees_export("keras_trees.ops")
 def pruned_route_reference(x, split_weights, split_bias, gamma, is_split, leaf_values,
                              prune_threshold=DEFAULT_PRUNE_THRESHOLD, expert_weights=None, rate0=None,
                              annealed=True, with_statistics=False):
@@ -240,6 +244,7 @@ def pruned_route_reference(x, split_weights, split_bias, gamma, is_split, leaf_v
     return (out, kept, evaluations, dropped) if with_statistics else out
 
 
+@keras_trees_export("keras_trees.ops")
 def pruned_leaf_statistics_reference(x, split_weights, split_bias, gamma, is_split, weights,
                                      prune_threshold=DEFAULT_PRUNE_THRESHOLD, expert_weights=None, rate0=None,
                                      annealed=True):
@@ -251,6 +256,7 @@ def pruned_leaf_statistics_reference(x, split_weights, split_bias, gamma, is_spl
     return ops.einsum("btn,btu->tnu", mu, ops.cast(weights, mu.dtype))
 
 
+@keras_trees_export("keras_trees.ops")
 def pruned_route(x, split_weights, split_bias, gamma, is_split, leaf_values,
                    prune_threshold=DEFAULT_PRUNE_THRESHOLD, expert_weights=None, rate0=None, annealed=True,
                    with_statistics=False):
@@ -312,6 +318,7 @@ def pruned_route(x, split_weights, split_bias, gamma, is_split, leaf_values,
                                     expert_weights, rate0, annealed, with_statistics)
 
 
+@keras_trees_export("keras_trees.ops")
 def pruned_leaf_statistics(x, split_weights, split_bias, gamma, is_split, weights,
                            prune_threshold=DEFAULT_PRUNE_THRESHOLD, expert_weights=None, rate0=None, annealed=True):
     """``statistics[t, l, u] = sum_b mu_l(x_b) * weights[b, t, u]`` over the kept leaves.
@@ -342,14 +349,3 @@ def pruned_leaf_statistics(x, split_weights, split_bias, gamma, is_split, weight
                                                          threshold, expert_weights, rate0, annealed)
     return pruned_leaf_statistics_reference(x, split_weights, split_bias, gamma, is_split, weights, threshold,
                                             expert_weights, rate0, annealed)
-
-
-__all__ = [
-    "DEFAULT_PRUNE_THRESHOLD",
-    "check_threshold",
-    "pruned_leaf_probabilities",
-    "pruned_leaf_statistics",
-    "pruned_leaf_statistics_reference",
-    "pruned_route",
-    "pruned_route_reference",
-]

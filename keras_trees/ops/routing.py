@@ -11,7 +11,10 @@ ordered left to right.
 
 from keras import ops
 
+from keras_trees.api_export import keras_trees_export
 
+
+@keras_trees_export("keras_trees.ops")
 def smooth_step(t, gamma=1.0):
     """Smooth-step activation of Hazimeh et al. (2020), Eq. 4.
 
@@ -29,6 +32,7 @@ def smooth_step(t, gamma=1.0):
     return ops.clip(ops.where(u <= -0.5, 0.0, ops.where(u >= 0.5, 1.0, cubic)), 0.0, 1.0)
 
 
+@keras_trees_export("keras_trees.ops")
 def logistic_step(t, gamma=1.0):
     """The rescaled logistic ``1 / (1 + exp(-6 t / gamma))`` the paper compares against.
 
@@ -50,6 +54,7 @@ def get_activation(name):
     return ACTIVATIONS[name]
 
 
+@keras_trees_export("keras_trees.ops")
 def depth_from_internal_nodes(num_internal):
     """Depth ``d`` of a perfect tree with ``num_internal == 2**d - 1`` nodes."""
     leaves = int(num_internal) + 1
@@ -58,6 +63,7 @@ def depth_from_internal_nodes(num_internal):
     return leaves.bit_length() - 1
 
 
+@keras_trees_export("keras_trees.ops")
 def leaf_probabilities(left_probs):
     """Probability of reaching each leaf of a perfect tree (Eq. 2).
 
@@ -80,6 +86,7 @@ def leaf_probabilities(left_probs):
     return probs
 
 
+@keras_trees_export("keras_trees.ops")
 def hard_leaf_index(go_left):
     """Leaf reached by deterministic routing, from boolean decisions at every node.
 
@@ -96,4 +103,3 @@ def hard_leaf_index(go_left):
         left = ops.take_along_axis(ops.cast(go_left, "int32"), node[..., None], axis=-1)[..., 0]
         node = 2 * node + 2 - left
     return node - (2**depth - 1)
-

@@ -7,6 +7,7 @@ op when the Keras backend is TensorFlow and the op library is loaded, and to
 
 from keras import ops
 
+from keras_trees.api_export import keras_trees_export
 from keras_trees.ops import _library
 from keras_trees.ops.routing import get_activation, leaf_probabilities
 
@@ -35,6 +36,7 @@ def _validate_shapes(x, node_weights, node_bias, leaf_weights):
         )
 
 
+@keras_trees_export("keras_trees.ops")
 def split_values(x, node_weights, node_bias=None):
     """``t[b, m, i] = <w_{m,i}, x_b> + bias_{m,i}`` for every node of every tree."""
     t = ops.einsum("bp,mnp->bmn", x, node_weights)
@@ -43,6 +45,7 @@ def split_values(x, node_weights, node_bias=None):
     return t
 
 
+@keras_trees_export("keras_trees.ops")
 def soft_tree_ensemble_reference(
     x, node_weights, node_bias, leaf_weights, gamma, activation="smooth_step"
 ):
@@ -63,6 +66,7 @@ def soft_tree_ensemble_reference(
     return ops.einsum("bml,mlk->bk", probs, leaf_weights)
 
 
+@keras_trees_export("keras_trees.ops")
 def soft_tree_leaf_probabilities(x, node_weights, node_bias, gamma, activation="smooth_step"):
     """``(batch, num_trees, 2**depth)`` probability that each sample reaches each leaf."""
     s = get_activation(activation)(split_values(x, node_weights, node_bias), gamma)
@@ -84,6 +88,7 @@ def _check_finite_eager(x, gamma):
         raise ValueError(f"gamma must be a finite number > 0, got {gv}")
 
 
+@keras_trees_export("keras_trees.ops")
 def soft_tree_ensemble(
     x,
     node_weights,
@@ -118,6 +123,7 @@ def soft_tree_ensemble(
     )
 
 
+@keras_trees_export("keras_trees.ops")
 def mean_reachable_leaves(x, node_weights, node_bias, gamma, activation="smooth_step"):
     """Mean number of leaves with ``P(x -> l) > 0`` per sample and tree (paper Figure 2)."""
     x = ops.convert_to_tensor(x)
@@ -130,12 +136,3 @@ def mean_reachable_leaves(x, node_weights, node_bias, gamma, activation="smooth_
         return kernels.mean_reachable_leaves(x, node_weights, node_bias, gamma)
     probs = soft_tree_leaf_probabilities(x, node_weights, node_bias, gamma, activation)
     return ops.mean(ops.sum(ops.cast(probs > 0, "float32"), axis=-1))
-
-
-__all__ = [
-    "soft_tree_ensemble",
-    "soft_tree_ensemble_reference",
-    "soft_tree_leaf_probabilities",
-    "split_values",
-    "mean_reachable_leaves",
-]

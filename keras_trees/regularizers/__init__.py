@@ -1,5 +1,6 @@
 """Keras regularizers for tree parameters."""
 
-from keras_trees.regularizers.spatial_laplacian import SpatialLaplacian
+from keras_trees.api_export import public_api
+from keras_trees.regularizers import spatial_laplacian  # noqa: F401  (exports SpatialLaplacian)
 
-__all__ = ["SpatialLaplacian"]
+__all__ = public_api(__name__)

@@ -5,8 +5,10 @@ import math
 import keras
 from keras import ops
 
+from keras_trees.api_export import keras_trees_export
 
-@keras.saving.register_keras_serializable(package="keras_trees")
+
+@keras_trees_export("keras_trees.regularizers")
 class SpatialLaplacian(keras.regularizers.Regularizer):
     """``strength * sum_i beta_i^T M beta_i`` with ``M`` the grid-graph Laplacian.
 

@@ -13,18 +13,14 @@ fresh process (``tuner.get_best_models()`` after ``import keras_trees``).
 ...                         objective="val_accuracy", max_trials=20)
 """
 
-from keras_trees.tuner._base import TreeHyperModel
-from keras_trees.tuner.convex_polytope import ConvexPolytopeHyperModel
-from keras_trees.tuner.end_to_end import EndToEndTreeHyperModel
-from keras_trees.tuner.hinge_forest import HingeForestHyperModel
-from keras_trees.tuner.non_greedy import NonGreedyHyperModel
-from keras_trees.tuner.tree_ensemble import TreeEnsembleHyperModel
+from keras_trees.api_export import public_api
+from keras_trees.tuner import (  # noqa: F401  (each module exports its HyperModel)
+    _base,
+    convex_polytope,
+    end_to_end,
+    hinge_forest,
+    non_greedy,
+    tree_ensemble,
+)
 
-__all__ = [
-    "TreeHyperModel",
-    "TreeEnsembleHyperModel",
-    "HingeForestHyperModel",
-    "EndToEndTreeHyperModel",
-    "ConvexPolytopeHyperModel",
-    "NonGreedyHyperModel",
-]
+__all__ = public_api(__name__)

@@ -10,9 +10,11 @@ except ImportError as e:  # pragma: no cover - depends on the environment
         'pip install "keras-trees[tuner]"'
     ) from e
 
+from keras_trees.api_export import keras_trees_export
 from keras_trees.layers import _validation
 
 
+@keras_trees_export("keras_trees.tuner")
 class TreeHyperModel(kt.HyperModel):
     """Base of the per-family HyperModels (subclasses define :meth:`tree_layers`).
 

@@ -2,10 +2,12 @@
 
 import numpy as np
 
+from keras_trees.api_export import keras_trees_export
 from keras_trees.layers import ConvexPolytopeTree
 from keras_trees.tuner._base import TreeHyperModel
 
 
+@keras_trees_export("keras_trees.tuner")
 class ConvexPolytopeHyperModel(TreeHyperModel):
     """A :class:`ConvexPolytopeTree` grown by ``fit_greedy`` in every trial.
 

@@ -1,10 +1,12 @@
 """Keras Tuner search spaces for end-to-end learned trees and forests (Hehn et al. 2019)."""
 
+from keras_trees.api_export import keras_trees_export
 from keras_trees.callbacks import EMLeafUpdate, GreedyLevelGrowth, SteepnessAnnealing
 from keras_trees.layers import EndToEndForest, EndToEndTree
 from keras_trees.tuner._base import TreeHyperModel
 
 
+@keras_trees_export("keras_trees.tuner")
 class EndToEndTreeHyperModel(TreeHyperModel):
     """A greedily grown, then finetuned :class:`EndToEndTree` (or forest).
 

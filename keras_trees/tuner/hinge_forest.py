@@ -2,10 +2,12 @@
 
 import keras
 
+from keras_trees.api_export import keras_trees_export
 from keras_trees.layers import HingeBatchNormalization, HingeFern, HingeForest
 from keras_trees.tuner._base import TreeHyperModel
 
 
+@keras_trees_export("keras_trees.tuner")
 class HingeForestHyperModel(TreeHyperModel):
     """``Input -> Dense features -> HingeBatchNormalization -> HingeForest | HingeFern``.
 

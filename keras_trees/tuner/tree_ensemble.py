@@ -2,10 +2,12 @@
 
 import keras
 
+from keras_trees.api_export import keras_trees_export
 from keras_trees.layers import TreeEnsembleLayer
 from keras_trees.tuner._base import TreeHyperModel
 
 
+@keras_trees_export("keras_trees.tuner")
 class TreeEnsembleHyperModel(TreeHyperModel):
     """``Input -> BatchNormalization -> TreeEnsembleLayer`` with the paper's search space.
 

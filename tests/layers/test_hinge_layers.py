@@ -140,21 +140,6 @@ def test_classification_and_regression_fit(rng, cls):
     assert history.history["loss"][-1] < 0.25 * float(target.var())
 
 
-def test_get_config_round_trip():
-    layer = HingeFern(
-        num_trees=3, depth=4, units=2, reduction="mean", features_per_tree=3, seed=5,
-        leaf_regularizer=keras.regularizers.L2(1e-3),
-        threshold_constraint=keras.constraints.MaxNorm(3.0), name="ferns",
-    )
-    config = layer.get_config()
-    clone = HingeFern.from_config(config)
-    assert clone.get_config() == config
-    assert clone.reduction == "mean" and clone.features_per_tree == 3 and clone.seed == 5
-    assert isinstance(clone.leaf_regularizer, keras.regularizers.L2)
-    bn = HingeBatchNormalization(axis=1, momentum=0.9, epsilon=1e-3)
-    assert HingeBatchNormalization.from_config(bn.get_config()).get_config() == bn.get_config()
-
-
 SAVE = """
 import numpy as np, keras
 import keras_trees
@@ -281,16 +266,6 @@ def test_nan_inside_fit_raises():
     x[5, 0] = np.nan
     with pytest.raises(tf.errors.InvalidArgumentError, match="NaN or Inf"):
         model.fit(x, np.zeros((8, 1)), verbose=0)
-
-
-def test_float64_and_mixed_precision(rng):
-    out = built(HingeForest, dtype="float64")(rng.normal(size=(4, 6)))
-    assert keras.backend.standardize_dtype(out.dtype) == "float64"
-    layer = built(HingeFern, dtype="mixed_float16")
-    out = layer(rng.normal(size=(4, 6)).astype("float16"))
-    assert keras.backend.standardize_dtype(out.dtype) == "float16"
-    bn = HingeBatchNormalization(dtype="mixed_float16")
-    assert keras.backend.standardize_dtype(bn(np.ones((3, 2), "float16")).dtype) == "float16"
 
 
 # --- HingeBatchNormalization -------------------------------------------------

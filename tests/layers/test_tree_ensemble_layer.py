@@ -107,18 +107,6 @@ def test_extra_leading_dimensions(rng):
     np.testing.assert_allclose(out[1], layer(x[1]).numpy(), rtol=1e-6)
 
 
-def test_float64_layer(rng):
-    layer = TreeEnsembleLayer(num_trees=2, depth=3, units=2, dtype="float64")
-    out = layer(rng.normal(size=(4, 3)))
-    assert keras.backend.standardize_dtype(out.dtype) == "float64"
-
-
-def test_mixed_precision_policy(rng):
-    layer = TreeEnsembleLayer(num_trees=2, depth=3, units=2, dtype="mixed_float16")
-    out = layer(rng.normal(size=(4, 3)).astype("float16"))
-    assert keras.backend.standardize_dtype(out.dtype) == "float16"
-
-
 def test_reachable_leaves_shrink_with_gamma(rng):
     x = rng.normal(size=(200, 8)).astype("float32")
     counts = []
@@ -129,19 +117,6 @@ def test_reachable_leaves_shrink_with_gamma(rng):
         counts.append(layer.mean_reachable_leaves(x))
     assert counts[0] < counts[1] < counts[2] <= 64
     assert counts[0] < 1.5
-
-
-def test_get_config_round_trip():
-    layer = TreeEnsembleLayer(
-        num_trees=3, depth=4, units=2, gamma=0.3, use_bias=False,
-        node_regularizer=keras.regularizers.L2(1e-3),
-        leaf_constraint=keras.constraints.MaxNorm(2.0), name="trees",
-    )
-    config = layer.get_config()
-    clone = TreeEnsembleLayer.from_config(config)
-    assert clone.get_config() == config
-    assert clone.initial_gamma == 0.3 and clone.use_bias is False
-    assert isinstance(clone.node_regularizer, keras.regularizers.L2)
 
 
 def test_gamma_is_a_variable_that_callbacks_can_assign(rng):

@@ -1,0 +1,249 @@
+"""The contract every public layer and model of keras-trees keeps, in the spirit
+of Keras' ``run_layer_test``: config round trip, build and call shapes, a
+training step, ``.keras`` round trip (also in a fresh process) and dtype
+policies.
+
+A new family joins by adding one ``Case`` to ``CASES``; ``test_every_public_layer
+_has_a_case`` fails until it does.
+"""
+
+import dataclasses
+import json
+from typing import Any, Callable
+
+import keras
+import numpy as np
+import pytest
+
+from keras_trees import api_export, layers
+from keras_trees.losses import GammaProcessPrior
+from keras_trees.regularizers import SpatialLaplacian
+from tests.conftest import run_python
+
+SAMPLES = 32
+
+
+def classes(num_classes):
+    """Balanced integer labels, linearly separable in the first two features."""
+
+    def labels(x):
+        score = x.reshape(len(x), -1)[:, 0] + 0.5 * x.reshape(len(x), -1)[:, 1]
+        edges = np.quantile(score, np.linspace(0, 1, num_classes + 1)[1:-1])
+        return np.digitize(score, edges).astype("int32")
+
+    return labels
+
+
+def values(units):
+    return lambda x: np.tanh(x.reshape(len(x), -1)[:, :1] + np.arange(units, dtype="float32"))
+
+
+def fit_greedy(layer, x, y):  # grows the tree: a root leaf alone has no gradient
+    layer.fit_greedy(x, y, epochs=2, batch_size=SAMPLES)
+
+
+@dataclasses.dataclass
+class Case:
+    cls: type
+    kwargs: dict  # small, and away from the defaults where that exercises the config
+    input_shape: tuple  # of one sample
+    target: Callable  # x -> y
+    loss: Any = None  # None: the model trains on its own objective (compile without loss)
+    optimizer: Callable = lambda: keras.optimizers.Adam(0.05)
+    prepare: Callable = None  # (layer, x, y) before compile and fit, for families that need it
+
+    @property
+    def id(self):
+        return self.cls.__name__
+
+    def make(self, **overrides):
+        return self.cls(**{**self.kwargs, **overrides})
+
+
+CASES = [
+    Case(layers.TreeEnsembleLayer,
+         dict(num_trees=3, depth=2, units=2, gamma=0.5, use_bias=False, node_regularizer=keras.regularizers.L2(1e-3),
+              leaf_constraint=keras.constraints.MaxNorm(2.0)),
+         (5,), values(2), loss="mse"),
+    Case(layers.EndToEndTree,
+         dict(max_depth=2, num_classes=3, split_regularizer=SpatialLaplacian(0.01, (2, 2)), seed=0),
+         (2, 2), classes(3), loss=keras.losses.SparseCategoricalCrossentropy()),
+    Case(layers.EndToEndForest,
+         dict(num_trees=2, max_depth=2, num_classes=3, features_per_split=2, seed=1),
+         (4,), classes(3), loss=keras.losses.SparseCategoricalCrossentropy()),
+    Case(layers.HingeForest,
+         dict(num_trees=3, depth=2, units=2, reduction="sum", leaf_regularizer=keras.regularizers.L2(1e-3), seed=0),
+         (5,), values(2), loss="mse"),
+    Case(layers.HingeFern,
+         dict(num_trees=3, depth=2, units=2, reduction="mean", features_per_tree=3,
+              threshold_constraint=keras.constraints.MaxNorm(3.0), seed=0),
+         (5,), values(2), loss="mse"),
+    Case(layers.HingeBatchNormalization, dict(axis=1, momentum=0.9, epsilon=1e-3), (3,), values(3), loss="mse"),
+    Case(layers.ConvexPolytopeTree,
+         dict(max_depth=2, num_experts=2, num_classes=2, prior=GammaProcessPrior(gamma0=2.0), steepness=2.0,
+              seed=0),
+         (2,), classes(2), loss=keras.losses.SparseCategoricalCrossentropy(), prepare=fit_greedy),
+    Case(layers.NonGreedyTree, dict(depth=2, num_classes=3, nu=2.0, seed=0), (4,), classes(3),
+         optimizer=lambda: keras.optimizers.SGD(0.05)),
+]
+CASE_IDS = [case.id for case in CASES]
+
+
+def sample(case):
+    x = np.random.default_rng(0).normal(size=(SAMPLES, *case.input_shape)).astype("float32")
+    return x, case.target(x)
+
+
+def model_of(layer, case):
+    """The layer in a model (a model family is its own model)."""
+    if isinstance(layer, keras.Model):
+        layer.build((None, *case.input_shape))
+        return layer
+    return keras.Sequential([keras.Input(case.input_shape), layer])
+
+
+def state(layer):
+    """What training moves: the trainable weights (all weights of a layer that has none)."""
+    return [np.array(keras.ops.convert_to_numpy(v)) for v in (layer.trainable_weights or layer.weights)]
+
+
+def dtype_of(tensor):
+    return keras.backend.standardize_dtype(tensor.dtype)
+
+
+def test_every_public_layer_has_a_case():
+    public = {name for name, obj in api_export.exports("keras_trees.layers").items()
+              if isinstance(obj, type) and issubclass(obj, keras.layers.Layer)}
+    assert public == set(CASE_IDS)
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_config_round_trip(case):
+    layer = case.make()
+    config = layer.get_config()
+    for key, value in case.kwargs.items():  # every argument the case sets is kept
+        assert key in config, f"get_config() drops {key!r}"
+        if isinstance(value, (bool, int, float, str)):
+            assert config[key] == value, key
+        else:
+            assert config[key] is not None, key
+    assert case.cls.from_config(config).get_config() == config
+    # Through the registered name, as a .keras file stores it.
+    clone = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(layer))
+    assert type(clone) is case.cls and clone.get_config() == config
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_build_and_call_shapes(case):
+    x, _ = sample(case)
+    layer = case.make()
+    expected = tuple(layer.compute_output_shape((None, *case.input_shape)))
+    symbolic = layer(keras.Input(case.input_shape))
+    assert tuple(symbolic.shape) == expected
+    assert layer.built
+    concrete = layer(x)
+    assert tuple(concrete.shape) == (SAMPLES, *expected[1:])
+    assert dtype_of(concrete) == dtype_of(symbolic) == layer.compute_dtype == "float32"
+    assert tuple(layer.compute_output_shape(x.shape)) == tuple(concrete.shape)
+
+
+@dataclasses.dataclass
+class Trained:
+    model: Any
+    layer: Any
+    x: np.ndarray
+    loss: list
+    before: list
+    after: list
+    prediction: np.ndarray
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    return tmp_path_factory.mktemp("contract")
+
+
+@pytest.fixture(scope="module")
+def trained(workdir):
+    """``trained(case)``: the case's model after a short fit, saved as
+    ``<id>.keras`` with its inputs and predictions (trained once per module)."""
+    done = {}
+
+    def train(case):
+        if case.id not in done:
+            x, y = sample(case)
+            layer = case.make()
+            model = model_of(layer, case)
+            if case.prepare is not None:
+                case.prepare(layer, x, y)
+            model.compile(case.optimizer(), case.loss)
+            before = state(layer)
+            history = model.fit(x, y, batch_size=SAMPLES // 2, epochs=2, verbose=0)
+            prediction = model.predict(x, verbose=0)
+            model.save(workdir / f"{case.id}.keras")
+            np.save(workdir / f"{case.id}_x.npy", x)
+            np.save(workdir / f"{case.id}_prediction.npy", prediction)
+            done[case.id] = Trained(model, layer, x, history.history["loss"], before, state(layer), prediction)
+        return done[case.id]
+
+    return train
+
+
+@pytest.mark.filterwarnings("ignore:The model does not have any trainable weights")  # batch norm
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_training_step(case, trained):
+    run = trained(case)
+    assert np.all(np.isfinite(run.loss)), run.loss
+    assert any(not np.array_equal(a, b) for a, b in zip(run.before, run.after)), "fit changed no weight"
+    assert np.all(np.isfinite(run.prediction))
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_keras_file_round_trip(case, trained, workdir):
+    run = trained(case)
+    loaded = keras.saving.load_model(workdir / f"{case.id}.keras")
+    assert type(loaded) is type(run.model)
+    np.testing.assert_array_equal(loaded.predict(run.x, verbose=0), run.prediction)
+    # The place for the check that layer.to_forest().predict(run.x) agrees with
+    # run.prediction (the deterministic prediction), once the families have to_forest().
+
+
+def test_keras_files_load_in_a_fresh_process(trained, workdir):
+    for case in CASES:
+        trained(case)
+    out = run_python(
+        f"""
+        import json, numpy as np, keras
+        import keras_trees  # registers the serializable classes
+        results = {{}}
+        for name in {CASE_IDS!r}:
+            try:
+                model = keras.saving.load_model(name + ".keras")
+                prediction = model.predict(np.load(name + "_x.npy"), verbose=0)
+                np.testing.assert_array_equal(prediction, np.load(name + "_prediction.npy"))
+                results[name] = "ok"
+            except Exception as e:
+                results[name] = repr(e)
+        print(json.dumps(results))
+        """,
+        cwd=workdir,
+    )
+    results = json.loads(out.strip().splitlines()[-1])
+    assert results == {name: "ok" for name in CASE_IDS}
+
+
+@pytest.mark.parametrize("policy", ["float64", "mixed_float16", "mixed_bfloat16"])
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_dtype_policy(case, policy):
+    x, _ = sample(case)
+    layer = case.make(dtype=policy)
+    compute = keras.DTypePolicy(policy).compute_dtype
+    symbolic = layer(keras.Input(case.input_shape))
+    out = layer(x)
+    assert layer.compute_dtype == compute
+    assert dtype_of(out) == dtype_of(symbolic) == compute
+    assert np.all(np.isfinite(keras.ops.convert_to_numpy(keras.ops.cast(out, "float32"))))
+    variable = keras.DTypePolicy(policy).variable_dtype
+    assert all(dtype_of(v) == variable for v in layer.weights if "float" in dtype_of(v))
+    # The policy survives the config round trip.
+    assert case.cls.from_config(layer.get_config()).dtype_policy.name == policy
