@@ -22,6 +22,7 @@ from keras_trees import layers  # noqa: E402,F401
 from keras_trees import losses  # noqa: E402,F401
 from keras_trees import regularizers  # noqa: E402,F401
 from keras_trees import topology  # noqa: E402,F401
+from keras_trees.forest import Forest  # noqa: E402,F401
 from keras_trees.export import export_portable  # noqa: E402,F401
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "initializers",
     "inspection",
     "topology",
+    "Forest",
     "export_portable",
     "__version__",
 ]
