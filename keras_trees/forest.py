@@ -39,6 +39,7 @@ from keras_trees import topology
 SPLIT_KINDS = ("linear", "axis_aligned", "noisy_or")
 RIGHT_IF = ("positive", "negative")
 AGGREGATIONS = ("sum", "mean", "none")
+_PARAMETERS = ("weights", "bias", "feature", "threshold", "expert_weights")
 FORMAT = "keras_trees.inspection/1"
 _SPLIT_RULES = {"positive": "right if value > 0", "negative": "right if value < 0"}
 # Samples routed together: bounds the gathered split parameters to ~32 MiB.
@@ -88,7 +89,9 @@ class Forest:
     ``T`` trees of maximum depth ``D`` (``I = 2**D - 1`` internal positions,
     ``N = 2**(D+1) - 1`` positions), ``p = input_dim``, ``K`` outputs per leaf.
     Parameters at positions that are not splits, and leaf values at positions
-    that are not leaves, are set to zero when the forest is made.
+    that are not leaves, are set to zero when the forest is made; parameters
+    its ``split_kind`` does not use are None. Arguments are checked there
+    (``ValueError`` naming the argument).
 
     Attributes:
         node_state: ``(T, N)`` topology codes ``ABSENT``/``LEAF``/``SPLIT``.
@@ -162,32 +165,29 @@ class Forest:
             raise ValueError(f"leaves must have shape ({T}, {N}, output_dim), got {leaves.shape}")
         self.leaves = np.where((state == topology.LEAF)[..., None], leaves, 0).astype(leaves.dtype)
         split = topology.is_split_mask(state)
-
-        def params(name, shape, dtype=None):
+        experts = np.shape(self.expert_weights)[2:3] or np.shape(self.bias)[2:3] or (1,)
+        shapes = {"linear": {"weights": (T, I, p), "bias": (T, I)},
+                  "axis_aligned": {"feature": (T, I), "threshold": (T, I)},
+                  "noisy_or": {"weights": (T, I, *experts, p), "bias": (T, I, *experts),
+                               "expert_weights": (T, I, *experts), "threshold": (T, I)}}[self.split_kind]
+        for name in _PARAMETERS:  # the kind's parameters, zero where no split; the others None
             value = getattr(self, name)
-            _shape_error(name, value, shape)
-            value = np.asarray(value, dtype)
-            mask = split.reshape(split.shape + (1,) * (value.ndim - 2))
-            setattr(self, name, np.where(mask, value, 0).astype(value.dtype))
-
-        if self.split_kind == "linear":
-            params("weights", (T, I, p))
-            params("bias", (T, I))
-        elif self.split_kind == "axis_aligned":
-            params("feature", (T, I), np.int64)
-            params("threshold", (T, I))
-            if ((self.feature < 0) | (self.feature >= p)).any():
-                raise ValueError(f"feature ids must lie in [0, input_dim={p})")
-        else:
-            experts = np.shape(self.expert_weights)[2:3] or np.shape(self.bias)[2:3] or (1,)
-            params("weights", (T, I) + tuple(experts) + (p,))
-            params("bias", (T, I) + tuple(experts))
-            params("expert_weights", (T, I) + tuple(experts))
-            params("threshold", (T, I))
-            if (self.expert_weights < 0).any():
-                raise ValueError("expert_weights must be >= 0")
-        if self.num_classes is not None and int(self.num_classes) != leaves.shape[-1]:
-            raise ValueError(f"num_classes={self.num_classes} but the leaves hold {leaves.shape[-1]} values")
+            if name in shapes:
+                _shape_error(name, value, shapes[name])
+                value = np.asarray(value, np.int64 if name == "feature" else None)
+                mask = split.reshape(split.shape + (1,) * (value.ndim - 2))
+                value = np.where(mask, value, 0).astype(value.dtype)
+            setattr(self, name, value if name in shapes else None)
+        if self.feature is not None and ((self.feature < 0) | (self.feature >= p)).any():
+            raise ValueError(f"feature ids must lie in [0, input_dim={p})")
+        if self.expert_weights is not None and (self.expert_weights < 0).any():
+            raise ValueError("expert_weights must be >= 0")
+        if self.num_classes is not None:
+            if int(self.num_classes) != leaves.shape[-1]:
+                raise ValueError(f"num_classes={self.num_classes} but the leaves hold {leaves.shape[-1]} values")
+            self.num_classes = int(self.num_classes)
+        self.leaf_prediction = bool(self.leaf_prediction)
+        self.extra = dict(self.extra)
         if self.feature_names is not None:
             self.feature_names = [str(name) for name in self.feature_names]
             if len(self.feature_names) != p:
@@ -228,8 +228,7 @@ class Forest:
             raise ValueError(f"tree index i must be an integer in [0, {self.num_trees}), got {i!r}")
         one = slice(int(i) % self.num_trees, int(i) % self.num_trees + 1)
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        for name in ("node_state", "leaves", "weights", "bias", "feature", "threshold",
-                     "expert_weights", "source_node"):
+        for name in ("node_state", "leaves", "source_node") + _PARAMETERS:
             if fields[name] is not None:
                 fields[name] = fields[name][one]
         return Forest(**fields)
@@ -442,8 +441,6 @@ class Forest:
                 for name, value in node["split"].items():
                     if name != "kind":
                         params[name][t, i] = value
-        used = {"linear": ("weights", "bias"), "axis_aligned": ("feature", "threshold"),
-                "noisy_or": ("weights", "bias", "expert_weights", "threshold")}[kind]
         rules = {rule: side for side, rule in _SPLIT_RULES.items()}
         return cls(
             node_state=state, split_kind=kind, leaves=leaves, input_dim=p,
@@ -451,7 +448,7 @@ class Forest:
             leaf_output=doc["leaf_output"], inputs=doc.get("inputs", "layer input"),
             leaf_prediction=bool(doc.get("leaf_prediction", False)), num_classes=doc.get("num_classes"),
             feature_names=doc.get("feature_names"), source_node=source if (source >= 0).any() else None,
-            extra=dict(doc.get("extra", {})), **{name: params[name] for name in used},
+            extra=doc.get("extra", {}), **params,
         )
 
     # --------------------------------------------------------- conversion
