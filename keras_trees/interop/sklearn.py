@@ -147,7 +147,7 @@ def from_end_to_end(layer, tree_index=0):
 
 
 def _heap_tree(node_state, split_weights, split_bias, leaf_values, source_node=None):
-    """The one-tree linear :class:`~keras_trees.forest.Forest` with the fields of the former ``HeapTree``."""
+    """The linear :class:`~keras_trees.forest.Forest` made of the fields of the former ``HeapTree``."""
     return Forest(node_state=node_state, split_kind="linear", weights=split_weights, bias=split_bias,
                   leaves=leaf_values, input_dim=np.shape(split_weights)[-1], source_node=source_node)
 
