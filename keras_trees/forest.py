@@ -280,7 +280,9 @@ class Forest:
         in each tree (routing convention in the module docs).
 
         ``x``: ``(n, input_dim)`` (or ``(n, ...)``, flattened per sample) finite
-        values; computed in float64.
+        values. Split values are computed in float64 (axis-aligned tests are
+        exact); a layer's own float32 routing can differ only for samples
+        within float32 rounding of an oblique or noisy-OR split.
         """
         x = self._rows(x)
         n = len(x)
