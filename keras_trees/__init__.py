@@ -23,8 +23,9 @@ from keras_trees import layers  # noqa: E402,F401
 from keras_trees import losses  # noqa: E402,F401
 from keras_trees import regularizers  # noqa: E402,F401
 from keras_trees import topology  # noqa: E402,F401
+from keras_trees.forest import Forest  # noqa: E402,F401
 from keras_trees.api_export import public_api  # noqa: E402
 
-# The exported objects (export_portable) and the public modules (those objects
-# are exported to); inspection and interop still keep their own lists.
-__all__ = ["__version__", "inspection", "interop", *public_api(__name__)]
+# The exported objects (Forest, export_portable) and the public modules (those
+# objects are exported to).
+__all__ = ["__version__", *public_api(__name__)]

@@ -15,7 +15,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_trees import api_export, layers
+from keras_trees import api_export, layers, topology
 from keras_trees.losses import GammaProcessPrior
 from keras_trees.regularizers import SpatialLaplacian
 from tests.conftest import run_python
@@ -204,8 +204,26 @@ def test_keras_file_round_trip(case, trained, workdir):
     loaded = keras.saving.load_model(workdir / f"{case.id}.keras")
     assert type(loaded) is type(run.model)
     np.testing.assert_array_equal(loaded.predict(run.x, verbose=0), run.prediction)
-    # The place for the check that layer.to_forest().predict(run.x) agrees with
-    # run.prediction (the deterministic prediction), once the families have to_forest().
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_to_forest_predicts_like_the_layer(case, trained):
+    """Every tree layer describes itself as a ``keras_trees.Forest``; where its
+    inference output is the reached leaves' values (``leaf_prediction``), the
+    forest predicts exactly that."""
+    run = trained(case)
+    if not hasattr(run.layer, "to_forest"):
+        assert case.cls is layers.HingeBatchNormalization  # the only public layer that is not a tree
+        return
+    forest = run.layer.to_forest()
+    features = np.asarray(keras.ops.convert_to_numpy(run.layer.forest_features(run.x)))
+    leaves = forest.route(features)
+    assert leaves.shape == (len(run.x), forest.num_trees)
+    assert np.all(forest.node_state[np.arange(forest.num_trees), leaves] == topology.LEAF)
+    predicted = forest.predict(features)
+    assert predicted.shape[0] == len(run.x)
+    if forest.leaf_prediction:
+        np.testing.assert_allclose(predicted.reshape(run.prediction.shape), run.prediction, rtol=1e-5, atol=1e-5)
 
 
 def test_keras_files_load_in_a_fresh_process(trained, workdir):

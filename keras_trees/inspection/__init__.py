@@ -1,5 +1,9 @@
 """Look inside trained trees of every family.
 
+Every tree layer describes its trees as one value type,
+:class:`keras_trees.forest.Forest` (``layer.to_forest()``); everything here
+reads forests:
+
 * :func:`export_trees` / :func:`to_json`: a plain, documented dict / JSON per
   tree layer (format in :mod:`keras_trees.inspection.export`), with sample
   counts routed deterministically from given data;
@@ -8,43 +12,33 @@
   reachable leaves (soft trees).
 * :mod:`keras_trees.inspection.plots` (needs matplotlib): :func:`plot_tree`,
   :func:`plot_split_weights`, :func:`plot_decision_regions`.
-* :func:`register_family` lets a new tree layer join all of the above by
-  describing itself as a :class:`ForestView` on the shared topology.
+
+A new tree layer joins all of the above by defining ``to_forest()`` and
+``forest_features(inputs)`` (see ``keras_trees.layers._forest_layer``).
 """
 
-from keras_trees.inspection._views import ForestView, register_family, view
-from keras_trees.inspection.export import (
-    export_layer,
-    export_trees,
-    predict_exported,
-    route_exported,
-    to_json,
-    tree_layers,
-)
-from keras_trees.inspection.statistics import layer_statistics, tree_statistics
+import warnings
+
+from keras_trees.api_export import public_api
+from keras_trees.forest import Forest
+from keras_trees.inspection import export, plots, statistics  # noqa: F401  (plots imports matplotlib only when used)
 
 
-def __getattr__(name):  # plots import matplotlib only when used
-    if name in ("plot_tree", "plot_split_weights", "plot_decision_regions"):
-        from keras_trees.inspection import plots
-
-        return getattr(plots, name)
-    raise AttributeError(name)
+def _view(layer):
+    return layer.to_forest()
 
 
-__all__ = [
-    "ForestView",
-    "export_layer",
-    "export_trees",
-    "layer_statistics",
-    "plot_decision_regions",
-    "plot_split_weights",
-    "plot_tree",
-    "predict_exported",
-    "register_family",
-    "route_exported",
-    "to_json",
-    "tree_layers",
-    "tree_statistics",
-    "view",
-]
+def __getattr__(name):
+    if name in ("ForestView", "view"):  # deprecated names of the former registry
+        new = "keras_trees.Forest" if name == "ForestView" else "layer.to_forest()"
+        warnings.warn(f"keras_trees.inspection.{name} is deprecated: use {new}", DeprecationWarning, stacklevel=2)
+        return Forest if name == "ForestView" else _view
+    if name == "register_family":
+        raise AttributeError(
+            "keras_trees.inspection.register_family was removed: a tree layer joins inspection by "
+            "defining to_forest() (returning a keras_trees.Forest) and forest_features(inputs)"
+        )
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = public_api(__name__)

@@ -1,6 +1,7 @@
 """Plots of trained trees (matplotlib, an optional dependency: ``pip install keras-trees[examples]``).
 
-* :func:`plot_tree`: a tree diagram from an exported layer dict; edge widths
+* :func:`plot_tree`: a tree diagram from an exported layer dict (or a
+  :class:`~keras_trees.forest.Forest`); edge widths
   show the samples routed through them, leaves show class distributions (or
   their values).
 * :func:`plot_split_weights`: the linear split weights of a tree drawn as
@@ -11,6 +12,8 @@
 import numpy as np
 
 from keras_trees import topology
+from keras_trees.api_export import keras_trees_export
+from keras_trees.forest import Forest
 
 
 def _pyplot():
@@ -19,6 +22,11 @@ def _pyplot():
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise ImportError("keras_trees.inspection plots need matplotlib: pip install matplotlib") from e
     return plt
+
+
+def _document(doc):
+    """An exported layer dict, or the dict of a :class:`~keras_trees.forest.Forest`."""
+    return doc.to_dict() if isinstance(doc, Forest) else doc
 
 
 def _layout(nodes):
@@ -39,8 +47,10 @@ def _layout(nodes):
     return xs
 
 
+@keras_trees_export("keras_trees.inspection")
 def plot_tree(doc, tree=0, ax=None, class_names=None, max_leaves=64):
-    """Draws tree ``tree`` of an exported layer dict (:func:`export_trees`).
+    """Draws tree ``tree`` of an exported layer dict (:func:`export_trees`) or a
+    :class:`~keras_trees.forest.Forest`.
 
     Edge widths are proportional to ``samples`` when the export was given data.
     Leaves of classifiers are drawn as small bar charts of their class
@@ -49,6 +59,8 @@ def plot_tree(doc, tree=0, ax=None, class_names=None, max_leaves=64):
     Returns the matplotlib ``Axes``.
     """
     plt = _pyplot()
+    doc = _document(doc)
+    names = doc.get("feature_names")
     nodes = {n["id"]: n for n in doc["trees"][tree]["nodes"]}
     n_leaves = sum(n["type"] == "leaf" for n in nodes.values())
     if n_leaves > max_leaves:
@@ -64,7 +76,11 @@ def plot_tree(doc, tree=0, ax=None, class_names=None, max_leaves=64):
                 width = 0.5 + 8.0 * nodes[child].get("samples", total / 2) / total
                 ax.plot([xs[i], xs[child]], [y, y - 1], color="0.5", lw=width, zorder=1, solid_capstyle="round")
             s = node["split"]
-            label = f"x[{s['feature']}] > {s['threshold']:.2f}" if s["kind"] == "axis_aligned" else f"#{i}"
+            if s["kind"] == "axis_aligned":
+                feature = names[s["feature"]] if names else f"x[{s['feature']}]"
+                label = f"{feature} > {s['threshold']:.2f}"
+            else:
+                label = f"#{i}"
             ax.text(xs[i], y, label, ha="center", va="center", fontsize=7, zorder=3,
                     bbox=dict(boxstyle="round", fc="white", ec="0.3"))
         else:
@@ -85,7 +101,8 @@ def plot_tree(doc, tree=0, ax=None, class_names=None, max_leaves=64):
     ax.set_xlim(-1, n_leaves)
     ax.set_ylim(-doc["trees"][tree]["depth"] - 1.4, 0.6)
     ax.axis("off")
-    ax.set_title(f"{doc['class_name']} {doc['name']!r}, tree {tree}: "
+    source = f"{doc['class_name']} {doc['name']!r}" if "class_name" in doc else doc["family"]
+    ax.set_title(f"{source}, tree {tree}: "
                  f"{doc['trees'][tree]['num_leaves']} leaves, depth {doc['trees'][tree]['depth']}",
                  fontsize=9)
     if class_names is not None:
@@ -96,18 +113,20 @@ def plot_tree(doc, tree=0, ax=None, class_names=None, max_leaves=64):
     return ax
 
 
+@keras_trees_export("keras_trees.inspection")
 def plot_split_weights(doc, image_shape, tree=0, nodes=None, max_nodes=12, axes=None):
     """Linear split weights of tree ``tree`` as images of ``image_shape``.
 
     Args:
-        doc: exported layer dict with linear splits.
+        doc: exported layer dict (or :class:`~keras_trees.forest.Forest`) with
+            linear or noisy-OR splits.
         image_shape: ``(height, width)`` (or with channels; the channels are averaged).
         nodes: split ids to draw (default: the first ``max_nodes`` in heap order).
 
     Returns the array of ``Axes``.
     """
     plt = _pyplot()
-    splits = [n for n in doc["trees"][tree]["nodes"] if n["type"] == "split"]
+    splits = [n for n in _document(doc)["trees"][tree]["nodes"] if n["type"] == "split"]
     if splits and splits[0]["split"]["kind"] == "axis_aligned":
         raise ValueError("plot_split_weights needs linear or noisy-OR splits")
     if nodes is not None:
@@ -135,6 +154,7 @@ def plot_split_weights(doc, image_shape, tree=0, nodes=None, max_nodes=12, axes=
     return axes
 
 
+@keras_trees_export("keras_trees.inspection")
 def plot_decision_regions(model, x, y=None, ax=None, resolution=200, padding=0.5):
     """Predicted class of ``model`` over the plane spanned by 2D inputs ``x``.
 

@@ -1,54 +1,42 @@
 """Size and conditional-computation statistics of trained tree layers."""
 
-import numpy as np
-from keras import ops
-
 from keras_trees import topology
-from keras_trees.inspection import _views
-from keras_trees.inspection.export import layer_inputs, tree_layers
+from keras_trees.api_export import keras_trees_export
+from keras_trees.inspection.export import forest_features, tree_layers
 
 
+@keras_trees_export("keras_trees.inspection")
 def layer_statistics(layer, features=None):
     """Statistics of one tree layer; ``features`` are what its splits read.
 
     Returns a dict with ``num_trees``, ``max_depth``, per-tree ``depth``,
     ``leaves`` and ``splits`` (lists), and with ``features``:
     ``split_evaluations`` (mean number of split functions evaluated per sample
-    over all trees at inference: the path lengths for hard-routed families; for
-    the Tree Ensemble Layer the internal nodes its conditional forward pass
-    visits) and, for soft trees, ``reachable_leaves`` (mean per sample and tree).
+    over all trees at inference: the path lengths of the hard-routed
+    :class:`~keras_trees.forest.Forest`; for soft trees, the Tree Ensemble
+    Layer, the internal nodes its conditional forward pass visits) and, for
+    soft trees, ``reachable_leaves`` (mean per sample and tree).
     """
-    view = _views.view(layer)
-    state = view.node_state
-    T = view.num_trees
-    I = topology.num_internal(view.max_depth)
+    forest = layer.to_forest()
     stats = {
-        "family": view.family,
-        "num_trees": T,
-        "max_depth": view.max_depth,
-        "depth": [topology.tree_depth(state, t) for t in range(T)],
-        "leaves": [int(v) for v in (state == topology.LEAF).sum(1)],
-        "splits": [int(v) for v in (state[:, :I] == topology.SPLIT).sum(1)],
+        "family": forest.family,
+        "num_trees": forest.num_trees,
+        "max_depth": forest.max_depth,
+        "depth": forest.tree_depths().tolist(),
+        "leaves": forest.num_leaves().tolist(),
+        "splits": forest.num_splits().tolist(),
     }
     if features is None:
         return stats
-    features = np.asarray(features, np.float32).reshape(len(features), -1)
-    if view.family == "tree_ensemble":
-        probs = ops.convert_to_numpy(layer.leaf_probabilities(features))  # (B, T, L)
-        d = view.max_depth
-        reach = probs > 0
-        visited = 0.0
-        for level in range(d):  # a node is evaluated iff one of its leaves is reachable
-            groups = reach.reshape(*reach.shape[:2], 2**level, -1).any(-1)
-            visited += groups.sum(-1).mean(0).sum()
-        stats["split_evaluations"] = float(visited)
-        stats["reachable_leaves"] = float(reach.sum(-1).mean())
+    if hasattr(layer, "mean_reachable_leaves"):  # soft routing: the layer's own forward pass
+        stats["split_evaluations"] = layer.split_evaluations(features)
+        stats["reachable_leaves"] = layer.mean_reachable_leaves(features)
     else:
-        node = view.route(features)
-        stats["split_evaluations"] = float(topology.position_depth(node).sum(1).mean())
+        stats["split_evaluations"] = float(topology.position_depth(forest.route(features)).sum(1).mean())
     return stats
 
 
+@keras_trees_export("keras_trees.inspection")
 def tree_statistics(model, x=None):
     """:func:`layer_statistics` for every tree layer of ``model`` (inputs ``x``).
 
@@ -59,10 +47,5 @@ def tree_statistics(model, x=None):
     >>> s["leaves"], s["split_evaluations"] <= 2 * 7
     ([8, 8], True)
     """
-    out = []
-    for layer in tree_layers(model):
-        features = None
-        if x is not None:
-            features = _views.layer_features(layer, layer_inputs(model, layer, x))
-        out.append(layer_statistics(layer, features))
-    return out
+    return [layer_statistics(layer, None if x is None else forest_features(model, layer, x))
+            for layer in tree_layers(model)]

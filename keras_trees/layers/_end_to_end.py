@@ -11,7 +11,9 @@ import numpy as np
 from keras import ops
 
 from keras_trees import topology
+from keras_trees.forest import Forest
 from keras_trees.layers import _validation
+from keras_trees.layers._forest_layer import ForestLayer, numpy
 from keras_trees.layers._heap import HeapTreeMixin
 from keras_trees.layers._random import numpy_generator
 from keras_trees.ops import _library, hard_routing, path_probabilities, pruned_routing
@@ -44,7 +46,7 @@ def _const(value):
     return init
 
 
-class EndToEndTreesBase(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
+class EndToEndTreesBase(XLACompatibility, HeapTreeMixin, ForestLayer, keras.layers.Layer):
     """Probabilistic-at-train-time, deterministic-at-test-time trees (see subclasses)."""
 
 
@@ -618,6 +620,29 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
         """Mean number of split functions evaluated per sample at inference (all trees)."""
         node = ops.convert_to_numpy(self.route(inputs))
         return float(topology.position_depth(node).sum(axis=1).mean())
+
+    # ------------------------------------------------------------ inspection
+    def _forest(self):
+        return Forest(
+            family="end_to_end_forest" if self.num_trees > 1 else "end_to_end_tree",
+            node_state=numpy(self.node_state),
+            split_kind="linear",
+            weights=numpy(self.effective_kernel()),
+            bias=numpy(self.split_bias),
+            leaves=numpy(self.leaf_values),
+            aggregation="mean",
+            leaf_output="class distribution" if self.is_classifier else "regression value",
+            input_dim=self.feature_dim,
+            inputs="layer input" if self.split_features is None else "split_features output (flattened)",
+            leaf_prediction=self.inference_routing == "hard",
+            num_classes=self.num_classes,
+            extra={"gamma": numpy(self.gamma).tolist()} if self.num_trees * self.num_internal <= 4096 else {},
+        )
+
+    def forest_features(self, inputs):
+        """The rows the forest's splits read: :meth:`features` (through
+        ``split_features`` if any, flattened) as NumPy."""
+        return numpy(self.features(inputs, training=False))
 
     # ------------------------------------------------------------------ config
     def get_config(self):

@@ -4,6 +4,8 @@ import math
 import numbers
 import os
 
+from keras_trees.forest import class_ids
+
 
 def positive_int(name, value, maximum=None):
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
@@ -67,19 +69,4 @@ def task(num_classes, units):
 
 def class_labels(y, num_classes, where):
     """Integer class ids of shape ``(n,)`` in ``[0, num_classes)``, or a clear error."""
-    import numpy as np
-
-    y = np.asarray(y)
-    y = y.reshape(len(y), -1)
-    if y.shape[1] != 1:
-        raise ValueError(f"{where}: labels must be integer class ids of shape (n,) or (n, 1), got {y.shape}")
-    y = y[:, 0]
-    if not np.all(np.isfinite(y.astype(np.float64))) or np.any(y != np.round(y)):
-        raise ValueError(f"{where}: labels must be integer class ids")
-    y = y.astype(np.int64)
-    if len(y) and (y.min() < 0 or y.max() >= num_classes):
-        raise ValueError(
-            f"{where}: labels must lie in [0, {num_classes}) for num_classes={num_classes}, "
-            f"got values in [{y.min()}, {y.max()}]"
-        )
-    return y.astype(np.int32)
+    return class_ids(y, num_classes, where).astype("int32")

@@ -9,7 +9,9 @@ from keras import ops
 from keras_trees import topology
 from keras_trees.api_export import keras_trees_export
 from keras_trees.constraints import ClipValues
+from keras_trees.forest import Forest
 from keras_trees.layers import _gradient_step, _polytope_training, _validation
+from keras_trees.layers._forest_layer import ForestLayer, numpy
 from keras_trees.layers._heap import HeapTreeMixin
 from keras_trees.layers._end_to_end import _const
 from keras_trees.layers._random import numpy_generator
@@ -32,7 +34,7 @@ def _softplus_inverse(y):
 
 
 @keras_trees_export("keras_trees.layers")
-class ConvexPolytopeTree(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
+class ConvexPolytopeTree(XLACompatibility, HeapTreeMixin, ForestLayer, keras.layers.Layer):
     """A decision tree whose splits are noisy-ORs of ``K`` linear experts (convex polytopes).
 
     Node ``v`` sends ``x`` right with probability ``f(x) = 1 - exp(-S(x))``,
@@ -504,6 +506,27 @@ class ConvexPolytopeTree(XLACompatibility, HeapTreeMixin, keras.layers.Layer):
                 desc = f"class {int(np.argmax(v))} (p={v.max():.3f})" if self.is_classifier else f"value {np.round(v, 4).tolist()}"
                 lines.append(f"{pad}{n}: leaf, {desc}")
         return "\n".join(lines)
+
+    def _forest(self):
+        return Forest(
+            family="convex_polytope_tree",
+            node_state=numpy(self.node_state),
+            split_kind="noisy_or",
+            weights=numpy(self.expert_kernel),
+            bias=numpy(self.expert_bias),
+            expert_weights=numpy(self.expert_weights()),
+            threshold=numpy(self.threshold),
+            leaves=numpy(self.leaf_values),
+            aggregation="mean",
+            leaf_output="class distribution" if self.is_classifier else "regression value",
+            input_dim=self.feature_dim,
+            num_classes=self.num_classes,
+            extra={"probability_right": "1 - exp(-sum_k r_k softplus(<w_k, x> + b_k))"},
+        )
+
+    def forest_features(self, inputs):
+        """The rows the forest's splits read: the inputs flattened per sample (:meth:`features`)."""
+        return numpy(self.features(inputs))
 
     # ------------------------------------------------------------ config
     def get_config(self):

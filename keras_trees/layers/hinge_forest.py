@@ -7,8 +7,11 @@ import numpy as np
 from keras import ops
 
 from keras_trees import ops as tree_ops
+from keras_trees import topology
 from keras_trees.api_export import keras_trees_export
+from keras_trees.forest import Forest, heap_leaves
 from keras_trees.layers import _validation
+from keras_trees.layers._forest_layer import ForestLayer, numpy
 from keras_trees.layers._random import numpy_generator
 from keras_trees.layers._xla import XLACompatibility
 
@@ -41,7 +44,7 @@ def random_feature_indices(num_trees, num_vertices, num_features, features_per_t
     return out
 
 
-class _HingeEnsemble(XLACompatibility, keras.layers.Layer):
+class _HingeEnsemble(XLACompatibility, ForestLayer, keras.layers.Layer):
     """Shared implementation of HingeForest and HingeFern (see their docstrings)."""
 
     _fern = False
@@ -148,6 +151,7 @@ class _HingeEnsemble(XLACompatibility, keras.layers.Layer):
             regularizer=self.leaf_regularizer,
             constraint=self.leaf_constraint,
         )
+        self.input_dim = int(input_dim)
         self.input_spec = keras.layers.InputSpec(min_ndim=2, axes={-1: input_dim})
 
     def _flatten(self, inputs):
@@ -191,6 +195,24 @@ class _HingeEnsemble(XLACompatibility, keras.layers.Layer):
             "margin": ops.reshape(margin, shape),
             "vertex": ops.reshape(vertex, shape),
         }
+
+    def _forest(self):
+        feature, threshold = numpy(self.feature_indices), numpy(self.thresholds)
+        if self._fern:  # one decision per level: every position of level k uses it
+            level = topology.position_depth(np.arange(topology.num_internal(self.depth)))
+            feature, threshold = feature[:, level], threshold[:, level]
+        return Forest(
+            family="hinge_fern" if self._fern else "hinge_forest",
+            node_state=topology.perfect(self.num_trees, self.depth),
+            split_kind="axis_aligned",
+            feature=feature,
+            threshold=threshold,
+            leaves=heap_leaves(numpy(self.leaf_weights)),
+            aggregation=self.reduction,
+            leaf_output="multiplied by |r*|, the smallest margin |x[feature] - threshold| on the path",
+            input_dim=self.input_dim,
+            leaf_prediction=False,
+        )
 
     def get_config(self):
         config = super().get_config()

@@ -8,7 +8,9 @@ from keras import ops
 from keras_trees import topology
 from keras_trees.api_export import keras_trees_export
 from keras_trees.constraints import RowNorm
+from keras_trees.forest import Forest, heap_leaves
 from keras_trees.layers import _validation
+from keras_trees.layers._forest_layer import ForestLayer, numpy
 from keras_trees.layers._heap import HeapTreeMixin
 from keras_trees.layers._random import numpy_generator
 from keras_trees.ops import loss_augmented
@@ -40,7 +42,7 @@ def _scale_loss_for_replicas(value):
 
 
 @keras_trees_export("keras_trees.layers")
-class NonGreedyTree(XLACompatibility, HeapTreeMixin, keras.Model):
+class NonGreedyTree(XLACompatibility, HeapTreeMixin, ForestLayer, keras.Model):
     """A perfect oblique decision tree trained jointly by SGD on the convex-concave
     upper bound of its empirical loss.
 
@@ -89,7 +91,8 @@ class NonGreedyTree(XLACompatibility, HeapTreeMixin, keras.Model):
     Initialization: random splits of norm ``nu`` and zero leaves, or from a
     greedy tree with :meth:`initialize_from` (e.g. a scikit-learn CART tree
     through :func:`keras_trees.interop.sklearn.from_sklearn`, the paper's
-    axis-aligned initialization, or a grown end-to-end tree); shallower trees
+    axis-aligned initialization, or a grown end-to-end tree's
+    ``to_forest().tree(i)``); shallower trees
     are padded to the perfect tree by copying leaves down.
 
     Args:
@@ -313,11 +316,12 @@ class NonGreedyTree(XLACompatibility, HeapTreeMixin, keras.Model):
         """Sets the splits and leaves from a greedy tree (the paper's initialization).
 
         Args:
-            tree: a :class:`keras_trees.interop.sklearn.HeapTree` (e.g. from
-                :func:`~keras_trees.interop.sklearn.from_sklearn` or
-                :func:`~keras_trees.interop.sklearn.from_end_to_end`) of depth
+            tree: a one-tree :class:`keras_trees.forest.Forest` with linear or
+                axis-aligned splits (e.g. from
+                :func:`keras_trees.interop.sklearn.from_sklearn`, or a grown
+                end-to-end tree's ``layer.to_forest().tree(i)``) of depth
                 ``<= depth``; it is padded to the perfect tree
-                (:func:`~keras_trees.interop.sklearn.pad_to_perfect`). Its leaf
+                (:meth:`~keras_trees.forest.Forest.pad_to_perfect`). Its leaf
                 values are class probabilities (classification) or outputs.
             leaf_smoothing: pseudo-count per class, relative to a leaf's share
                 ``1/K``: classification leaves become
@@ -327,25 +331,25 @@ class NonGreedyTree(XLACompatibility, HeapTreeMixin, keras.Model):
                 (the tightest bound the constraint allows, Proposition 1);
                 routing is unchanged. Otherwise rows are only projected.
         """
-        from keras_trees.interop.sklearn import pad_to_perfect
-
-        tree = pad_to_perfect(tree, self.depth)
-        p = tree.split_weights.shape[2]
+        if not isinstance(tree, Forest) or tree.num_trees != 1:
+            raise ValueError(f"tree must be a one-tree keras_trees.forest.Forest, got {tree!r}")
+        tree = tree.pad_to_perfect(self.depth)
+        p = tree.input_dim
         if not self.built:
             self.build((None, p))
         if p != self.input_dim:
             raise ValueError(f"the tree has {p} features, the model expects {self.input_dim}")
-        k = tree.leaf_values.shape[2]
+        k = tree.output_dim
         if k != self.output_dim:
             raise ValueError(f"the tree has {k} outputs per leaf, the model has {self.output_dim}")
-        rows = np.concatenate([tree.split_weights[0], tree.split_bias[0][:, None]], axis=1).astype(np.float64)
+        rows = np.concatenate([tree.weights[0], tree.bias[0][:, None]], axis=1).astype(np.float64)
         norm = np.linalg.norm(rows, axis=1, keepdims=True)
         if scale_to_nu:
             scale = np.where(norm > 0, self.nu / np.maximum(norm, 1e-300), 1.0)
         else:
             scale = np.minimum(1.0, self.nu / np.maximum(norm, 1e-300))
         rows = rows * scale
-        values = tree.leaf_values[0, self.num_internal:].astype(np.float64)
+        values = tree.leaves[0, self.num_internal:].astype(np.float64)
         if self.is_classifier:
             eps = 1e-2 * float(leaf_smoothing)
             values = np.log((values + eps / k) / (1.0 + eps))
@@ -413,6 +417,24 @@ class NonGreedyTree(XLACompatibility, HeapTreeMixin, keras.Model):
         """Number of leaves that receive at least one sample of ``x`` (Fig. 3)."""
         leaf = np.asarray(ops.convert_to_numpy(self.route(x)))
         return int(np.unique(leaf).size)
+
+    def _forest(self):
+        rows = numpy(self.split_weights)
+        p = self.input_dim
+        return Forest(
+            family="non_greedy_tree",
+            node_state=numpy(self.node_state),
+            split_kind="linear",
+            weights=rows[None, :, :p],
+            bias=rows[None, :, p],
+            leaves=heap_leaves(numpy(self.leaf_output(ops.arange(self.num_leaves), self.variable_dtype))[None]),
+            aggregation="mean",
+            leaf_output="class distribution (softmax of the leaf parameters)" if self.is_classifier
+            else "regression value",
+            input_dim=p,
+            num_classes=self.num_classes,
+            extra={"nu": float(self.nu)},
+        )
 
     def row_norms(self):
         return np.linalg.norm(np.asarray(ops.convert_to_numpy(self.split_weights)), axis=1)

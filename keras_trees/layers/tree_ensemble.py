@@ -1,18 +1,22 @@
 """The Tree Ensemble Layer (Hazimeh et al., ICML 2020)."""
 
 import keras
+import numpy as np
 from keras import ops
 
 from keras_trees import ops as tree_ops
+from keras_trees import topology
 from keras_trees.api_export import keras_trees_export
+from keras_trees.forest import Forest, heap_leaves
 from keras_trees.layers import _validation
+from keras_trees.layers._forest_layer import ForestLayer, numpy
 from keras_trees.layers._xla import XLACompatibility
 
 MAX_DEPTH = 24
 
 
 @keras_trees_export("keras_trees.layers")
-class TreeEnsembleLayer(XLACompatibility, keras.layers.Layer):
+class TreeEnsembleLayer(XLACompatibility, ForestLayer, keras.layers.Layer):
     """An additive ensemble of soft decision trees with smooth-step routing.
 
     Each of ``num_trees`` perfect binary trees of depth ``depth`` routes a
@@ -216,6 +220,33 @@ class TreeEnsembleLayer(XLACompatibility, keras.layers.Layer):
                     x, self.node_weights, self.node_bias, self.gamma, self.activation
                 )
             )
+        )
+
+    def split_evaluations(self, inputs):
+        """Mean number of split functions evaluated per sample over all trees by
+        the conditional forward pass: the internal nodes with a reachable leaf below."""
+        reach = numpy(self.leaf_probabilities(inputs)) > 0  # (batch, trees, leaves)
+        visited = 0.0
+        for level in range(self.depth):
+            visited += reach.reshape(*reach.shape[:2], 2**level, -1).any(-1).sum(-1).mean(0).sum()
+        return float(visited)
+
+    def _forest(self):
+        weights = numpy(self.node_weights)
+        return Forest(
+            family="tree_ensemble",
+            node_state=topology.perfect(self.num_trees, self.depth),
+            split_kind="linear",
+            weights=weights,
+            bias=numpy(self.node_bias) if self.use_bias else np.zeros(weights.shape[:2], weights.dtype),
+            right_if="negative",
+            leaves=heap_leaves(numpy(self.leaf_weights)),
+            aggregation="sum",
+            leaf_output="added to the output with the probability of reaching the leaf",
+            input_dim=weights.shape[-1],
+            leaf_prediction=False,
+            extra={"activation": self.activation, "gamma": float(numpy(self.gamma)),
+                   "left_probability": f"{self.activation}(value, gamma)"},
         )
 
     def get_config(self):

@@ -137,6 +137,7 @@ def test_plots_for_every_family(rng, tmp_path):
     [doc] = export_trees(model, x, y)
     ax = plot_tree(doc, class_names=["a", "b", "c"])
     ax.figure.savefig(tmp_path / "tree.png")
+    assert plot_tree(tree.to_forest()).get_title().startswith("end_to_end_tree, tree 0")  # a Forest draws too
     axes = plot_split_weights(doc, (3, 1))
     assert len(axes) == doc["trees"][0]["num_splits"]
     x2 = rng.normal(size=(100, 2)).astype("float32")
@@ -210,3 +211,18 @@ def test_export_of_a_tree_behind_a_split_feature_extractor(rng):
     _check_counts(doc, 50)
     features = np.asarray(tree.features(x, training=False))
     np.testing.assert_array_equal(route_exported(doc, features), np.asarray(tree.route(x)))
+
+
+def test_former_names_of_the_view_api(rng):
+    import keras_trees
+    from keras_trees import inspection
+
+    layer = EndToEndTree(max_depth=2, num_classes=2, seed=0)
+    layer(rng.normal(size=(2, 3)).astype("float32"))
+    with pytest.warns(DeprecationWarning, match="keras_trees.Forest"):
+        assert inspection.ForestView is keras_trees.Forest
+    with pytest.warns(DeprecationWarning, match="to_forest"):
+        forest = inspection.view(layer)
+    np.testing.assert_array_equal(forest.node_state, layer.to_forest().node_state)
+    with pytest.raises(AttributeError, match="to_forest"):
+        inspection.register_family

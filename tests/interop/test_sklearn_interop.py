@@ -1,12 +1,16 @@
-"""scikit-learn trees and grown end-to-end trees in the shared heap topology."""
+"""scikit-learn trees and grown end-to-end trees as keras_trees.Forest values."""
+
+import warnings
 
 import numpy as np
 import pytest
 
 sklearn_tree = pytest.importorskip("sklearn.tree")
 
-from keras_trees import topology  # noqa: E402
-from keras_trees.interop.sklearn import from_end_to_end, from_sklearn, pad_to_perfect  # noqa: E402
+from keras_trees import Forest, topology  # noqa: E402
+import keras_trees  # noqa: E402
+from keras_trees.interop import sklearn as interop  # noqa: E402
+from keras_trees.interop.sklearn import from_sklearn, pad_to_perfect  # noqa: E402
 
 
 def data(rng, n=600, p=5, dtype="float32"):
@@ -17,35 +21,46 @@ def data(rng, n=600, p=5, dtype="float32"):
     return x, y
 
 
+def sklearn_ids(forest, x):
+    """scikit-learn's node id of the leaf each sample reaches."""
+    return forest.source_node[0, forest.apply(x)[:, 0]]
+
+
 @pytest.mark.parametrize("max_depth", [1, 3, None])
 def test_classifier_routing_equals_sklearn_apply_and_predict(rng, max_depth):
     x, y = data(rng)
     cart = sklearn_tree.DecisionTreeClassifier(max_depth=max_depth, random_state=0).fit(x, y)
-    heap = from_sklearn(cart)
-    topology.validate(heap.node_state)
-    assert heap.max_depth == cart.get_depth()
-    assert topology.num_leaves(heap.node_state)[0] == cart.get_n_leaves()
+    forest = from_sklearn(cart)
+    assert isinstance(forest, Forest) and forest.split_kind == "axis_aligned"
+    assert forest.max_depth == cart.get_depth() and forest.num_classes == 4
+    assert forest.num_leaves()[0] == cart.get_n_leaves()
     x_new = np.concatenate([x, rng.normal(size=(300, 5)).astype("float32")])
-    pos = heap.route(x_new)
-    np.testing.assert_array_equal(heap.source_node[0, pos], cart.apply(x_new))
-    np.testing.assert_allclose(heap.predict(x_new), cart.predict_proba(x_new), atol=1e-6)
+    np.testing.assert_array_equal(sklearn_ids(forest, x_new), cart.apply(x_new))
+    np.testing.assert_allclose(forest.predict(x_new), cart.predict_proba(x_new), atol=1e-6)
     # thresholds themselves (x exactly on sklearn's float64 threshold, rounded to float32)
     f, t = cart.tree_.feature, cart.tree_.threshold
-    on = np.repeat(x_new[:50], 1, axis=0)
     for n in np.flatnonzero(f >= 0)[:10]:
-        probe = on.copy()
+        probe = x_new[:50].copy()
         probe[:, f[n]] = np.float32(t[n])
-        np.testing.assert_array_equal(heap.source_node[0, heap.route(probe)], cart.apply(probe))
+        np.testing.assert_array_equal(sklearn_ids(forest, probe), cart.apply(probe))
 
 
 def test_regressor_multi_output_and_float64(rng):
     x, _ = data(rng, dtype="float64")
     y = np.stack([x[:, 0] ** 2, np.sin(x[:, 1])], 1)
     reg = sklearn_tree.DecisionTreeRegressor(max_depth=6, random_state=0).fit(x, y)
-    heap = from_sklearn(reg, dtype="float64")
-    assert heap.leaf_values.shape[-1] == 2
-    np.testing.assert_array_equal(heap.source_node[0, heap.route(x)], reg.apply(x))
-    np.testing.assert_allclose(heap.predict(x), reg.predict(x), rtol=1e-12)
+    forest = from_sklearn(reg, dtype="float64")
+    assert forest.output_dim == 2 and forest.num_classes is None
+    np.testing.assert_array_equal(sklearn_ids(forest, x), reg.apply(x))
+    np.testing.assert_allclose(forest.predict(x), reg.predict(x), rtol=1e-12)
+
+
+def test_feature_names_of_a_dataframe(rng):
+    pd = pytest.importorskip("pandas")
+    x, y = data(rng, n=100)
+    frame = pd.DataFrame(x, columns=list("abcde"))
+    forest = from_sklearn(sklearn_tree.DecisionTreeClassifier(max_depth=2, random_state=0).fit(frame, y))
+    assert forest.feature_names == list("abcde")
 
 
 def test_truncation_and_padding_keep_predictions(rng):
@@ -59,9 +74,10 @@ def test_truncation_and_padding_keep_predictions(rng):
     np.testing.assert_allclose(cut.predict(x), ref.predict_proba(x), atol=1e-6)
     for depth in (4, 7):
         padded = pad_to_perfect(cut, depth)
+        assert padded.split_kind == "linear"
         np.testing.assert_array_equal(padded.node_state, topology.perfect(1, depth))
         np.testing.assert_allclose(padded.predict(x), cut.predict(x))
-        np.testing.assert_array_equal(padded.source_node[0, padded.route(x)], cut.source_node[0, cut.route(x)])
+        np.testing.assert_array_equal(sklearn_ids(padded, x), sklearn_ids(cut, x))
     with pytest.raises(ValueError, match="more than the requested depth"):
         pad_to_perfect(cut, 3)
 
@@ -76,7 +92,7 @@ def test_bad_input():
         from_sklearn(cart, dtype="int32")
 
 
-def test_from_end_to_end_tree(rng):
+def test_end_to_end_tree_to_forest_and_the_deprecated_names(rng):
     import keras
 
     from keras_trees.layers.end_to_end_tree import EndToEndTree
@@ -84,7 +100,22 @@ def test_from_end_to_end_tree(rng):
     x, y = data(rng, n=200)
     layer = EndToEndTree(max_depth=3, num_classes=4, initial_topology="stump", seed=0)
     model = keras.Sequential([keras.Input((5,)), layer])
-    heap = from_end_to_end(layer)
-    np.testing.assert_allclose(heap.predict(x), model.predict(x, verbose=0), atol=1e-6)
-    padded = pad_to_perfect(heap, 3)
+    forest = layer.to_forest().tree(0)
+    np.testing.assert_allclose(forest.predict(x), model.predict(x, verbose=0), atol=1e-6)
+    padded = pad_to_perfect(forest, 3)
     np.testing.assert_allclose(padded.predict(x), model.predict(x, verbose=0), atol=1e-6)
+    with pytest.warns(DeprecationWarning, match="to_forest"):
+        old = interop.from_end_to_end(layer)
+    np.testing.assert_array_equal(old.route(x), forest.route(x))
+    with pytest.warns(DeprecationWarning, match="Forest"):
+        heap_tree = interop.HeapTree
+    w, b = forest.linear_form()
+    rebuilt = heap_tree(forest.node_state, w, b, forest.leaves, None)
+    assert isinstance(rebuilt, Forest)
+    np.testing.assert_allclose(rebuilt.predict(x), forest.predict(x))
+    with warnings.catch_warnings():  # a star import reads __all__: no deprecated name there
+        warnings.simplefilter("error")
+        for name in keras_trees.interop.__all__:
+            getattr(keras_trees.interop, name)
+    with pytest.raises(AttributeError):
+        interop.NoSuchThing

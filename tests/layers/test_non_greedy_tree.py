@@ -10,7 +10,7 @@ from keras_trees.layers.non_greedy_tree import NonGreedyTree
 from keras_trees.ops.loss_augmented import loss_augmented_inference_reference
 
 sklearn_tree = pytest.importorskip("sklearn.tree")
-from keras_trees.interop.sklearn import from_end_to_end, from_sklearn  # noqa: E402
+from keras_trees.interop.sklearn import from_sklearn  # noqa: E402
 
 
 def problem(n=600, p=4, seed=0):
@@ -115,7 +115,7 @@ def test_from_end_to_end_initialization():
     layer = EndToEndTree(max_depth=3, num_classes=3, seed=0)
     e2e = keras.Sequential([keras.Input((4,)), layer])
     model = NonGreedyTree(depth=3, num_classes=3, nu=3.0)
-    model.initialize_from(from_end_to_end(layer))
+    model.initialize_from(layer.to_forest())
     np.testing.assert_array_equal(model.predict(x, verbose=0).argmax(1), e2e.predict(x, verbose=0).argmax(1))
 
 
