@@ -42,7 +42,7 @@ def _linear_terms(w, names, decimals, terms):
     return text
 
 
-def _test(forest, t, i, names, decimals, terms):
+def split_text(forest, t, i, names, decimals, terms):
     """``(left, right)`` texts of split ``i`` of tree ``t``."""
     if forest.split_kind == "axis_aligned":
         lhs, rhs = names[forest.feature[t, i]], forest.threshold[t, i]
@@ -128,7 +128,7 @@ def export_text(forest, tree=0, feature_names=None, class_names=None, max_depth=
         if max_depth is not None and depth > max_depth + 1 and _subtree_depth(state, i) > 1:
             lines.append(f"{indent} truncated branch of depth {_subtree_depth(state, i)}")
         elif state[i] == topology.SPLIT:
-            left, right = _test(one, 0, i, names, decimals, terms)
+            left, right = split_text(one, 0, i, names, decimals, terms)
             lines.append(f"{indent} {left}")
             recurse(2 * i + 1, depth + 1)
             lines.append(f"{indent} {right}")
