@@ -196,13 +196,20 @@ def routing_sensitivity(model, x, step=1e-3, batch_size=4096):
 
 
 def _default_metric(y, pred):
-    """Accuracy for class ids against class scores, else R^2."""
+    """Accuracy for class labels (integer or boolean ``y``), else R^2."""
     y = np.asarray(y)
     pred = np.asarray(pred)
-    if pred.ndim == 2 and pred.shape[1] > 1 and y.reshape(len(y), -1).shape[1] == 1:
-        return float((pred.argmax(1) == y.reshape(-1)).mean())
+    pred = pred.reshape(len(pred), -1)
+    if y.dtype.kind in "biu" and y.reshape(len(y), -1).shape[1] == 1:
+        if pred.shape[1] > 1:  # class scores
+            guess = pred.argmax(1)
+        elif np.all(pred == np.round(pred)):  # class labels
+            guess = pred[:, 0]
+        else:  # one score of the positive class: a probability, or a logit
+            guess = pred[:, 0] > (0.5 if pred.min() >= 0 and pred.max() <= 1 else 0.0)
+        return float((guess == y.reshape(-1)).mean())
     y = y.reshape(len(y), -1).astype(np.float64)
-    pred = pred.reshape(len(pred), -1).astype(np.float64)
+    pred = pred.astype(np.float64)
     return float(1.0 - ((y - pred) ** 2).sum() / max(((y - y.mean(0)) ** 2).sum(), 1e-300))
 
 
@@ -228,8 +235,9 @@ def permutation_importance(model, x, y, metric=None, n_repeats=5, seed=0, batch_
             and passed on as a DataFrame).
         y: targets.
         metric: ``metric(y, predictions) -> float``, higher is better (pass a
-            loss negated); default accuracy (class ids against ``(n, K)`` class
-            scores) else R^2.
+            loss negated). Default: for integer or boolean ``y`` the accuracy
+            of the predictions (``argmax`` of ``(n, K)`` scores; labels; one
+            score: above 0.5 for values in ``[0, 1]``, else above 0), else R^2.
         n_repeats, seed: shuffles per feature, and their seed.
 
     Returns:
