@@ -7,9 +7,10 @@ per tree, the one leaf reached instead of every leaf weighted by its
 probability); a hinge forest's / fern's forest routes exactly as the layer does
 but its :meth:`~keras_trees.forest.Forest.predict` adds the raw leaf values,
 where the layer multiplies each by ``|r*|``, the smallest margin on the path.
-:func:`hard_forest` returns that forest (for hinge layers with leaves rescaled
-by the mean ``|r*|`` of the samples of ``x`` reaching them, ``calibrate=True``)
-and how closely its prediction follows the layer's output on ``x``.
+:func:`hard_forest` returns that forest and how closely its prediction
+follows the layer's output on ``x``. (Rescaling each hinge leaf by the mean
+``|r*|`` of the samples reaching it was tried and did not raise the agreement
+on breast cancer: hinge forest 0.942 either way, fern 0.965 against 0.977.)
 """
 
 import numpy as np
@@ -18,7 +19,7 @@ from keras_trees.api_export import keras_trees_export
 from keras_trees.inspection import names as _names
 from keras_trees.inspection.export import tree_layers
 from keras_trees.layers._forest_layer import numpy
-from keras_trees.layers._layer_inputs import layer_input_fn
+from keras_trees.layers._layer_inputs import identity, layer_input_fn
 
 TASKS = ("auto", "classification", "regression")
 
@@ -47,23 +48,8 @@ def agreement(soft, hard, task="auto"):
     return {"task": "regression", "agreement": float(r2), "r2": float(r2), "correlation": corr}
 
 
-def _margin_calibrated(forest, layer, inputs, features):
-    """Hinge leaves times the mean ``|r*|`` of the samples reaching them (a tree's
-    mean ``|r*|`` at leaves no sample reaches)."""
-    margin = np.abs(numpy(layer.traverse(inputs)["margin"])).reshape(len(features), -1)  # (n, T)
-    leaf = forest.route(features)
-    T, N = forest.node_state.shape
-    flat = (leaf + np.arange(T) * N).ravel()
-    counts = np.bincount(flat, minlength=T * N).reshape(T, N)
-    sums = np.bincount(flat, margin.ravel(), T * N).reshape(T, N)
-    mean = np.where(counts > 0, sums / np.maximum(counts, 1), margin.mean(0)[:, None])
-    forest.leaves = forest.leaves * mean[..., None].astype(forest.leaves.dtype)
-    forest.leaf_output = "leaf value times the mean |r*| of the samples reaching it"
-    return forest
-
-
 @keras_trees_export("keras_trees.inspection")
-def hard_forest(model, x, layer=None, task="auto", calibrate=True):
+def hard_forest(model, x, layer=None, task="auto"):
     """The hard-routed :class:`~keras_trees.forest.Forest` of a soft tree layer
     and its agreement with the layer on ``x``.
 
@@ -74,9 +60,6 @@ def hard_forest(model, x, layer=None, task="auto", calibrate=True):
         layer: which tree layer of ``model`` (needed if it holds several).
         task: ``"auto"`` (classification when the layer has several outputs),
             ``"classification"`` or ``"regression"``: see :func:`agreement`.
-        calibrate: hinge layers: multiply each leaf by the mean ``|r*|`` of the
-            samples of ``x`` reaching it (the layer scales leaves by ``|r*|``);
-            False keeps the raw leaves.
 
     Returns:
         A dict: ``forest`` (its ``predict`` is the hard model; feature names
@@ -102,10 +85,8 @@ def hard_forest(model, x, layer=None, task="auto", calibrate=True):
     inputs = to_layer(values)
     features = layer.forest_features(inputs)
     forest = layer.to_forest()
-    if _names.is_frame(x) and to_layer.__name__ == "identity" and len(x.columns) == forest.input_dim:
+    if _names.is_frame(x) and to_layer is identity and len(x.columns) == forest.input_dim:
         forest.feature_names = _names.frame_names(x)
-    if calibrate and callable(getattr(layer, "traverse", None)):
-        forest = _margin_calibrated(forest, layer, inputs, features)
     soft = numpy(layer(inputs)).reshape(-1, forest.output_dim)
     hard = forest.predict(features).reshape(-1, forest.output_dim)
     return {"forest": forest, **agreement(soft, hard, task), "soft": soft, "hard": hard}
