@@ -69,7 +69,7 @@ def _fits(text, room_inches, fontsize):
 
 @keras_trees_export("keras_trees.inspection")
 def plot_tree(doc, tree=0, ax=None, class_names=None, max_leaves=None, feature_names=None, max_depth=None,
-              fontsize=None, decimals=2, x=None, y=None):
+              fontsize=None, decimals=3, x=None, y=None):
     """Draws tree ``tree`` of an exported layer dict (:func:`export_trees`), a
     :class:`~keras_trees.forest.Forest` or a tree layer.
 
@@ -112,7 +112,7 @@ def plot_tree(doc, tree=0, ax=None, class_names=None, max_leaves=None, feature_n
     levels = int(max(topology.position_depth(i) for i in xs))
     fontsize = fontsize or (7 if n_cols <= 128 else 6)
     if ax is None:
-        _, ax = plt.subplots(figsize=(min(60.0, max(6.0, 0.6 * n_cols)), min(30.0, 1.1 * (levels + 2))))
+        _, ax = plt.subplots(figsize=(min(60.0, max(6.0, 0.75 * n_cols)), min(30.0, 1.1 * (levels + 2))))
     inches = ax.get_position().width * ax.figure.get_size_inches()[0] / (n_cols + 1)  # one leaf column
     total = max(nodes[0].get("samples", 1), 1)
     box = 0.8 if n_cols <= 256 else 0.95
@@ -126,7 +126,7 @@ def plot_tree(doc, tree=0, ax=None, class_names=None, max_leaves=None, feature_n
                 ax.plot([xs[i], xs[child]], [y, y - 1], color="0.75" if nodes[child].get("samples") == 0 else "0.5",
                         lw=width, zorder=1, solid_capstyle="round")
             label = _rules.split_text(forest, tree, i, names, decimals, terms=2)[1]
-            if _fits(label, span[i] * inches * 0.9, fontsize):
+            if _fits(label, span[i] * inches, fontsize):
                 ax.text(xs[i], y, label, ha="center", va="center", fontsize=fontsize, zorder=3,
                         bbox=dict(boxstyle="round", fc="white", ec="0.3"))
             else:
