@@ -10,8 +10,17 @@ reads forests:
   :func:`route_exported` / :func:`predict_exported` evaluate it with NumPy alone.
 * :func:`tree_statistics`: depth, leaves, splits, split evaluations per sample,
   reachable leaves (soft trees).
-* :mod:`keras_trees.inspection.plots` (needs matplotlib): :func:`plot_tree`,
-  :func:`plot_split_weights`, :func:`plot_decision_regions`.
+* :mod:`keras_trees.inspection.plots` (needs matplotlib): :func:`plot_tree`
+  (deep trees too: cut with ``max_depth``), :func:`plot_split_weights`,
+  :func:`plot_decision_regions`.
+* :func:`feature_importances` (split usage or impurity gain of a forest),
+  :func:`routing_sensitivity` (soft layers), :func:`permutation_importance`
+  (any model): :mod:`keras_trees.inspection.importances`.
+* :func:`export_text`: a tree as indented rules, scikit-learn's layout.
+* :func:`hard_forest`: the hard-routed forest of a soft layer (Tree Ensemble
+  Layer, hinge forests) and its measured agreement with the layer.
+* Feature names come from ``feature_names=``, a pandas DataFrame's columns or
+  the forest's ``feature_names`` (:mod:`keras_trees.inspection.names`).
 
 A new tree layer joins all of the above by defining ``to_forest()`` and
 ``forest_features(inputs)`` (see ``keras_trees.layers._forest_layer``).
@@ -21,7 +30,9 @@ import warnings
 
 from keras_trees.api_export import public_api
 from keras_trees.forest import Forest
-from keras_trees.inspection import export, plots, statistics  # noqa: F401  (plots imports matplotlib only when used)
+from keras_trees.inspection import (  # noqa: F401  (plots imports matplotlib only when used)
+    export, extraction, importances, names, plots, rules, statistics,
+)
 
 
 def _view(layer):

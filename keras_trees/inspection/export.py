@@ -53,7 +53,8 @@ import numpy as np
 
 from keras_trees.api_export import keras_trees_export
 from keras_trees.forest import Forest
-from keras_trees.layers._layer_inputs import layer_input_fn
+from keras_trees.inspection import names as _names
+from keras_trees.layers._layer_inputs import identity, layer_input_fn
 
 
 def is_tree_layer(layer):
@@ -79,10 +80,13 @@ def forest_features(model, layer, x):
 
 
 @keras_trees_export("keras_trees.inspection")
-def export_layer(layer, features=None, y=None):
+def export_layer(layer, features=None, y=None, feature_names=None):
     """Dict of one built tree layer; ``features`` are what its splits read
-    (``layer.forest_features(inputs)``), ``y`` optional labels."""
+    (``layer.forest_features(inputs)``), ``y`` optional labels,
+    ``feature_names`` optional names of the features (``input_dim`` of them)."""
     forest = layer.to_forest()
+    if feature_names is not None:
+        forest.feature_names = _names.resolve(forest.input_dim, feature_names)
     num_classes = forest.num_classes
     if y is not None and num_classes is None and not forest.leaf_prediction \
             and np.issubdtype(np.asarray(y).dtype, np.integer):
@@ -93,15 +97,19 @@ def export_layer(layer, features=None, y=None):
 
 
 @keras_trees_export("keras_trees.inspection")
-def export_trees(model, x=None, y=None):
+def export_trees(model, x=None, y=None, feature_names=None):
     """Export every tree layer of ``model`` (a model or a single tree layer).
 
     Args:
         model: a built Keras model containing keras-trees layers, or one layer.
         x: optional model inputs; nodes then carry the number of samples
-            routed deterministically through them.
+            routed deterministically through them. A pandas DataFrame names
+            the features of the layers that read the model inputs.
         y: optional labels (class ids, or regression targets) for per-node
             class counts or target means.
+        feature_names: names of the model's input features, for the layers
+            whose splits read the model inputs as they are (others keep
+            their own names).
 
     Returns:
         A list with one dict per tree layer (format in this module's docstring).
@@ -113,14 +121,21 @@ def export_trees(model, x=None, y=None):
     >>> doc["family"], doc["trees"][0]["nodes"][0]["samples"]
     ('end_to_end_tree', 5)
     """
-    return [export_layer(layer, None if x is None else forest_features(model, layer, x), y)
-            for layer in tree_layers(model)]
+    names = feature_names if feature_names is not None else _names.frame_names(x)
+    x = None if x is None else _names.as_array(x)
+    docs = []
+    for layer in tree_layers(model):
+        doc = export_layer(layer, None if x is None else forest_features(model, layer, x), y)
+        if names is not None and layer_input_fn(model, layer) is identity and len(names) == doc["input_dim"]:
+            doc["feature_names"] = [str(name) for name in names]
+        docs.append(doc)
+    return docs
 
 
 @keras_trees_export("keras_trees.inspection")
-def to_json(model, path=None, x=None, y=None, indent=None):
+def to_json(model, path=None, x=None, y=None, indent=None, feature_names=None):
     """:func:`export_trees` as a JSON string (also written to ``path`` if given)."""
-    text = json.dumps(export_trees(model, x, y), indent=indent)
+    text = json.dumps(export_trees(model, x, y, feature_names), indent=indent)
     if path is not None:
         with open(path, "w") as f:
             f.write(text)

@@ -14,6 +14,8 @@ import numpy as np
 from keras_trees import topology
 from keras_trees.api_export import keras_trees_export
 from keras_trees.forest import Forest
+from keras_trees.inspection import names as _names
+from keras_trees.inspection import rules as _rules
 
 
 def _pyplot():
@@ -24,86 +26,144 @@ def _pyplot():
     return plt
 
 
-def _document(doc):
-    """An exported layer dict, or the dict of a :class:`~keras_trees.forest.Forest`."""
-    return doc.to_dict() if isinstance(doc, Forest) else doc
+def _document(doc, x=None, y=None):
+    """An exported layer dict, or the dict of a :class:`~keras_trees.forest.Forest`
+    (or of a tree layer's ``to_forest()``)."""
+    return doc if isinstance(doc, dict) else _names.as_forest(doc).to_dict(None if x is None else _names.as_array(x), y)
 
 
-def _layout(nodes):
-    """x positions: leaves left to right in order, splits centred over children."""
-    xs, counter = {}, [0]
+def _layout(nodes, shown):
+    """x positions: shown leaves (and truncated splits) left to right in order,
+    splits centred over children; also each node's width in leaves."""
+    xs, span, counter = {}, {}, [0]
 
     def place(i):
         node = nodes[i]
-        if node["type"] == "leaf":
-            xs[i] = counter[0]
+        if node["type"] == "leaf" or i not in shown:
+            xs[i], span[i] = counter[0], 1
             counter[0] += 1
         else:
             place(node["left"])
             place(node["right"])
             xs[i] = 0.5 * (xs[node["left"]] + xs[node["right"]])
+            span[i] = span[node["left"]] + span[node["right"]]
 
     place(0)
-    return xs
+    return xs, span
+
+
+def _visible_depth(nodes, max_depth, max_leaves):
+    """The deepest split level drawn: ``max_depth``, lowered until at most
+    ``max_leaves`` leaves (and cut branches) remain."""
+    depth = max(topology.position_depth(i) for i in nodes) if max_depth is None else int(max_depth)
+    while max_leaves is not None and depth > 0 and sum(
+            topology.position_depth(i) == depth or (nodes[i]["type"] == "leaf" and topology.position_depth(i) < depth)
+            for i in nodes) > max_leaves:
+        depth -= 1
+    return depth
+
+
+def _fits(text, room_inches, fontsize):
+    return len(text) * 0.62 * fontsize / 72.0 <= room_inches
 
 
 @keras_trees_export("keras_trees.inspection")
-def plot_tree(doc, tree=0, ax=None, class_names=None, max_leaves=64):
-    """Draws tree ``tree`` of an exported layer dict (:func:`export_trees`) or a
-    :class:`~keras_trees.forest.Forest`.
+def plot_tree(doc, tree=0, ax=None, class_names=None, max_leaves=None, feature_names=None, max_depth=None,
+              fontsize=None, decimals=3, x=None, y=None):
+    """Draws tree ``tree`` of an exported layer dict (:func:`export_trees`), a
+    :class:`~keras_trees.forest.Forest` or a tree layer.
 
     Edge widths are proportional to ``samples`` when the export was given data.
     Leaves of classifiers are drawn as small bar charts of their class
-    distribution (``class_counts`` when present, else the leaf values).
+    distribution (``class_counts`` when present, else the leaf values). Splits
+    are labelled with the test that sends samples right (the rule text of
+    :func:`~keras_trees.inspection.export_text`).
+
+    Deep trees stay readable: the figure grows with the number of leaves (up
+    to 60 inches), a split's label is drawn only where its subtree is wide
+    enough for it (else a dot marks the split), leaves reached by no sample
+    (``samples == 0``) are drawn as a faint dot without text, and sample
+    counts appear only where they fit.
+
+    Args:
+        class_names: legend entries for the class bars.
+        max_leaves: draw at most this many leaves: deeper levels are cut
+            (as ``max_depth``) until they fit; None draws all.
+        feature_names: names in split labels; default the document's.
+        max_depth: draw splits down to this depth; a split below is drawn as a
+            "..." marker with its sample count.
+        fontsize: of the labels (default 7, 6 for more than 128 leaves).
+        decimals: digits in split labels.
+        x, y: for a forest or layer (not a dict): rows its splits read and
+            optional labels, for sample counts (:meth:`Forest.to_dict`).
 
     Returns the matplotlib ``Axes``.
     """
     plt = _pyplot()
-    doc = _document(doc)
-    names = doc.get("feature_names")
+    doc = _document(doc, x, y)
+    forest = Forest.from_dict(doc)
+    names = _names.resolve(forest.input_dim, feature_names, forest=forest)
     nodes = {n["id"]: n for n in doc["trees"][tree]["nodes"]}
-    n_leaves = sum(n["type"] == "leaf" for n in nodes.values())
-    if n_leaves > max_leaves:
-        raise ValueError(f"tree {tree} has {n_leaves} leaves; plot_tree draws at most max_leaves={max_leaves}")
+    depth = _visible_depth(nodes, max_depth, max_leaves)
+    shown = {i for i in nodes if topology.position_depth(i) < depth or nodes[i]["type"] == "leaf"}
+    shown = {i for i in shown if topology.position_depth(i) <= depth}
+    xs, span = _layout(nodes, shown)
+    n_cols = span[0]
+    levels = int(max(topology.position_depth(i) for i in xs))
+    fontsize = fontsize or (7 if n_cols <= 128 else 6)
     if ax is None:
-        _, ax = plt.subplots(figsize=(max(6, 0.6 * n_leaves), 1.2 * (doc["trees"][tree]["depth"] + 2)))
-    xs = _layout(nodes)
+        _, ax = plt.subplots(figsize=(min(60.0, max(6.0, 0.75 * n_cols)), min(30.0, 1.1 * (levels + 2))))
+    inches = ax.get_position().width * ax.figure.get_size_inches()[0] / (n_cols + 1)  # one leaf column
     total = max(nodes[0].get("samples", 1), 1)
-    for i, node in nodes.items():
-        y = -topology.position_depth(i)
-        if node["type"] == "split":
+    box = 0.8 if n_cols <= 256 else 0.95
+    for i in xs:
+        node, y = nodes[i], -topology.position_depth(i)
+        samples = node.get("samples")
+        empty = samples == 0
+        if node["type"] == "split" and i in shown:
             for child in (node["left"], node["right"]):
-                width = 0.5 + 8.0 * nodes[child].get("samples", total / 2) / total
-                ax.plot([xs[i], xs[child]], [y, y - 1], color="0.5", lw=width, zorder=1, solid_capstyle="round")
-            s = node["split"]
-            if s["kind"] == "axis_aligned":
-                feature = names[s["feature"]] if names else f"x[{s['feature']}]"
-                label = f"{feature} > {s['threshold']:.2f}"
+                width = 0.3 + 6.0 * nodes[child].get("samples", total / 2) / total
+                ax.plot([xs[i], xs[child]], [y, y - 1], color="0.75" if nodes[child].get("samples") == 0 else "0.5",
+                        lw=width, zorder=1, solid_capstyle="round")
+            label = _rules.split_text(forest, tree, i, names, decimals, terms=2)[1]
+            if _fits(label, span[i] * inches, fontsize):
+                ax.text(xs[i], y, label, ha="center", va="center", fontsize=fontsize, zorder=3,
+                        bbox=dict(boxstyle="round", fc="white", ec="0.3"))
             else:
-                label = f"#{i}"
-            ax.text(xs[i], y, label, ha="center", va="center", fontsize=7, zorder=3,
-                    bbox=dict(boxstyle="round", fc="white", ec="0.3"))
-        else:
-            dist = np.asarray(node.get("class_counts", node["value"]), float)
+                ax.plot(xs[i], y, "o", ms=3 if n_cols > 256 else 5, color="0.3", zorder=3)
+            continue
+        if empty:
+            ax.plot(xs[i], y - 0.5, ".", color="0.7", zorder=2)
+            continue
+        if node["type"] == "split":  # cut by max_depth / max_leaves: "..." over the classes arriving
+            ax.text(xs[i], y - 0.08, "...", ha="center", va="bottom", fontsize=fontsize + 1, zorder=3)
+        if node["type"] == "leaf" or "class_counts" in node:
+            dist = np.asarray(node.get("class_counts", node.get("value")), float)
             if dist.sum() == 0:  # no data reached this leaf: draw what it predicts
                 dist = np.asarray(node["value"], float)
             if dist.size > 1 and (dist >= 0).all() and dist.sum() > 0:
                 dist = dist / dist.sum()
                 k = dist.size
-                left = xs[i] - 0.4
-                ax.bar(left + (np.arange(k) + 0.5) * 0.8 / k, 0.8 * dist, width=0.8 / k, bottom=y - 0.9,
+                left = xs[i] - box / 2
+                ax.bar(left + (np.arange(k) + 0.5) * box / k, 0.8 * dist, width=box / k, bottom=y - 0.9,
                        color=plt.cm.tab20(np.arange(k) % 20), zorder=2)
-                ax.add_patch(plt.Rectangle((left, y - 0.9), 0.8, 0.8, fill=False, ec="0.3", zorder=3))
+                ax.add_patch(plt.Rectangle((left, y - 0.9), box, 0.8, fill=False, ec="0.3",
+                                           lw=0.8 if n_cols <= 256 else 0.3, zorder=3))
             else:
-                ax.text(xs[i], y - 0.5, np.array2string(dist, precision=2), ha="center", fontsize=6)
-            if "samples" in node:
-                ax.text(xs[i], y - 1.05, str(node["samples"]), ha="center", va="top", fontsize=6)
-    ax.set_xlim(-1, n_leaves)
-    ax.set_ylim(-doc["trees"][tree]["depth"] - 1.4, 0.6)
+                text = np.array2string(dist, precision=2)
+                if _fits(text, inches, fontsize - 1):
+                    ax.text(xs[i], y - 0.5, text, ha="center", fontsize=fontsize - 1)
+                else:
+                    ax.plot(xs[i], y - 0.5, "s", ms=2, color="0.3", zorder=2)
+        if samples is not None and _fits(str(samples), inches, fontsize - 1):
+            ax.text(xs[i], y - 1.05, str(samples), ha="center", va="top", fontsize=fontsize - 1)
+    ax.set_xlim(-1, n_cols)
+    ax.set_ylim(-levels - 1.4, 0.6)
     ax.axis("off")
     source = f"{doc['class_name']} {doc['name']!r}" if "class_name" in doc else doc["family"]
+    cut = f", drawn to depth {depth}" if depth < doc["trees"][tree]["depth"] else ""
     ax.set_title(f"{source}, tree {tree}: "
-                 f"{doc['trees'][tree]['num_leaves']} leaves, depth {doc['trees'][tree]['depth']}",
+                 f"{doc['trees'][tree]['num_leaves']} leaves, depth {doc['trees'][tree]['depth']}{cut}",
                  fontsize=9)
     if class_names is not None:
         k = len(class_names)

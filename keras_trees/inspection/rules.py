@@ -1,0 +1,140 @@
+"""Trees as indented rule text, in the layout of scikit-learn's ``export_text``.
+
+::
+
+    |--- petal width (cm) <= 0.800
+    |   |--- class: setosa
+    |--- petal width (cm) >  0.800
+    |   |--- ...
+
+Each split prints its test twice, first the side samples going left satisfy,
+then the right side, following the forest's ``right_if``: an axis-aligned
+split ``x[f] - t`` reads ``f <= t`` / ``f >  t`` (``f >= t`` / ``f <  t`` for
+``right_if="negative"``); an oblique one ``<w, x> + b`` reads
+``0.52*a - 0.31*b + 0.12*c + ... (4 more) <= -b`` with its ``terms`` largest
+``|w_j|``; a noisy-OR one ``f(x) <= c`` with
+``f(x) = r_1*sp(<w_1, x> + b_1) + ...`` (``sp`` = softplus, facets by
+decreasing ``r_k``, facets with ``r_k = 0`` left out).
+"""
+
+import numpy as np
+
+from keras_trees import topology
+from keras_trees.api_export import keras_trees_export
+from keras_trees.inspection import names as _names
+
+
+def _number(value, decimals):
+    return f"{value:.{decimals}f}"
+
+
+def _linear_terms(w, names, decimals, terms):
+    order = [j for j in np.argsort(-np.abs(w), kind="stable") if w[j] != 0]
+    if not order:
+        return "0"
+    text = ""
+    for j in order[:terms]:
+        sign = "-" if w[j] < 0 else "+"
+        text += f" {sign} {_number(abs(w[j]), decimals)}*{names[j]}" if text else \
+            f"{'-' if w[j] < 0 else ''}{_number(abs(w[j]), decimals)}*{names[j]}"
+    if len(order) > terms:
+        text += f" + ... ({len(order) - terms} more)"
+    return text
+
+
+def split_text(forest, t, i, names, decimals, terms):
+    """``(left, right)`` texts of split ``i`` of tree ``t``."""
+    if forest.split_kind == "axis_aligned":
+        lhs, rhs = names[forest.feature[t, i]], forest.threshold[t, i]
+    elif forest.split_kind == "linear":
+        lhs, rhs = _linear_terms(forest.weights[t, i], names, decimals, terms), -forest.bias[t, i]
+    else:
+        r = forest.expert_weights[t, i]
+        facets = [k for k in np.argsort(-r, kind="stable") if r[k] > 0]
+        parts = [f"{_number(r[k], decimals)}*sp({_linear_terms(forest.weights[t, i, k], names, decimals, terms)}"
+                 f" {'-' if forest.bias[t, i, k] < 0 else '+'} {_number(abs(forest.bias[t, i, k]), decimals)})"
+                 for k in facets[:terms]]
+        more = f" + ... ({len(facets) - terms} more)" if len(facets) > terms else ""
+        lhs, rhs = (" + ".join(parts) or "0") + more, forest.threshold[t, i]
+    rhs = _number(rhs, decimals)
+    if forest.right_if == "positive":
+        return f"{lhs} <= {rhs}", f"{lhs} >  {rhs}"
+    return f"{lhs} >= {rhs}", f"{lhs} <  {rhs}"
+
+
+def _leaf(forest, t, i, class_names, decimals, samples):
+    value = forest.leaves[t, i]
+    if forest.num_classes is not None:
+        k = int(np.argmax(value))
+        text = f"class: {class_names[k] if class_names is not None else k}"
+    else:
+        text = "value: [" + ", ".join(_number(v, decimals) for v in value) + "]"
+    return text if samples is None else f"{text} (samples: {int(samples[t, i])})"
+
+
+def _subtree_depth(state, i):
+    if state[i] != topology.SPLIT:
+        return 1
+    return 1 + max(_subtree_depth(state, 2 * i + 1), _subtree_depth(state, 2 * i + 2))
+
+
+@keras_trees_export("keras_trees.inspection")
+def export_text(forest, tree=0, feature_names=None, class_names=None, max_depth=None, decimals=3,
+                x=None, terms=3, spacing=3):
+    """Tree ``tree`` as indented rules (scikit-learn's ``export_text`` layout).
+
+    Args:
+        forest: a :class:`~keras_trees.forest.Forest`, an exported layer dict,
+            a tree layer or a fitted scikit-learn tree.
+        tree: which tree of the forest.
+        feature_names: ``input_dim`` names; default the columns of ``x`` if a
+            DataFrame, else the forest's ``feature_names``, else ``x[j]``.
+        class_names: names of the classes, for forests whose leaves are class
+            distributions (leaves print the ``argmax``); other leaves print
+            their values.
+        max_depth: splits deeper than this print ``truncated branch of depth k``
+            (None: the whole tree).
+        decimals: digits of thresholds, weights and values.
+        x: optional rows the splits read: leaves then show ``(samples: n)``,
+            the samples routed there (:meth:`Forest.node_statistics`).
+        terms: oblique splits print their ``terms`` largest-``|weight|`` terms
+            (noisy-OR splits as many facets), then ``+ ... (k more)``.
+        spacing: width of one indentation level.
+
+    >>> import numpy as np
+    >>> from keras_trees import Forest, topology
+    >>> stump = Forest(node_state=topology.stump(1, 1), split_kind="axis_aligned",
+    ...                feature=np.array([[1]]), threshold=np.array([[0.5]]),
+    ...                leaves=np.array([[[0.0, 0.0], [0.9, 0.1], [0.2, 0.8]]]), input_dim=2, num_classes=2)
+    >>> print(export_text(stump, feature_names=["a", "b"], class_names=["no", "yes"]))
+    |--- b <= 0.500
+    |   |--- class: no
+    |--- b >  0.500
+    |   |--- class: yes
+    <BLANKLINE>
+    """
+    forest = _names.as_forest(forest)
+    one = forest.tree(tree)
+    names = _names.resolve(forest.input_dim, feature_names, x, forest)
+    samples = None if x is None else one.node_statistics(_names.as_array(x))["samples"]
+    if class_names is not None and forest.num_classes is not None and len(class_names) != forest.num_classes:
+        raise ValueError(f"class_names must hold {forest.num_classes} names, got {len(class_names)}")
+    state = one.node_state[0]
+    lines = []
+
+    def recurse(i, depth):
+        indent = ("|" + " " * spacing) * depth
+        indent = indent[:-spacing] + "-" * spacing
+        if max_depth is not None and depth > max_depth + 1 and _subtree_depth(state, i) > 1:
+            lines.append(f"{indent} truncated branch of depth {_subtree_depth(state, i)}")
+        elif state[i] == topology.SPLIT:
+            left, right = split_text(one, 0, i, names, decimals, terms)
+            lines.append(f"{indent} {left}")
+            recurse(2 * i + 1, depth + 1)
+            lines.append(f"{indent} {right}")
+            recurse(2 * i + 2, depth + 1)
+        else:
+            lines.append(f"{indent} {_leaf(one, 0, i, class_names, decimals, samples)}")
+
+    recurse(0, 1)
+    return "\n".join(lines) + "\n"
