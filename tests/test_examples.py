@@ -75,3 +75,12 @@ def test_non_greedy_trees_tutorial(tmp_path):
                      str(tmp_path / "out"), tmp_path=tmp_path)
     assert "identical predictions = True" in out
     assert (tmp_path / "out" / "nu_active_leaves.png").exists()
+
+
+def test_interpret_breast_cancer(tmp_path):
+    out = run_script("examples/interpret_breast_cancer.py", "--epochs", "3", "--png", str(tmp_path / "cart.png"),
+                     tmp_path=tmp_path)
+    assert "|--- worst" in out or "|--- mean" in out  # rules with the DataFrame's feature names
+    assert "gain importances equal scikit-learn's: True" in out
+    assert (tmp_path / "cart.png").stat().st_size > 10_000
+    assert "hard trees agree with the soft model on" in out
