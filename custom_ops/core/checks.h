@@ -50,6 +50,16 @@ inline std::string Exact(const Shape& s, const Shape& want, const char* name) {
   return Message(name, " must have shape ", ShapeString(want), ", got ", ShapeString(s));
 }
 
+// The depth of a perfect tree whose `axis` (e.g. "node_weights.shape[1]")
+// holds its num_internal = 2**depth - 1 splits, within [1, kMaxDepth].
+inline std::string PerfectDepth(int64_t num_internal, const char* axis, int* depth) {
+  *depth = DepthFromInternalNodes(num_internal);
+  if (*depth < 1 || *depth > kMaxDepth) {
+    return Message(axis, " must be 2**depth - 1 with 1 <= depth <= ", kMaxDepth, ", got ", num_internal);
+  }
+  return "";
+}
+
 }  // namespace checks_internal
 
 // Returns the first non-empty message of a sequence of checks.
@@ -74,11 +84,7 @@ inline std::string CheckSoftTreeEnsembleShapes(const Shape& x, const Shape& w, c
   d->trees = w[0];
   d->num_internal = w[1];
   d->units = o[2];
-  d->depth = DepthFromInternalNodes(d->num_internal);
-  if (d->depth < 1 || d->depth > kMaxDepth) {
-    return Message("node_weights.shape[1] must be 2**depth - 1 with 1 <= depth <= ", kMaxDepth,
-                   ", got ", d->num_internal);
-  }
+  KT_RETURN_IF_ERROR(PerfectDepth(d->num_internal, "node_weights.shape[1]", &d->depth));
   if (w[2] != d->input_dim) {
     return Message("node_weights.shape[2] (", w[2], ") must equal the input dimension x.shape[1] (",
                    d->input_dim, ")");
@@ -171,11 +177,7 @@ inline std::string CheckRoutingShapes(bool experts, const Shape& x, const Shape&
   d->trees = w[0];
   d->num_internal = w[1];
   d->experts = experts ? w[2] : 1;
-  d->depth = DepthFromInternalNodes(d->num_internal);
-  if (d->depth < 1 || d->depth > kMaxDepth) {
-    return Message("split_weights.shape[1] must be 2**depth - 1 with 1 <= depth <= ", kMaxDepth,
-                   ", got ", d->num_internal);
-  }
+  KT_RETURN_IF_ERROR(PerfectDepth(d->num_internal, "split_weights.shape[1]", &d->depth));
   if (w[rank - 1] != d->input_dim) {
     return Message("split_weights.shape[", rank - 1, "] (", w[rank - 1],
                    ") must equal the input dimension x.shape[1] (", d->input_dim, ")");
@@ -219,11 +221,7 @@ inline std::string CheckLossAugmentedShapes(bool log_loss, const Shape& x, const
   d->batch = x[0];
   d->input_dim = x[1];
   d->num_internal = w[0];
-  d->depth = DepthFromInternalNodes(d->num_internal);
-  if (d->depth < 1 || d->depth > kMaxDepth) {
-    return Message("split_weights.shape[0] must be 2**depth - 1 with 1 <= depth <= ", kMaxDepth,
-                   ", got ", d->num_internal);
-  }
+  KT_RETURN_IF_ERROR(PerfectDepth(d->num_internal, "split_weights.shape[0]", &d->depth));
   if (w[1] != d->input_dim) {
     return Message("split_weights.shape[1] (", w[1], ") must equal the input dimension x.shape[1] (",
                    d->input_dim, ")");
