@@ -337,6 +337,38 @@ std::string CheckPrunedRoutingValues(const PrunedRoutingDims& d, const T* x, con
   return "";
 }
 
+// The E-step's own inputs (PrunedEmStatistics): leaf_values, the leaves'
+// class distributions [trees, positions, classes] (sets d->units = classes),
+// finite and >= 0, labels [batch] in [0, classes) and sample_weight [batch],
+// finite and >= 0.
+template <typename T>
+std::string CheckEmInputs(const Shape& leaf_values, const Shape& labels, const Shape& sample_weight,
+                          const T* leaf_data, const int32_t* label_values, const T* weight_values,
+                          PrunedRoutingDims* d) {
+  using namespace checks_internal;
+  if (auto m = CheckPrunedLeafValues(leaf_values, d); !m.empty()) return m;
+  if (d->units < 1) return "leaf_values must have at least one class (leaf_values.shape[2] >= 1)";
+  if (auto m = Exact(labels, {d->batch}, "labels"); !m.empty()) return m;
+  if (auto m = Exact(sample_weight, {d->batch}, "sample_weight"); !m.empty()) return m;
+  const int64_t n = d->trees * (2 * d->num_internal + 1) * d->units;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!(std::isfinite(leaf_data[i]) && leaf_data[i] >= T(0))) {
+      return Message("leaf_values must be finite and >= 0 (class distributions), got ", leaf_data[i]);
+    }
+  }
+  for (int64_t i = 0; i < d->batch; ++i) {
+    if (label_values[i] < 0 || label_values[i] >= d->units) {
+      return Message("labels[", i, "] = ", label_values[i], " is outside [0, ", d->units, ") (the classes of leaf_values)");
+    }
+  }
+  for (int64_t i = 0; i < d->batch; ++i) {
+    if (!(std::isfinite(weight_values[i]) && weight_values[i] >= T(0))) {
+      return Message("sample_weight[", i, "] = ", weight_values[i], " must be finite and >= 0");
+    }
+  }
+  return "";
+}
+
 #undef KT_RETURN_IF_ERROR
 
 }  // namespace keras_trees

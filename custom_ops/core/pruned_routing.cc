@@ -505,6 +505,82 @@ void Backward(const PrunedRoutingDims& d, const T* grad_output, const T* x, cons
   }
 }
 
+// One kept leaf of the E-step: heap position over all trees
+// (tree * positions + node), sample in the group and mu_l(x) pi[t, l, y].
+template <typename T>
+struct EmLeaf {
+  int64_t index;
+  int32_t sample;
+  T value;
+};
+
+// Kept leaves the E-step remembers per group of samples at most (a group is
+// sized so its worst case, every leaf of every tree, fits: at most 128 MB per
+// thread in float32, reached only when nearly nothing is pruned).
+constexpr int64_t kMaxEmGroupLeaves = int64_t{1} << 23;
+// Sample blocks of the E-step at most (each has kMinBlockSamples samples at
+// least and, but the first, a partial copy of the counts).
+constexpr int64_t kMaxEmBlocks = 16;
+
+template <typename T, typename Form>
+void EmStatistics(const PrunedRoutingDims& d, const T* x, const Form& form, const bool* is_split,
+                  const T* leaf_values, const int32_t* labels, const T* sample_weight, T threshold,
+                  T* counts, const ParallelFor& parallel_for) {
+  const int64_t batch = d.batch, trees = d.trees, classes = d.units;
+  const int64_t num_internal = d.num_internal, positions = 2 * num_internal + 1;
+  const int64_t size = trees * positions * classes;
+  std::fill_n(counts, size, T(0));
+  if (batch == 0 || trees == 0) return;
+  const int64_t group = std::max<int64_t>(
+      1, std::min(ChunkSize(num_internal), kMaxEmGroupLeaves / (trees * (num_internal + 1))));
+  int64_t blocks = std::min((batch + kMinBlockSamples - 1) / kMinBlockSamples, kMaxEmBlocks);
+  while (blocks > 1 && (blocks - 1) * size > kMaxPartialElements) --blocks;
+  blocks = std::max<int64_t>(blocks, 1);
+  std::vector<T> partial(static_cast<size_t>((blocks - 1) * size), T(0));
+  const T num_trees = static_cast<T>(trees);
+
+  const int64_t cost = (batch / blocks + 1) * trees * ((2 * d.depth + 1) * form.Cost() + 8);
+  parallel_for(blocks, cost, [&](int64_t begin, int64_t end) {
+    ChunkWalk<T, Form> walk(form, is_split, num_internal, d.input_dim, threshold);
+    std::vector<EmLeaf<T>> kept;
+    std::vector<T> scale;
+    for (int64_t blk = begin; blk < end; ++blk) {
+      T* out = blk == 0 ? counts : partial.data() + (blk - 1) * size;
+      const int64_t first = batch * blk / blocks, last = batch * (blk + 1) / blocks;
+      for (int64_t b0 = first; b0 < last; b0 += group) {
+        const int64_t count = std::min(group, last - b0);
+        kept.clear();
+        scale.assign(static_cast<size_t>(count), T(0));  // sum_t sum_l mu pi[y], then the weight
+        for (int64_t t = 0; t < trees; ++t) {
+          walk.Run(t, x, b0, count);
+          const T* pi = leaf_values + t * positions * classes;
+          for (int64_t j = 0; j < walk.num_leaves; ++j) {
+            const LeafVisit<T>& l = walk.leaves[j];
+            const T value = l.mass * pi[l.node * classes + labels[b0 + l.sample]];
+            scale[l.sample] += value;
+            kept.push_back(EmLeaf<T>{t * positions + l.node, l.sample, value});
+          }
+        }
+        for (int64_t i = 0; i < count; ++i) {
+          const T w = sample_weight == nullptr ? T(1) : sample_weight[b0 + i];
+          scale[i] = w / (num_trees * std::max(scale[i] / num_trees, T(1e-30)));
+        }
+        for (const EmLeaf<T>& e : kept) {
+          out[e.index * classes + labels[b0 + e.sample]] += e.value * scale[e.sample];
+        }
+      }
+    }
+  });
+  if (blocks > 1) {
+    parallel_for(size, blocks * 2, [&](int64_t begin, int64_t end) {
+      for (int64_t blk = 1; blk < blocks; ++blk) {
+        const T* src = partial.data() + (blk - 1) * size;
+        for (int64_t i = begin; i < end; ++i) counts[i] += src[i];
+      }
+    });
+  }
+}
+
 template <typename T>
 ObliqueForm<T> MakeForm(const PrunedRoutingDims& d, const ObliqueSplits<T>& s) {
   return ObliqueForm<T>{s, d.input_dim, d.trees * d.num_internal};
@@ -571,6 +647,22 @@ void PrunedLeafStatistics(const PrunedRoutingDims& d, const T* weights, const T*
   Backward<T>(d, weights, x, MakeForm(d, splits), is_split, nullptr, threshold, false, nullptr,
               ExpertSplitGrads<T>{}, statistics, parallel_for);
 }
+
+template <typename T>
+void PrunedEmStatistics(const PrunedRoutingDims& d, const T* x, const ObliqueSplits<T>& splits,
+                        const bool* is_split, const T* leaf_values, const int32_t* labels,
+                        const T* sample_weight, T threshold, T* counts, const ParallelFor& parallel_for) {
+  EmStatistics<T>(d, x, MakeForm(d, splits), is_split, leaf_values, labels, sample_weight, threshold,
+                  counts, parallel_for);
+}
+
+template void PrunedEmStatistics<float>(const PrunedRoutingDims&, const float*, const ObliqueSplits<float>&,
+                                        const bool*, const float*, const int32_t*, const float*, float,
+                                        float*, const ParallelFor&);
+template void PrunedEmStatistics<double>(const PrunedRoutingDims&, const double*,
+                                         const ObliqueSplits<double>&, const bool*, const double*,
+                                         const int32_t*, const double*, double, double*,
+                                         const ParallelFor&);
 
 #define KT_INSTANTIATE_PRUNED_ROUTING(T, SPLITS, GRADS)                                        \
   template void PrunedRoutingForward<T>(const PrunedRoutingDims&, const T*, const SPLITS<T>&,   \

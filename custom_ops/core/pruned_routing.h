@@ -152,6 +152,31 @@ void PrunedLeafStatistics(const PrunedRoutingDims& d, const T* weights, const T*
                           const ExpertSplits<T>& splits, const bool* is_split, T threshold,
                           T* statistics, const ParallelFor& parallel_for);
 
+// EM E-step of end-to-end trees and forests (Hehn et al. 2019, Eq. 10, with
+// Eq. 20 inside Eq. 4 for forests) over the kept leaves, in one walk per
+// (sample, tree). With the leaves' class distributions
+// pi = leaf_values [trees, positions, classes] (d.units = classes):
+//
+//   p(y_b)          = (1 / trees) sum_t sum_{kept l} mu_l(x_b) pi[t, l, y_b]
+//   h[b, t, l]      = mu_l(x_b) pi[t, l, y_b] / (trees * max(p(y_b), 1e-30))
+//   counts[t, l, k] = sum_{b: y_b = k} sample_weight[b] * h[b, t, l]
+//
+// counts [trees, positions, classes] is overwritten (0 at positions no sample
+// keeps); labels [batch] must lie in [0, classes) and sample_weight [batch]
+// be finite and >= 0 (the adapters check: core/checks.h CheckEmInputs), or
+// null for weights of 1. The same numbers as PrunedRoutingForward (for p(y))
+// followed by PrunedLeafStatistics with weights onehot(y) w / (trees p(y))
+// times pi, which walks every path twice; here each sample's kept leaves
+// (with mu pi[y]) are remembered between the two halves, for groups of
+// samples of a fixed size (a function of the shapes) so the buffer stays
+// bounded. Deterministic like the other passes: samples are split into
+// blocks by the shapes only, and the blocks' partial counts are added in
+// block order.
+template <typename T>
+void PrunedEmStatistics(const PrunedRoutingDims& d, const T* x, const ObliqueSplits<T>& splits,
+                        const bool* is_split, const T* leaf_values, const int32_t* labels,
+                        const T* sample_weight, T threshold, T* counts, const ParallelFor& parallel_for);
+
 }  // namespace keras_trees
 
 #endif  // KERAS_TREES_CORE_PRUNED_ROUTING_H_

@@ -207,6 +207,34 @@ class PrunedLeafStatisticsOp : public OpKernel, PrunedRoutingAttrs {
   }
 };
 
+// Inputs: x, split_weights, split_bias, gamma, is_split, leaf_values,
+// labels, sample_weight. Output: counts [trees, 2 * num_internal + 1, classes].
+template <typename T>
+class PrunedEmStatisticsOp : public OpKernel, PrunedRoutingAttrs {
+ public:
+  explicit PrunedEmStatisticsOp(OpKernelConstruction* ctx) : OpKernel(ctx), PrunedRoutingAttrs(ctx) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    PrunedRoutingDims d;
+    ObliqueSplits<T> splits;
+    if (!ObliqueInputs<T>::Read(ctx, 0, true, &d, &splits)) return;
+    const Tensor& leaf_values = ctx->input(5);
+    const Tensor& labels = ctx->input(6);
+    const Tensor& weights = ctx->input(7);
+    const std::string message = CheckEmInputs<T>(
+        ShapeOf(leaf_values), ShapeOf(labels), ShapeOf(weights), leaf_values.flat<T>().data(),
+        labels.flat<int32_t>().data(), weights.flat<T>().data(), &d);
+    OP_REQUIRES(ctx, message.empty(), InvalidArgument(message));
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(
+                            0, TensorShape({d.trees, 2 * d.num_internal + 1, d.units}), &out));
+    PrunedEmStatistics<T>(d, ctx->input(0).flat<T>().data(), splits, ctx->input(4).flat<bool>().data(),
+                          leaf_values.flat<T>().data(), labels.flat<int32_t>().data(),
+                          weights.flat<T>().data(), T(threshold_), out->flat<T>().data(),
+                          CpuParallelFor(ctx));
+  }
+};
+
 #define REGISTER_PRUNED_ROUTING(NAME, KERNEL, INPUTS, T)                                  \
   REGISTER_KERNEL_BUILDER(                                                                \
       Name(NAME).Device(::tensorflow::DEVICE_CPU).TypeConstraint<T>("T"), KERNEL<T, INPUTS<T>>);
@@ -224,5 +252,14 @@ class PrunedLeafStatisticsOp : public OpKernel, PrunedRoutingAttrs {
 
 REGISTER_PRUNED_ROUTING_ALL(float);
 REGISTER_PRUNED_ROUTING_ALL(double);
+
+#define REGISTER_PRUNED_EM_STATISTICS(T)                                                   \
+  REGISTER_KERNEL_BUILDER(Name("KerasTrees>PrunedEmStatistics")                            \
+                              .Device(::tensorflow::DEVICE_CPU)                            \
+                              .TypeConstraint<T>("T"),                                     \
+                          PrunedEmStatisticsOp<T>);
+
+REGISTER_PRUNED_EM_STATISTICS(float);
+REGISTER_PRUNED_EM_STATISTICS(double);
 
 }  // namespace keras_trees

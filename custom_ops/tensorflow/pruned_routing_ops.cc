@@ -81,6 +81,25 @@ Status StatisticsShape(InferenceContext* c, bool experts) {
   return Status();
 }
 
+// x, split_weights, split_bias, gamma, is_split, leaf_values [trees,
+// positions, classes], labels [batch], sample_weight [batch] -> counts
+// [trees, positions, classes].
+Status EmStatisticsShape(InferenceContext* c) {
+  ShapeHandle x, w, v, y, sw;
+  TF_RETURN_IF_ERROR(SplitInputs(c, 0, false, &x, &w));
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(5), 3, &v));
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(6), 1, &y));
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(7), 1, &sw));
+  DimensionHandle positions, unused;
+  TF_RETURN_IF_ERROR(Positions(c, w, &positions));
+  TF_RETURN_IF_ERROR(c->Merge(c->Dim(v, 0), c->Dim(w, 0), &unused));
+  TF_RETURN_IF_ERROR(c->Merge(c->Dim(v, 1), positions, &unused));
+  TF_RETURN_IF_ERROR(c->Merge(c->Dim(y, 0), c->Dim(x, 0), &unused));
+  TF_RETURN_IF_ERROR(c->Merge(c->Dim(sw, 0), c->Dim(x, 0), &unused));
+  c->set_output(0, c->MakeShape({c->Dim(w, 0), positions, c->Dim(v, 2)}));
+  return Status();
+}
+
 }  // namespace
 
 REGISTER_OP("KerasTrees>PrunedRouting")
@@ -242,6 +261,29 @@ REGISTER_OP("KerasTrees>PrunedLeafStatisticsExperts")
     .SetShapeFn([](InferenceContext* c) { return StatisticsShape(c, true); })
     .Doc(R"doc(
 KerasTrees>PrunedLeafStatistics for noisy-OR expert splits.
+)doc");
+
+REGISTER_OP("KerasTrees>PrunedEmStatistics")
+    .Input("x: T")
+    .Input("split_weights: T")
+    .Input("split_bias: T")
+    .Input("gamma: T")
+    .Input("is_split: bool")
+    .Input("leaf_values: T")
+    .Input("labels: int32")
+    .Input("sample_weight: T")
+    .Output("counts: T")
+    .Attr("T: {float, double}")
+    .Attr("threshold: float = 0.0")
+    .SetShapeFn(EmStatisticsShape)
+    .Doc(R"doc(
+EM E-step of end-to-end trees and forests (Hehn et al. 2019, Eq. 10) over the
+leaves KerasTrees>PrunedRouting keeps, in one walk: with the leaves' class
+distributions pi = leaf_values [num_trees, 2**(depth+1) - 1, classes],
+  p(y_b) = (1 / num_trees) sum_t sum_l mu_l(x_b) pi[t, l, y_b],
+  counts[t, l, k] = sum_{b: y_b = k} sample_weight[b] mu_l(x_b) pi[t, l, y_b]
+                    / (num_trees * max(p(y_b), 1e-30)).
+labels [batch] in [0, classes); sample_weight [batch] >= 0. Not differentiable.
 )doc");
 
 }  // namespace keras_trees

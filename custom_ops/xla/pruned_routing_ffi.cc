@@ -16,6 +16,7 @@
 KT_EXPORT_FFI_HANDLER(KerasTreesPrunedRouting);
 KT_EXPORT_FFI_HANDLER(KerasTreesPrunedRoutingGrad);
 KT_EXPORT_FFI_HANDLER(KerasTreesPrunedLeafStatistics);
+KT_EXPORT_FFI_HANDLER(KerasTreesPrunedEmStatistics);
 
 namespace keras_trees {
 namespace {
@@ -161,6 +162,31 @@ ffi::Error Statistics(ffi::ThreadPool pool, ffi::RemainingArgs args, ffi::Result
   });
 }
 
+ffi::Error EmStatistics(ffi::ThreadPool pool, ffi::RemainingArgs args, ffi::Result<ffi::AnyBuffer> counts,
+                        float threshold) {
+  // x, split_weights, split_bias, gamma, is_split, leaf_values, labels, sample_weight (oblique splits).
+  const std::vector<ffi::AnyBuffer> in_args = Buffers(args);
+  if (in_args.size() != 8) return InvalidArgument("pruned EM statistics: wrong arity");
+  return DispatchFloat(in_args[0], "x", [&](auto tag) -> ffi::Error {
+    using T = decltype(tag);
+    PrunedRoutingDims d;
+    Inputs<T> in;
+    if (auto m = Read<T>(in_args, false, true, threshold, &d, &in); !m.empty()) return InvalidArgument(m);
+    const ffi::AnyBuffer &v = in.extra(0), &labels = in.extra(1), &weights = in.extra(2);
+    if (!HasType<T>(v) || !HasType<T>(weights)) return InvalidArgument("leaf_values and sample_weight need x's dtype");
+    if (auto m = CheckType(labels, ffi::DataType::S32, "labels", "int32"); !m.empty()) return InvalidArgument(m);
+    if (auto m = CheckEmInputs<T>(ShapeOf(v), ShapeOf(labels), ShapeOf(weights), Data<T>(v), Data<int32_t>(labels),
+                                  Data<T>(weights), &d);
+        !m.empty()) {
+      return InvalidArgument(m);
+    }
+    PrunedEmStatistics<T>(d, Data<T>(in.x()), in.oblique, Data<bool>(in.is_split()), Data<T>(v),
+                          Data<int32_t>(labels), Data<T>(weights), T(threshold), Data<T>(counts),
+                          XlaParallelFor(pool));
+    return ffi::Error::Success();
+  });
+}
+
 }  // namespace
 }  // namespace keras_trees
 
@@ -193,3 +219,10 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesPrunedLeafStatistics, keras_trees::Stati
                                   .Attr<float>("threshold")
                                   .Attr<bool>("experts")
                                   .Attr<bool>("annealed"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesPrunedEmStatistics, keras_trees::EmStatistics,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .RemainingArgs()  // x, split inputs, is_split, leaf_values, labels, sample_weight
+                                  .Ret<ffi::AnyBuffer>()  // counts [trees, positions, classes]
+                                  .Attr<float>("threshold"));

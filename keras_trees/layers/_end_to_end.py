@@ -522,19 +522,14 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeMixin, ForestLayer, keras.laye
             return ops.reshape(ops.einsum("btn,bk->tnk", h, counted), (total, self.num_classes))
 
         def soft_pruned():
-            # h[b, l] = mu_l pi_l[y_b] / (T p(y_b)), so counts[l, k] =
-            # pi_l[k] sum_b mu_l(x_b) counted[b, k] / (T p(y_b)): the leaf
-            # statistics of the kept leaves with those per-sample weights.
-            values = ops.cast(self._leaves(), feats.dtype)
-            out = self._pruned_outputs(feats, values)  # (B, T, K)
-            p_y = ops.sum(ops.sum(out, axis=1) * onehot, axis=1) / T
-            r = counted / (T * ops.maximum(p_y, 1e-30))[:, None]
-            weights = ops.broadcast_to(r[:, None, :], ops.shape(out))
-            stats = pruned_routing.pruned_leaf_statistics(
-                feats, self.effective_kernel(), self.split_bias, self.gamma, self._is_split(), weights,
-                self.prune_threshold,
+            # One walk per (sample, tree): the kernel keeps each sample's
+            # leaves between p(y) and the counts.
+            weight = None if sample_weight is None else ops.reshape(ops.cast(sample_weight, feats.dtype), (-1,))
+            counts = pruned_routing.pruned_em_statistics(
+                feats, self.effective_kernel(), self.split_bias, self.gamma, self._is_split(),
+                ops.cast(self._leaves(), feats.dtype), y, weight, self.prune_threshold,
             )
-            return ops.reshape(stats * values, (total, self.num_classes))
+            return ops.reshape(counts, (total, self.num_classes))
 
         def soft():
             if self._pruned_op:

@@ -149,3 +149,15 @@ def pruned_leaf_statistics(x, split_weights, split_bias, gamma, is_split, weight
     attrs = tuple(sorted(_attrs(threshold, expert_weights is not None, annealed).items()))
     r = jnp.asarray(weights).astype(x.dtype)
     return _leaf_statistics(attrs, r, x, splits, is_split).astype(out)
+
+
+def pruned_em_statistics(x, split_weights, split_bias, gamma, is_split, leaf_values, labels, sample_weight,
+                         threshold):
+    """EM counts (no gradient: the inputs are cut from autodiff)."""
+    out, x, splits, is_split = _prepare(x, split_weights, split_bias, gamma, is_split, None, None)
+    v, w = common.cast(x.dtype, leaf_values, sample_weight)
+    args = common.no_gradient(x, *splits, is_split, v, jnp.asarray(labels).astype("int32"), w)
+    trees, internal = is_split.shape
+    shape = common.shape((trees, 2 * internal + 1, v.shape[2]), x.dtype)
+    counts = common.call("KerasTreesPrunedEmStatistics", shape, *args, threshold=np.float32(threshold))
+    return counts.astype(out)

@@ -31,6 +31,7 @@ _FFI_TARGETS = (
     "KerasTreesPrunedRouting",
     "KerasTreesPrunedRoutingGrad",
     "KerasTreesPrunedLeafStatistics",
+    "KerasTreesPrunedEmStatistics",
 )
 _lock = threading.Lock()
 _state = {"loaded": None, "module": None, "error": None, "warned": False}

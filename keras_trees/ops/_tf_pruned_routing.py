@@ -49,6 +49,16 @@ def pruned_leaf_statistics(x, split_weights, split_bias, gamma, is_split, weight
     return tf.cast(op(r, *inputs, **_attrs(threshold, expert_weights, annealed)), out_dtype)
 
 
+def pruned_em_statistics(x, split_weights, split_bias, gamma, is_split, leaf_values, labels, sample_weight,
+                         threshold):
+    out_dtype, inputs = _splits(x, split_weights, split_bias, gamma, is_split, None, None)
+    dtype = inputs[0].dtype
+    counts = _library.module().keras_trees_pruned_em_statistics(
+        *inputs, tf.cast(leaf_values, dtype), tf.cast(labels, tf.int32), tf.cast(sample_weight, dtype),
+        threshold=float(threshold))
+    return tf.cast(counts, out_dtype)
+
+
 def _attrs_of(op, experts):
     attrs = {"threshold": op.get_attr("threshold")}
     if experts:
@@ -115,3 +125,7 @@ def _pruned_leaf_statistics_grad(op, grad_statistics):
 @tf.RegisterGradient("KerasTrees>PrunedLeafStatisticsExperts")
 def _pruned_leaf_statistics_experts_grad(op, grad_statistics):
     return _statistics_grad(op, grad_statistics, experts=True)
+
+
+# Counts for the EM M-step: statistics of the data, not differentiated.
+tf.no_gradient("KerasTrees>PrunedEmStatistics")

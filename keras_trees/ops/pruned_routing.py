@@ -34,8 +34,12 @@ trees; rank 4 with ``expert_weights`` and ``rate0``) with the rate
 (annealed, Appendix B; ``gamma`` is the steepness lambda) or ``s = 1 - exp(-S)``
 (``annealed=False``; favoured side right iff ``S > log 2``).
 
-:func:`pruned_route` and :func:`pruned_leaf_statistics` run the compiled
-kernels where available (the ``KerasTrees>PrunedRouting*`` TensorFlow ops or
+:func:`pruned_em_statistics` is the EM E-step of end-to-end trees over the
+kept leaves (one walk per sample and tree instead of :func:`pruned_route`
+followed by :func:`pruned_leaf_statistics`).
+
+:func:`pruned_route`, :func:`pruned_leaf_statistics` and
+:func:`pruned_em_statistics` run the compiled kernels where available (the ``KerasTrees>PrunedRouting*`` TensorFlow ops or
 the ``KerasTreesPruned*`` XLA FFI handlers under JAX, on the CPU) and the
 dense ``keras.ops`` references otherwise, which apply the same pruning rule to
 the dense heap (their cost grows with ``2**depth``).
@@ -349,3 +353,106 @@ def pruned_leaf_statistics(x, split_weights, split_bias, gamma, is_split, weight
                                                          threshold, expert_weights, rate0, annealed)
     return pruned_leaf_statistics_reference(x, split_weights, split_bias, gamma, is_split, weights, threshold,
                                             expert_weights, rate0, annealed)
+
+
+def _check_em_inputs(x, split_weights, leaf_values, labels, sample_weight):
+    """Shapes of the E-step's own inputs; their values too when eager."""
+    if len(split_weights.shape) != 3:
+        raise ValueError("pruned_em_statistics takes oblique splits: split_weights of shape "
+                         f"(num_trees, 2**depth - 1, input_dim), got {_shape(split_weights)}")
+    _check_leaf_values(leaf_values, split_weights)
+    batch = x.shape[0]
+    for name, t in (("labels", labels), ("sample_weight", sample_weight)):
+        if t is not None and (len(t.shape) != 1 or (batch is not None and t.shape[0] not in (None, batch))):
+            raise ValueError(f"{name} must have shape (batch,) = ({batch},), got {_shape(t)}")
+    if "int" not in str(labels.dtype):
+        raise TypeError(f"labels must be integer class ids, got dtype {labels.dtype}")
+    classes = leaf_values.shape[2]
+    yv = _eager_numpy(labels)
+    if yv is not None and yv.size and (yv.min() < 0 or yv.max() >= classes):
+        bad = yv[(yv < 0) | (yv >= classes)][0]
+        raise ValueError(f"labels must be class ids in [0, {classes}) (the classes of leaf_values), got {bad}")
+    vv = _eager_numpy(leaf_values)
+    if vv is not None and not np.all(np.isfinite(vv) & (vv >= 0)):
+        raise ValueError("leaf_values must be finite and >= 0 (the leaves' class distributions)")
+    if sample_weight is not None:
+        wv = _eager_numpy(sample_weight)
+        if wv is not None and not np.all(np.isfinite(wv) & (wv >= 0)):
+            raise ValueError("sample_weight must be finite and >= 0")
+
+
+@keras_trees_export("keras_trees.ops")
+def pruned_em_statistics_reference(x, split_weights, split_bias, gamma, is_split, leaf_values, labels,
+                                   sample_weight=None, prune_threshold=DEFAULT_PRUNE_THRESHOLD):
+    """Dense ``keras.ops`` reference of :func:`pruned_em_statistics` (same arguments and result)."""
+    mu, _, _, _ = pruned_leaf_probabilities(x, split_weights, split_bias, gamma, is_split, prune_threshold)
+    leaf_values, labels = ops.convert_to_tensor(leaf_values), ops.convert_to_tensor(labels)
+    sample_weight = None if sample_weight is None else ops.convert_to_tensor(sample_weight)
+    _check_em_inputs(ops.convert_to_tensor(x), ops.convert_to_tensor(split_weights), leaf_values, labels,
+                     sample_weight)
+    values = ops.cast(leaf_values, mu.dtype)
+    trees = float(values.shape[0])
+    onehot = ops.one_hot(ops.cast(labels, "int32"), values.shape[2], dtype=mu.dtype)
+    pi_y = ops.einsum("tnk,bk->btn", values, onehot)
+    p_y = ops.sum(mu * pi_y, axis=(1, 2)) / trees
+    scale = 1.0 / (trees * ops.maximum(p_y, 1e-30))
+    if sample_weight is not None:
+        scale = scale * ops.cast(sample_weight, mu.dtype)
+    h = mu * pi_y * scale[:, None, None]
+    return ops.stop_gradient(ops.einsum("btn,bk->tnk", h, onehot))
+
+
+@keras_trees_export("keras_trees.ops")
+def pruned_em_statistics(x, split_weights, split_bias, gamma, is_split, leaf_values, labels, sample_weight=None,
+                         prune_threshold=DEFAULT_PRUNE_THRESHOLD):
+    """EM E-step of end-to-end trees and forests over the kept leaves (compiled op where available).
+
+    With the leaves' class distributions ``pi = leaf_values``, the
+    responsibility of leaf ``l`` of tree ``t`` for sample ``b`` (Hehn et al.
+    2019, Eq. 10; for forests the likelihood of Eq. 20 in Eq. 4) is
+    ``h[b, t, l] = mu_l(x_b) pi[t, l, y_b] / (num_trees * p(y_b))`` with
+    ``p(y_b) = (1 / num_trees) sum_t sum_l mu_l(x_b) pi[t, l, y_b]`` over the
+    leaves pruned routing keeps; the result is the M-step's counts
+    ``counts[t, l, k] = sum_{b: y_b = k} w_b h[b, t, l]``. The compiled
+    kernel walks each (sample, tree) once and remembers its kept leaves, where
+    :func:`pruned_route` (for ``p(y)``) then :func:`pruned_leaf_statistics`
+    walk twice. Not differentiable (statistics of the data).
+
+    Args:
+        x, split_weights, split_bias, gamma, is_split, prune_threshold: as in
+            :func:`pruned_route` (oblique splits only).
+        leaf_values: ``(num_trees, 2**(depth+1) - 1, classes)`` class
+            distributions by heap position (finite, ``>= 0``).
+        labels: ``(batch,)`` integer class ids in ``[0, classes)``.
+        sample_weight: optional ``(batch,)`` finite weights ``>= 0`` (1 without).
+
+    Returns:
+        ``(num_trees, 2**(depth+1) - 1, classes)`` counts, 0 at positions
+        that are not kept leaves of any sample.
+
+    >>> import numpy as np
+    >>> w = np.array([[[1.0], [0.0], [0.0]]]); b = np.zeros((1, 3)); g = np.full((1, 3), 2.0)
+    >>> is_split = np.array([[True, False, False]])
+    >>> v = np.zeros((1, 7, 2)); v[0, 1] = [0.9, 0.1]; v[0, 2] = [0.2, 0.8]
+    >>> c = pruned_em_statistics(np.array([[0.0], [0.0]]), w, b, g, is_split, v, np.array([0, 1]),
+    ...                          prune_threshold=0.0)
+    >>> np.round(np.asarray(c, float)[0, 1:3], 4).tolist()  # counts of leaves 1 and 2: 0.5 pi[y] / p(y)
+    [[0.8182, 0.1111], [0.1818, 0.8889]]
+    """
+    if len(ops.convert_to_tensor(split_weights).shape) != 3:
+        raise ValueError("pruned_em_statistics takes oblique splits: split_weights of shape "
+                         f"(num_trees, 2**depth - 1, input_dim), got {_shape(ops.convert_to_tensor(split_weights))}")
+    threshold, _, args = _prepare(x, split_weights, split_bias, gamma, is_split, None, None, True, prune_threshold)
+    x, split_weights, split_bias, gamma, is_split, _, _ = args
+    leaf_values, labels = ops.convert_to_tensor(leaf_values), ops.convert_to_tensor(labels)
+    sample_weight = None if sample_weight is None else ops.convert_to_tensor(sample_weight)
+    _check_em_inputs(x, split_weights, leaf_values, labels, sample_weight)
+    _check_values_eager(x, None)
+    if _library.custom_ops_available():
+        if sample_weight is None:
+            sample_weight = ops.ones(ops.shape(labels), dtype=x.dtype if "float" in str(x.dtype) else "float32")
+        kernels = _library.binding("pruned_routing")
+        return kernels.pruned_em_statistics(x, split_weights, split_bias, gamma, is_split, leaf_values, labels,
+                                            sample_weight, threshold)
+    return pruned_em_statistics_reference(x, split_weights, split_bias, gamma, is_split, leaf_values, labels,
+                                          sample_weight, threshold)

@@ -354,6 +354,37 @@ def test_pruned_routing(threshold, experts, batch, dtype):
         check_deterministic(kernel, args)
 
 
+@pytest.mark.parametrize("threshold", [0.0, 0.05], ids=["exact", "pruned"])
+@pytest.mark.parametrize("batch,dtype", CASES)
+def test_pruned_em_statistics(threshold, batch, dtype):
+    # The fused EM E-step against its reference (eager and compiled), deterministic.
+    rng = np.random.default_rng(31 + batch)
+    with precision(dtype):
+        (x, w, b, gamma, _), is_split = pruned_args(rng, batch, dtype, 0, units=3)
+        v = rng.uniform(0.01, 1, size=(3, 15, 3))
+        v = (v / v.sum(-1, keepdims=True)).astype(dtype)
+        labels = rng.integers(0, 3, batch).astype("int32")
+        weights = rng.uniform(0, 2, batch).astype(dtype)
+
+        def kernel(x, w, b, gamma, v, labels, weights):
+            return tree_ops.pruned_em_statistics(x, w, b, gamma, is_split, v, labels, weights, threshold)
+
+        args = [x, w, b, gamma, v, labels, weights]
+        counts = np.asarray(kernel(*args))
+        ref = np.asarray(tree_ops.pruned_em_statistics_reference(x, w, b, gamma, is_split, v, labels, weights,
+                                                                  threshold))
+        assert counts.shape == (3, 15, 3) and counts.dtype == dtype
+        np.testing.assert_allclose(counts, ref, rtol=TOL[dtype] * 10, atol=TOL[dtype] * 10)
+        np.testing.assert_allclose(counts.sum(), weights.sum(), rtol=TOL[dtype] * 10)
+        check_deterministic(kernel, args)
+    # Bad labels are rejected inside compiled code too (the kernel checks).
+    if batch > 1:
+        bad = labels.copy()
+        bad[1] = 7
+        with pytest.raises(Exception, match=r"labels\[1\] = 7 is outside \[0, 3\)"):
+            np.asarray(compiled(kernel)(x, w, b, gamma, v, bad, weights))
+
+
 @pytest.mark.parametrize("experts", [0, 3], ids=["oblique", "noisy_or"])
 def test_pruned_weight_gradients_when_the_input_is_data(experts):
     # x not differentiated (the usual case: x is data): the kernels skip dL/dx

@@ -11,6 +11,7 @@ from keras_trees import topology
 from keras_trees.ops import _library, path_probabilities
 from keras_trees.ops import pruned_routing as pr
 from tests.conftest import finite_difference_check, run_python
+from tests.ops import pruned_oracle
 from tests.ops.pruned_oracle import pruned_outputs
 from tests.test_topology import random_tree
 
@@ -198,6 +199,107 @@ def test_leaf_statistics_are_the_leaf_value_gradient(rng, form):
         np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=1e-9, atol=1e-12)
 
 
+def em_args(rng, batch=40, trees=3, depth=5, classes=4, dtype="float64"):
+    """Inputs of pruned_em_statistics: make()'s with class distributions as leaves."""
+    args, _ = make(rng, batch=batch, trees=trees, depth=depth, units=classes, dtype=dtype)
+    v = rng.uniform(0.01, 1.0, size=args["leaf_values"].shape)
+    args["leaf_values"] = (v / v.sum(-1, keepdims=True)).astype(dtype)
+    return args, rng.integers(0, classes, batch).astype("int32"), rng.uniform(0, 2, batch).astype(dtype)
+
+
+def em(fn, args, labels, weights, threshold):
+    return np.asarray(fn(args["x"], args["split_weights"], args["split_bias"], args["gamma"], args["is_split"],
+                         args["leaf_values"], labels, weights, threshold))
+
+
+def em_oracle(args, labels, weights, threshold):
+    """Eq. 10 from the NumPy depth-first oracle's path probabilities."""
+    right, fav = pruned_oracle.split_probabilities(args["x"], args["split_weights"], args["split_bias"],
+                                                   args["gamma"])
+    mu = pruned_oracle.pruned_walk(right, fav, np.asarray(args["is_split"], bool), threshold)[0]
+    pi = np.asarray(args["leaf_values"], np.float64)
+    trees, classes = pi.shape[0], pi.shape[2]
+    pi_y = np.moveaxis(pi[:, :, labels], -1, 0)  # (batch, trees, positions)
+    p_y = (mu * pi_y).sum((1, 2)) / trees
+    w = np.ones(len(labels)) if weights is None else np.asarray(weights, np.float64)
+    h = mu * pi_y * (w / (trees * np.maximum(p_y, 1e-30)))[:, None, None]
+    return np.einsum("btn,bk->tnk", h, np.eye(classes)[labels])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("threshold", [0.0, 1e-3, 0.05])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_em_statistics_match_the_oracle_the_reference_and_the_two_pass_e_step(rng, dtype, threshold, weighted):
+    # 700 samples: several sample blocks and groups in the kernel.
+    args, labels, weights = em_args(rng, batch=700, dtype=dtype)
+    weights = weights if weighted else None
+    thr = pr.check_threshold(threshold)
+    tol = 1e-10 if dtype == "float64" else 2e-5
+    counts = em(pr.pruned_em_statistics, args, labels, weights, threshold)
+    assert counts.shape == (3, 63, 4) and counts.dtype == dtype
+    np.testing.assert_allclose(counts, em_oracle(args, labels, weights, thr), rtol=tol * 10, atol=tol)
+    np.testing.assert_allclose(counts, em(pr.pruned_em_statistics_reference, args, labels, weights, threshold),
+                               rtol=tol * 10, atol=tol)
+    # The two walks it replaces: p(y) from pruned_route, then pruned_leaf_statistics times pi.
+    out = np.asarray(run(pr.pruned_route, args, threshold), np.float64)
+    onehot = np.eye(4)[labels]
+    p_y = (out.sum(1) * onehot).sum(1) / 3
+    w = np.ones(700) if weights is None else weights
+    r = np.broadcast_to((onehot * (w / (3 * p_y))[:, None])[:, None], (700, 3, 4)).astype(dtype)
+    stats = np.asarray(pr.pruned_leaf_statistics(args["x"], args["split_weights"], args["split_bias"], args["gamma"],
+                                                 args["is_split"], r, threshold))
+    np.testing.assert_allclose(counts, stats * args["leaf_values"], rtol=tol * 10, atol=tol)
+    # Every sample's responsibilities sum to 1 (its weight) over the kept leaves.
+    np.testing.assert_allclose(counts.sum(), w.sum(), rtol=tol * 10)
+
+
+def test_em_statistics_edge_cases_and_no_gradient(rng):
+    args, labels, weights = em_args(rng, batch=5, trees=2, depth=4)
+    args["is_split"][0] = False  # tree 0 is a single leaf
+    counts = em(pr.pruned_em_statistics, args, labels, weights, 0.01)
+    np.testing.assert_allclose(counts, em_oracle(args, labels, weights, pr.check_threshold(0.01)), atol=1e-12)
+    np.testing.assert_allclose(counts[0, 1:], 0.0)
+    for batch in (0, 1):
+        c = em(pr.pruned_em_statistics, {**args, "x": args["x"][:batch]}, labels[:batch], weights[:batch], 0.01)
+        np.testing.assert_allclose(c, em_oracle({**args, "x": args["x"][:batch]}, labels[:batch], weights[:batch],
+                                                pr.check_threshold(0.01)), atol=1e-12)
+    w = tf.Variable(args["split_weights"])
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(pr.pruned_em_statistics(args["x"], w, args["split_bias"], args["gamma"],
+                                                     args["is_split"], args["leaf_values"], labels))
+    assert tape.gradient(loss, w) is None
+
+
+def test_em_statistics_reject_bad_inputs(rng):
+    args, labels, weights = em_args(rng, batch=6, depth=3)
+
+    def call(labels=labels, weights=weights, **kw):
+        return em(pr.pruned_em_statistics, {**args, **kw}, labels, weights, 0.01)
+
+    for kw, error, match in (
+        ({"labels": np.array([0, 1, 2, 3, 4, 0], "int32")}, ValueError, r"labels must be class ids in \[0, 4\)"),
+        ({"labels": labels.astype("float32")}, TypeError, "labels must be integer"),
+        ({"labels": labels[:3]}, ValueError, r"labels must have shape \(batch,\)"),
+        ({"weights": -weights}, ValueError, "sample_weight must be finite and >= 0"),
+        ({"leaf_values": -args["leaf_values"]}, ValueError, "leaf_values must be finite and >= 0"),
+    ):
+        with pytest.raises(error, match=match):
+            call(**kw)
+    experts, _ = make(rng, "experts", depth=3)
+    with pytest.raises(ValueError, match="oblique splits"):
+        pr.pruned_em_statistics(experts["x"], experts["split_weights"], experts["split_bias"], experts["gamma"],
+                                experts["is_split"], experts["leaf_values"], np.zeros(23, "int32"))
+    # The raw op checks the values too (graph callers bypass the Python checks).
+    raw = [args[k] for k in ("x", "split_weights", "split_bias", "gamma", "is_split", "leaf_values")]
+    op = _library.module().keras_trees_pruned_em_statistics
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"labels\[1\] = 9 is outside \[0, 4\)"):
+        op(*raw, np.array([0, 9, 0, 0, 0, 0], "int32"), weights, threshold=0.01)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"sample_weight\[0\] = nan"):
+        op(*raw, labels, np.full(6, np.nan), threshold=0.01)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="leaf_values must be finite"):
+        op(*raw[:5], raw[5] * np.nan, labels, weights, threshold=0.01)
+
+
 @pytest.mark.parametrize("batch", [0, 1])
 def test_batch_zero_and_one(rng, batch):
     args, _ = make(rng, batch=batch)
@@ -248,6 +350,9 @@ def determinism_digest():
         grads = tape.gradient(loss, [variables[k] for k in names])
         for t in list(out) + grads:
             h.update(np.ascontiguousarray(np.asarray(t)).tobytes())
+    # The E-step (several sample blocks, their partial counts added in order).
+    args, labels, weights = em_args(rng, batch=1300, trees=5, depth=6, dtype="float32")
+    h.update(np.ascontiguousarray(em(pr.pruned_em_statistics, args, labels, weights, 1e-3)).tobytes())
     return h.hexdigest()
 
 
