@@ -78,7 +78,7 @@ def main():
         model = keras.Sequential([
             keras.Input((data.x_train.shape[1],)),
             keras.layers.BatchNormalization(),
-            TreeEnsembleLayer(num_trees=1, depth=10, units=2, gamma=gamma),
+            TreeEnsembleLayer(num_trees=1, max_depth=10, units=2, transition_width=gamma),
         ])
         model.compile(keras.optimizers.Adam(0.1),
                       keras.losses.SparseCategoricalCrossentropy(from_logits=True))
