@@ -3,8 +3,8 @@
 The vocabulary (README, "Vocabulary"): ``max_depth`` for depth, ``steepness``
 (bigger = harder) for the sigmoid-routed families, ``transition_width``
 (bigger = softer) for the Tree Ensemble Layer's smooth-step. The names of
-release 0.1 (``depth``, ``gamma``, ``max_gamma``) still work when passed by
-hand, with a ``DeprecationWarning``; configurations saved by 0.1 load
+release 0.1.0 (``depth``, ``gamma``, ``max_gamma``) still work when passed by
+hand, with a ``DeprecationWarning``; configurations saved by 0.1.0 load
 silently (an old file is not its user's doing), through :func:`renamed_config`.
 """
 
@@ -48,8 +48,8 @@ def renamed_argument(owner, kwargs, old, new, value, default=None):
 
 
 def renamed_config(config, renames):
-    """A copy of a layer config with the keys of release 0.1 renamed (``renames``:
-    ``old -> new``), silently: files saved by 0.1 load without warnings."""
+    """A copy of a layer config with the keys of release 0.1.0 renamed (``renames``:
+    ``old -> new``), silently: files saved by 0.1.0 load without warnings."""
     config = dict(config)
     for old, new in renames.items():
         if old in config and new not in config:

@@ -185,9 +185,9 @@ def test_tree_ensemble_layer_forest_routes_to_the_certain_leaf(rng):
     layer = TreeEnsembleLayer(num_trees=3, max_depth=3, units=2, transition_width=1e-3)
     layer(x[:1])
     forest = layer.to_forest()
-    assert forest.split_kind == "linear" and forest.right_if == "negative" and not forest.leaf_prediction
+    assert forest.split_kind == "linear" and forest.right_if == "positive" and not forest.leaf_prediction
     probs = np.asarray(layer.leaf_probabilities(x))
-    certain = probs.max(-1) == 1.0  # smooth-step routing is hard outside [-gamma/2, gamma/2]
+    certain = probs.max(-1) == 1.0  # smooth-step routing is hard outside +-transition_width/2
     assert certain.mean() > 0.95
     np.testing.assert_array_equal(forest.route(x)[certain], (probs.argmax(-1) + 7)[certain])
     rows = certain.all(1)  # there the layer's output is the sum of the reached leaves

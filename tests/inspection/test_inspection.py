@@ -47,7 +47,7 @@ def test_tree_ensemble_layer_export_routes_like_the_most_probable_leaf(rng):
     tel = TreeEnsembleLayer(num_trees=3, max_depth=3, units=3, transition_width=0.05)
     model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(4), tel])
     [doc] = _roundtrip(model, x, y)
-    assert doc["family"] == "tree_ensemble" and doc["split_rule"] == "right if value < 0"
+    assert doc["family"] == "tree_ensemble" and doc["split_rule"] == "right if value > 0"
     assert doc["input_dim"] == 4 and len(doc["trees"][0]["nodes"]) == 15
     _check_counts(doc, 300)
     features = np.asarray(model.layers[0](x))
