@@ -1,4 +1,4 @@
-"""One vocabulary (README, "Vocabulary"): the names of 0.1 still work, with a
+"""One vocabulary (README, "Vocabulary"): the names of 0.1.0 still work, with a
 warning naming the new argument, and give the same objects as the new names."""
 
 import warnings
@@ -51,8 +51,8 @@ def test_old_name_warns_naming_the_new_one_and_builds_the_same_object(cls, new, 
 
 
 @pytest.mark.parametrize("cls,new,old,name", ALIASES, ids=lambda v: getattr(v, "__name__", None))
-def test_configs_of_0_1_load_silently(cls, new, old, name):
-    """A config written by 0.1 (old keys) gives the same object, without a warning."""
+def test_configs_of_0_1_0_load_silently(cls, new, old, name):
+    """A config written by 0.1.0 (old keys) gives the same object, without a warning."""
     new_config = _config(cls(**new))
     old_config = dict(new_config)
     old_key = next(k for k in old if k not in new)
@@ -103,15 +103,15 @@ def test_tree_ensemble_layer_positive_split_value_goes_right(rng):
     np.testing.assert_array_equal(forest.weights, np.asarray(layer.node_weights))
 
 
-def test_flip_legacy_splits_converts_0_1_weights(rng, tmp_path):
-    """Weights of 0.1 (split value = P(left)) loaded without a config: flip them."""
+def test_flip_legacy_splits_converts_0_1_0_weights(rng, tmp_path):
+    """Weights of 0.1.0 (split value = P(left)) loaded without a config: flip them."""
     from keras_trees import ops as tree_ops
 
     layer = layers.TreeEnsembleLayer(num_trees=2, max_depth=2, units=3)
     x = rng.normal(size=(6, 4)).astype("float32")
     layer(x)
     w, b = np.asarray(layer.node_weights), np.asarray(layer.node_bias)
-    old_output = tree_ops.soft_tree_ensemble(x, w, b, layer.leaf_weights, 1.0)  # what 0.1 computed
+    old_output = tree_ops.soft_tree_ensemble(x, w, b, layer.leaf_weights, 1.0)  # what 0.1.0 computed
     layer.flip_legacy_splits()
     np.testing.assert_array_equal(np.asarray(layer.node_weights), -w)
     np.testing.assert_array_equal(np.asarray(layer(x)), np.asarray(old_output))
@@ -126,3 +126,12 @@ def test_tree_ensemble_layer_round_trip_does_not_flip_twice(rng, tmp_path):
         model.save(path)
         model = keras.saving.load_model(path)
         np.testing.assert_array_equal(model.predict(x, verbose=0), expected)
+
+
+def test_tree_ensemble_layer_config_marks_the_routing_side():
+    layer = layers.TreeEnsembleLayer(num_trees=2, max_depth=2, units=1)
+    config = layer.get_config()
+    assert config["right_if"] == "positive"
+    assert layers.TreeEnsembleLayer(**config).get_config() == config  # plain cls(**config) works too
+    with pytest.raises(ValueError, match="right_if must be 'positive'"):
+        layers.TreeEnsembleLayer(num_trees=2, max_depth=2, units=1, right_if="negative")

@@ -85,7 +85,7 @@ class SteepnessAnnealing(keras.callbacks.Callback):
 
     @property
     def max_gamma(self):
-        """The name of ``max_steepness`` in 0.1."""
+        """The name of ``max_steepness`` in 0.1.0."""
         return self.max_steepness
 
     def get_config(self):

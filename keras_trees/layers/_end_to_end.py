@@ -130,7 +130,7 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeMixin, ForestLayer, keras.laye
 
     @property
     def initial_gamma(self):
-        """The name of ``initial_steepness`` in 0.1 (the ``gamma`` variable keeps
+        """The name of ``initial_steepness`` in 0.1.0 (the ``gamma`` variable keeps
         its name: it holds each split's current steepness)."""
         return self.initial_steepness
 

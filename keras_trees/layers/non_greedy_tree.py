@@ -50,9 +50,10 @@ class NonGreedyTree(XLACompatibility, HeapTreeMixin, ForestLayer, keras.Model):
     ``split_weights`` matrix of shape ``(2**max_depth - 1, p + 1)``, the bias in
     the last column, heap order of :mod:`keras_trees.topology`) and
     ``2**max_depth`` leaf parameter rows ``Theta`` (``leaf_values``,
-    ``(2**max_depth, K)``; leaf ``j`` is heap position ``2**max_depth - 1 + j``). A sample goes right at split ``i``
-    iff ``w_i . x + b_i > 0``; prediction (``predict``, ``call``) follows one
-    path through the compiled hard-routing op and returns
+    ``(2**max_depth, K)``; leaf ``j`` is heap position ``2**max_depth - 1 + j``).
+    A sample goes right at split ``i`` iff ``w_i . x + b_i > 0``; prediction
+    (``predict``, ``call``) follows one path through the compiled hard-routing
+    op and returns
     ``softmax(Theta[leaf])`` (classification, log loss, Eq. 1-2) or
     ``Theta[leaf]`` (regression, squared loss, Eq. 3).
 

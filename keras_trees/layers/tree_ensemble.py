@@ -48,10 +48,10 @@ class TreeEnsembleLayer(XLACompatibility, ForestLayer, keras.layers.Layer):
       width (callbacks may ``assign`` it; the variable keeps the paper's name
       so that saved weight paths stay stable).
 
-    Files saved by keras-trees 0.1, whose split values were the probability of
+    Files saved by keras-trees 0.1.0, whose split values were the probability of
     going left, load to identical predictions: their ``node_weights`` and
     ``node_bias`` are negated on loading (the layer's config then carries
-    ``right_if="positive"``). Weights-only files (``.weights.h5``) of 0.1 carry
+    ``right_if="positive"``). Weights-only files (``.weights.h5``) of 0.1.0 carry
     no config: load them into a layer and call :meth:`flip_legacy_splits`.
 
     Args:
@@ -121,13 +121,16 @@ class TreeEnsembleLayer(XLACompatibility, ForestLayer, keras.layers.Layer):
         transition_width = _deprecation.renamed_argument(
             owner, kwargs, "gamma", "transition_width", transition_width, default=1.0
         )
+        # Written by get_config (the routing side of the weights); 0.1.0 wrote none.
+        if kwargs.pop("right_if", "positive") != "positive":
+            raise ValueError(f"{owner}: right_if must be 'positive' (split values > 0 go right)")
         super().__init__(**kwargs)
         self.num_trees = _validation.positive_int("num_trees", num_trees)
         self.max_depth = _validation.positive_int("max_depth", max_depth, maximum=MAX_DEPTH)
-        self.depth = self.max_depth  # the name of 0.1, read by older code
+        self.depth = self.max_depth  # the name of 0.1.0, read by older code
         self.units = _validation.positive_int("units", units)
         self.initial_transition_width = _validation.positive_float("transition_width", transition_width)
-        # Set by from_config for files saved by 0.1 (split values were P(left)).
+        # Set by from_config for files saved by 0.1.0 (split values were P(left)).
         self._legacy_left_splits = False
         tree_ops.routing.get_activation(activation)
         self.activation = activation
@@ -149,7 +152,7 @@ class TreeEnsembleLayer(XLACompatibility, ForestLayer, keras.layers.Layer):
 
     @property
     def initial_gamma(self):
-        """The name of ``initial_transition_width`` in 0.1."""
+        """The name of ``initial_transition_width`` in 0.1.0."""
         return self.initial_transition_width
 
     @property
@@ -220,7 +223,7 @@ class TreeEnsembleLayer(XLACompatibility, ForestLayer, keras.layers.Layer):
 
     def flip_legacy_splits(self):
         """Negates ``node_weights`` and ``node_bias`` in place: converts weights
-        of keras-trees 0.1 (split value = P(left)) loaded without their config
+        of keras-trees 0.1.0 (split value = P(left)) loaded without their config
         (``load_weights`` of a ``.weights.h5`` file) to the current convention
         (split value > 0 goes right). ``.keras`` files need no call."""
         self.node_weights.assign(ops.negative(self.node_weights))
@@ -335,8 +338,6 @@ class TreeEnsembleLayer(XLACompatibility, ForestLayer, keras.layers.Layer):
     def from_config(cls, config):
         legacy = "right_if" not in config
         config = _deprecation.renamed_config(config, {"depth": "max_depth", "gamma": "transition_width"})
-        if config.pop("right_if", "positive") != "positive":
-            raise ValueError(f"unknown right_if in TreeEnsembleLayer config: {config!r}")
         layer = cls(**config)
         layer._legacy_left_splits = legacy
         return layer

@@ -13,7 +13,7 @@ class NonGreedyHyperModel(TreeHyperModel):
 
     Hyperparameters (the paper picks ``nu`` on validation data for each depth):
     ``depth`` 2-``max_depth`` (the tree's ``max_depth``; the hyperparameter
-    keeps its 0.1 name so saved tuner trials reload), ``nu`` 1-100 (log; the row-norm bound of the
+    keeps its 0.1.0 name so saved tuner trials reload), ``nu`` 1-100 (log; the row-norm bound of the
     splits), ``lr_per_nu`` 1e-4-1e-2 (log; SGD learning rate per unit of
     ``nu``, momentum 0.9), plus ``batch_size``. The trial's ``fit`` fits the
     scikit-learn CART initialization (entropy criterion; scikit-learn is

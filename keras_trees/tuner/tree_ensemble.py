@@ -16,7 +16,7 @@ class TreeEnsembleHyperModel(TreeHyperModel):
     ``depth`` 2-8 (the layer's ``max_depth``), ``gamma`` 1e-2-1 (log; the
     layer's ``transition_width``), ``use_node_l2`` / ``node_l2`` 1e-6-1e-1
     (log), plus ``learning_rate`` and ``batch_size``. The hyperparameters keep
-    their 0.1 names so that saved tuner trials reload.
+    their 0.1.0 names so that saved tuner trials reload.
 
     >>> import keras_tuner as kt
     >>> hypermodel = TreeEnsembleHyperModel(input_shape=(16,), num_classes=26)
