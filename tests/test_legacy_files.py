@@ -21,6 +21,15 @@ FAMILIES = ("tree_ensemble", "tree_ensemble_regression", "end_to_end_tree", "end
             "convex_polytope_tree", "hinge_forest", "hinge_fern", "non_greedy_tree")
 
 
+def _assert_same(actual, expected, **kwargs):
+    """Identical on TensorFlow, the backend that wrote the files; other backends
+    compute in another order, so to float32 rounding there."""
+    if keras.backend.backend() == "tensorflow":
+        np.testing.assert_array_equal(actual, expected, **kwargs)
+    else:
+        np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6, **kwargs)
+
+
 def _cases():
     for release in RELEASES:
         for family in FAMILIES:
@@ -57,12 +66,10 @@ def test_legacy_file_loads_to_identical_predictions(release, family):
     model, caught = _load(release, family)
     # Old files are not the user's fault: loading them does not warn.
     assert not caught, [str(w.message) for w in caught]
-    np.testing.assert_array_equal(model.predict(x, verbose=0), expected[family])
+    _assert_same(model.predict(x, verbose=0), expected[family])
     soft = f"{family}/soft"
     if soft in expected.files:
-        np.testing.assert_array_equal(
-            keras.ops.convert_to_numpy(model.layers[-1].posterior(x, routing="soft")), expected[soft]
-        )
+        _assert_same(keras.ops.convert_to_numpy(model.layers[-1].posterior(x, routing="soft")), expected[soft])
 
 
 @pytest.mark.parametrize("release", RELEASES)
@@ -77,5 +84,5 @@ def test_legacy_file_saved_again_round_trips(release, tmp_path):
         model.save(path)
         again, caught = _load_path(path)
         assert not caught, [str(w.message) for w in caught]
-        np.testing.assert_array_equal(again.predict(x, verbose=0), expected[family], err_msg=family)
+        _assert_same(again.predict(x, verbose=0), expected[family], err_msg=family)
 
