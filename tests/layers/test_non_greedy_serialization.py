@@ -45,7 +45,7 @@ def test_keras_file_round_trip_and_training_resumes(saved):
         import keras_trees
         from keras_trees.layers.non_greedy_tree import NonGreedyTree
         model = keras.saving.load_model("model.keras")
-        assert isinstance(model, NonGreedyTree) and model.depth == 4 and model.nu == 3.0
+        assert isinstance(model, NonGreedyTree) and model.max_depth == 4 and model.nu == 3.0
         x, y = np.load("x.npy"), np.load("y.npy")
         np.testing.assert_array_equal(model.predict(x, verbose=0), np.load("pred.npy"))
         ev = np.array(list(model.evaluate(x, y, verbose=0, return_dict=True).values()))
