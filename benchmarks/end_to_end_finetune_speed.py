@@ -6,7 +6,7 @@ The trees are grown greedily first (GreedyLevelGrowth, ``--growth-epochs`` per
 level instead of the paper's 45, to keep the run short); then every split is
 put where the paper's schedule has it when finetuning starts: trained for
 ``--schedule-epochs`` (45) epochs, so SteepnessAnnealing gives it
-``gamma = 1 + 0.1 * 45 = 5.5`` and anneals on from there. The same grown
+steepness ``1 + 0.1 * 45 = 5.5`` and anneals on from there. The same grown
 forest is then finetuned for ``--epochs`` epochs once per ``prune_threshold``
 (0 = the dense path; the default threshold = the pruned kernel), each in a
 fresh process so its peak resident memory is its own. Printed side by side:
@@ -130,8 +130,8 @@ def main():
     thresholds = args.thresholds if args.thresholds is not None else [0.0, DEFAULT_PRUNE_THRESHOLD]
     split = next(_data.splits("letter", [args.seed]))[1]
     print(f"letter forest: {args.trees} trees, depth <= {args.depth}, 8 features/split, grown with "
-          f"{args.growth_epochs} epoch(s)/level, splits at epoch {args.schedule_epochs} of the gamma schedule "
-          f"(gamma {1 + 0.1 * args.schedule_epochs:.1f}); {epochs} finetune epochs per threshold, "
+          f"{args.growth_epochs} epoch(s)/level, splits at epoch {args.schedule_epochs} of the steepness schedule "
+          f"(steepness {1 + 0.1 * args.schedule_epochs:.1f}); {epochs} finetune epochs per threshold, "
           f"{len(split.x_fit)} training rows, batch 1000, {os.cpu_count()} CPUs", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         path = args.grown or os.path.join(tmp, "grown.keras")

@@ -1,7 +1,7 @@
 """End-to-end forest on letter and the steepness ablation (Hehn et al. Table 1, Fig. 6).
 
 EndToEndForest with 8 random features per split and depth <= 10, grown greedily
-(GreedyLevelGrowth: ``E`` epochs per level, then 3E finetune epochs), gamma
+(GreedyLevelGrowth: ``E`` epochs per level, then 3E finetune epochs), steepness
 1.0 + increment per epoch, Adam 1e-3, batch 1000. Prints test accuracy and split
 evaluations per sample for each steepness increment (Table 1: 0, 0.01, 0.1).
 Paper setting: 70 trees, E = 45, target 95.5% with <= 700 split evaluations.

@@ -42,7 +42,7 @@ def run_depth(s, depth, nus, epochs, lr_per_nu, eval_every, seed):
     best = None
     for nu in nus:
         keras.utils.set_random_seed(seed)
-        model = NonGreedyTree(depth=depth, num_classes=s.num_classes, nu=nu)
+        model = NonGreedyTree(max_depth=depth, num_classes=s.num_classes, nu=nu)
         model.initialize_from(heap)
         model.compile(keras.optimizers.SGD(lr_per_nu * nu, momentum=0.9), metrics=["accuracy"])
         t0 = time.perf_counter()

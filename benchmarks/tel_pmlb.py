@@ -2,7 +2,7 @@
 
 Hazimeh et al. (ICML 2020), Section 4.2: a standalone Tree Ensemble Layer
 (``Input -> BatchNormalization -> TreeEnsembleLayer``, Adam, cross-entropy on
-logits) tuned over the number of trees, depth, gamma, learning rate, L2 on the
+logits) tuned over the number of trees, depth, transition width (the paper's gamma), learning rate, L2 on the
 split weights and batch size, against gradient boosting (xgboost) and a CART
 tree, side by side on the same splits (see shared/benchmarks.md for the data
 and protocol: stratified 80/20 train/test per seed, 20% of train held out for
@@ -28,7 +28,7 @@ would waste trials on settings that cannot train in the epoch budget):
 
 * num_trees: integer in [1, 100], log-uniform (paper: uniform in [1, 100])
 * depth: integer in [2, 8] (paper: same)
-* gamma: log-uniform in [1e-2, 1] (paper: [1e-4, 1])
+* gamma (hyperparameter of TreeEnsembleHyperModel; the layer's transition_width): log-uniform in [1e-2, 1] (paper: [1e-4, 1])
 * learning rate: log-uniform in [1e-3, 1e-1] (paper: {1e-1, ..., 1e-5})
 * L2 on node weights: 0 with probability 1/2, else log-uniform in [1e-6, 1e-1]
   (paper: the same mixture over [1e-8, 1e2])

@@ -141,7 +141,7 @@ def main():
     rng = np.random.default_rng(0)
     x, y = make_problem(rng)
     xb, yb = backend.constant(x[:BATCH]), backend.constant(y[:BATCH])
-    print(f"{TREES} trees, input dim {DIM}, {UNITS} outputs, batch {BATCH}; gamma 1.0; "
+    print(f"{TREES} trees, input dim {DIM}, {UNITS} outputs, batch {BATCH}; transition_width 1.0; "
           f"{backend.describe()}; times in ms (median of {repeats}x{inner}); trained {train_steps} Adam steps")
     header = (f"{'depth':>5} {'state':>7} {'leaves':>7} | {'train op':>9} {'smooth':>8} {'logistic':>9}"
               f" {'x smooth':>8} {'x logist':>8} | {'infer op':>8} {'smooth':>8} {'logistic':>9}"

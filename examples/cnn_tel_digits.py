@@ -44,7 +44,7 @@ def cnn_tel():
     h = trunk(inputs)
     h = keras.layers.Dense(32)(h)
     h = keras.layers.BatchNormalization()(h)
-    outputs = TreeEnsembleLayer(num_trees=20, depth=4, units=10, gamma=1.0)(h)
+    outputs = TreeEnsembleLayer(num_trees=20, max_depth=4, units=10, transition_width=1.0)(h)
     return keras.Model(inputs, outputs, name="cnn_tel")
 
 

@@ -53,7 +53,7 @@ def main():
     mean, std = x_train.mean(), x_train.std()
     x_train, x_test = (x_train - mean) / std, (x_test - mean) / std
     keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.Input((30,)), TreeEnsembleLayer(num_trees=10, depth=3, units=2)])
+    model = keras.Sequential([keras.Input((30,)), TreeEnsembleLayer(num_trees=10, max_depth=3, units=2)])
     model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
     model.fit(x_train, y_train, epochs=args.epochs, verbose=0)
 

@@ -40,7 +40,7 @@ def main():
     print("custom ops:", "on" if keras_trees.ops.custom_ops_available()
           else f"off ({keras_trees.ops.load_error()})")
 
-    tel = TreeEnsembleLayer(num_trees=args.trees, depth=args.depth, units=26, gamma=1.0)
+    tel = TreeEnsembleLayer(num_trees=args.trees, max_depth=args.depth, units=26, transition_width=1.0)
     model = keras.Sequential([keras.Input((x.shape[1],)), keras.layers.BatchNormalization(), tel])
     model.compile(
         keras.optimizers.Adam(0.01),

@@ -124,7 +124,7 @@ class Forest:
         feature_names: optional ``p`` names of the features.
         source_node: optional ``(T, N)`` id of each position's node in the
             source model (e.g. scikit-learn node ids), ``-1`` where none.
-        extra: family facts (gamma, activation, ...), JSON-serializable; they
+        extra: family facts (steepness, transition_width, activation, ...), JSON-serializable; they
             describe the whole source (``tree(i)`` keeps them as they are).
     """
 

@@ -73,7 +73,7 @@ def test_disable_env_var_forces_reference_path(tmp_path):
             from keras_trees import ops
             from keras_trees.layers import TreeEnsembleLayer
             assert not ops.custom_ops_available()
-            layer = TreeEnsembleLayer(num_trees=2, depth=3, units=2)
+            layer = TreeEnsembleLayer(num_trees=2, max_depth=3, units=2)
             print(layer(np.ones((3, 4), "float32")).shape)
         # Explicitly disabled: no warning.
         assert not [w for w in caught if "keras-trees" in str(w.message)], caught
@@ -93,7 +93,7 @@ def test_failed_build_falls_back_with_one_warning(tmp_path):
             import numpy as np
             from keras_trees import ops
             from keras_trees.layers import TreeEnsembleLayer
-            layer = TreeEnsembleLayer(num_trees=2, depth=3, units=2)
+            layer = TreeEnsembleLayer(num_trees=2, max_depth=3, units=2)
             layer(np.ones((3, 4), "float32"))
             ops.custom_ops_available()
         messages = [str(w.message) for w in caught if "keras-trees" in str(w.message)]

@@ -182,12 +182,12 @@ def test_to_forest_needs_a_built_layer():
 
 def test_tree_ensemble_layer_forest_routes_to_the_certain_leaf(rng):
     x = _data(rng)
-    layer = TreeEnsembleLayer(num_trees=3, depth=3, units=2, gamma=1e-3)
+    layer = TreeEnsembleLayer(num_trees=3, max_depth=3, units=2, transition_width=1e-3)
     layer(x[:1])
     forest = layer.to_forest()
-    assert forest.split_kind == "linear" and forest.right_if == "negative" and not forest.leaf_prediction
+    assert forest.split_kind == "linear" and forest.right_if == "positive" and not forest.leaf_prediction
     probs = np.asarray(layer.leaf_probabilities(x))
-    certain = probs.max(-1) == 1.0  # smooth-step routing is hard outside [-gamma/2, gamma/2]
+    certain = probs.max(-1) == 1.0  # smooth-step routing is hard outside +-transition_width/2
     assert certain.mean() > 0.95
     np.testing.assert_array_equal(forest.route(x)[certain], (probs.argmax(-1) + 7)[certain])
     rows = certain.all(1)  # there the layer's output is the sum of the reached leaves
@@ -197,7 +197,7 @@ def test_tree_ensemble_layer_forest_routes_to_the_certain_leaf(rng):
 @pytest.mark.parametrize("cls", [HingeForest, HingeFern])
 def test_hinge_forest_routes_like_traverse(rng, cls):
     x = _data(rng)
-    layer = cls(num_trees=4, depth=3, units=2, reduction="sum", seed=0)
+    layer = cls(num_trees=4, max_depth=3, units=2, reduction="sum", seed=0)
     layer(x[:1])
     forest = layer.to_forest()
     assert forest.split_kind == "axis_aligned" and forest.aggregation == "sum" and not forest.leaf_prediction
@@ -253,7 +253,7 @@ def test_convex_polytope_tree_forest_routes_and_predicts_like_the_layer(rng):
 @pytest.mark.parametrize("kwargs", [dict(num_classes=3), dict(units=2)])
 def test_non_greedy_tree_forest_routes_and_predicts_like_the_model(rng, kwargs):
     x = _data(rng)
-    model = NonGreedyTree(depth=3, nu=2.0, seed=0, **kwargs)
+    model = NonGreedyTree(max_depth=3, nu=2.0, seed=0, **kwargs)
     model.build((None, 4))
     model.leaf_values.assign(rng.normal(size=(8, model.output_dim)).astype("float32"))
     forest = model.to_forest()
@@ -261,6 +261,6 @@ def test_non_greedy_tree_forest_routes_and_predicts_like_the_model(rng, kwargs):
     np.testing.assert_array_equal(forest.route(x)[:, 0], np.asarray(model.route(x)) + 7)
     np.testing.assert_allclose(forest.predict(x), model.predict(x, verbose=0), rtol=1e-5, atol=1e-6)
     # the forest initializes another tree with the same predictions
-    again = NonGreedyTree(depth=3, nu=2.0, **kwargs)
+    again = NonGreedyTree(max_depth=3, nu=2.0, **kwargs)
     again.initialize_from(forest)
     np.testing.assert_array_equal(np.asarray(again.route(x)), np.asarray(model.route(x)))

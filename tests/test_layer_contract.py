@@ -62,7 +62,7 @@ class Case:
 
 CASES = [
     Case(layers.TreeEnsembleLayer,
-         dict(num_trees=3, depth=2, units=2, gamma=0.5, use_bias=False, node_regularizer=keras.regularizers.L2(1e-3),
+         dict(num_trees=3, max_depth=2, units=2, transition_width=0.5, use_bias=False, node_regularizer=keras.regularizers.L2(1e-3),
               leaf_constraint=keras.constraints.MaxNorm(2.0)),
          (5,), values(2), loss="mse"),
     Case(layers.EndToEndTree,
@@ -72,10 +72,10 @@ CASES = [
          dict(num_trees=2, max_depth=2, num_classes=3, features_per_split=2, seed=1),
          (4,), classes(3), loss=keras.losses.SparseCategoricalCrossentropy()),
     Case(layers.HingeForest,
-         dict(num_trees=3, depth=2, units=2, reduction="sum", leaf_regularizer=keras.regularizers.L2(1e-3), seed=0),
+         dict(num_trees=3, max_depth=2, units=2, reduction="sum", leaf_regularizer=keras.regularizers.L2(1e-3), seed=0),
          (5,), values(2), loss="mse"),
     Case(layers.HingeFern,
-         dict(num_trees=3, depth=2, units=2, reduction="mean", features_per_tree=3,
+         dict(num_trees=3, max_depth=2, units=2, reduction="mean", features_per_tree=3,
               threshold_constraint=keras.constraints.MaxNorm(3.0), seed=0),
          (5,), values(2), loss="mse"),
     Case(layers.HingeBatchNormalization, dict(axis=1, momentum=0.9, epsilon=1e-3), (3,), values(3), loss="mse"),
@@ -83,7 +83,7 @@ CASES = [
          dict(max_depth=2, num_experts=2, num_classes=2, prior=GammaProcessPrior(gamma0=2.0), steepness=2.0,
               seed=0),
          (2,), classes(2), loss=keras.losses.SparseCategoricalCrossentropy(), prepare=fit_greedy),
-    Case(layers.NonGreedyTree, dict(depth=2, num_classes=3, nu=2.0, seed=0), (4,), classes(3),
+    Case(layers.NonGreedyTree, dict(max_depth=2, num_classes=3, nu=2.0, seed=0), (4,), classes(3),
          optimizer=lambda: keras.optimizers.SGD(0.05)),
 ]
 CASE_IDS = [case.id for case in CASES]

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.skipif(
 def _tel_model(seed=0):
     keras.utils.set_random_seed(seed)
     model = keras.Sequential(
-        [keras.Input((4,)), keras.layers.Dense(4), kt_layers.TreeEnsembleLayer(num_trees=4, depth=3, units=2)]
+        [keras.Input((4,)), keras.layers.Dense(4), kt_layers.TreeEnsembleLayer(num_trees=4, max_depth=3, units=2)]
     )
     return model
 
@@ -38,10 +38,10 @@ def _data(n=256):
 
 
 FAMILIES = {
-    "tree_ensemble": lambda: kt_layers.TreeEnsembleLayer(num_trees=2, depth=2, units=2),
+    "tree_ensemble": lambda: kt_layers.TreeEnsembleLayer(num_trees=2, max_depth=2, units=2),
     "end_to_end": lambda: kt_layers.EndToEndTree(max_depth=2, num_classes=2),
-    "hinge_forest": lambda: kt_layers.HingeForest(num_trees=2, depth=2, units=2, reduction="sum"),
-    "hinge_fern": lambda: kt_layers.HingeFern(num_trees=2, depth=2, units=2, reduction="sum"),
+    "hinge_forest": lambda: kt_layers.HingeForest(num_trees=2, max_depth=2, units=2, reduction="sum"),
+    "hinge_fern": lambda: kt_layers.HingeFern(num_trees=2, max_depth=2, units=2, reduction="sum"),
     "convex_polytope": lambda: kt_layers.ConvexPolytopeTree(max_depth=2, num_classes=2),
 }
 
@@ -58,7 +58,7 @@ def test_models_holding_a_tree_layer_do_not_support_jit(family):
 
 
 def test_non_greedy_tree_model_does_not_support_jit():
-    model = kt_layers.NonGreedyTree(depth=2, num_classes=2)
+    model = kt_layers.NonGreedyTree(max_depth=2, num_classes=2)
     assert not model_supports_jit(model)
 
 
@@ -128,7 +128,7 @@ def test_explicit_jit_compile_warns_and_trains_without_xla():
 
 def test_user_xla_function_takes_the_reference_path():
     x, _ = _data(64)
-    layer = kt_layers.TreeEnsembleLayer(num_trees=3, depth=3, units=2, gamma=0.5)
+    layer = kt_layers.TreeEnsembleLayer(num_trees=3, max_depth=3, units=2, transition_width=0.5)
     eager = keras.ops.convert_to_numpy(layer(x))  # kernels
 
     @tf.function(jit_compile=True)
@@ -159,7 +159,7 @@ def test_jit_support_follows_the_op_library(tmp_path):
         import keras
         from keras.src.trainers.trainer import model_supports_jit
         from keras_trees.layers import TreeEnsembleLayer
-        model = keras.Sequential([keras.Input((3,)), TreeEnsembleLayer(num_trees=2, depth=2, units=1)])
+        model = keras.Sequential([keras.Input((3,)), TreeEnsembleLayer(num_trees=2, max_depth=2, units=1)])
         print("jit", model_supports_jit(model))
         model.compile("adam", "mse", jit_compile=True)
         import numpy as np

@@ -35,7 +35,7 @@ class GreedyLevelGrowth(keras.callbacks.Callback):
     level:
 
     * a stump whose samples all go one way has *failed* and is retrained from a
-      fresh random split (new feature subset, gamma reset) up to ``max_attempts``
+      fresh random split (new feature subset, steepness reset) up to ``max_attempts``
       times in total, after which the node stays a leaf;
     * a successful stump is committed: the node becomes a split and its two
       leaves keep the stump's leaf distributions;
@@ -57,7 +57,7 @@ class GreedyLevelGrowth(keras.callbacks.Callback):
     bound) to ``fit``. Each new level and the finetune phase start with a fresh
     optimizer state, like the authors' fresh Adam per stump.
 
-    New stumps start with ``gamma = gamma0`` (anneal with
+    New stumps start at the layer's initial ``steepness`` (anneal with
     :class:`SteepnessAnnealing`), a split direction uniform on the unit sphere
     and a bias placing the hyperplane through the mean of the node's samples.
     All progress lives in the layer's variables (``node_state``, ``candidate``,

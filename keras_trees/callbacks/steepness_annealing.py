@@ -4,28 +4,29 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_trees import topology
+from keras_trees import _deprecation, topology
 from keras_trees.api_export import keras_trees_export
 from keras_trees.callbacks._common import end_to_end_layers
 
 
 @keras_trees_export("keras_trees.callbacks")
 class SteepnessAnnealing(keras.callbacks.Callback):
-    """Raises the steepness ``gamma`` of every split by ``increment`` per training epoch.
+    """Raises the steepness of every split by ``increment`` per training epoch.
 
-    A split that has been trained for ``e`` epochs uses
-    ``gamma = gamma0 + increment * e`` (``gamma0`` is the layer's ``gamma``,
-    paper: 1.0 and 0.1 per epoch; Table 1 compares increments 0, 0.01 and 0.1).
-    The counter is per split: while :class:`GreedyLevelGrowth` grows a tree only
-    the stumps being trained advance and each new stump starts at ``gamma0``;
-    during finetuning every split advances from where it stopped. Values live in
-    the layers' non-trainable ``gamma`` and ``node_epochs`` variables, written
-    with ``assign`` at the start of each epoch, so the compiled training step
-    sees them.
+    A split that has been trained for ``e`` epochs uses the steepness
+    ``s0 + increment * e`` (``s0`` is the layer's ``steepness`` argument; the
+    paper's ``gamma``: 1.0 and 0.1 per epoch; Table 1 compares increments 0,
+    0.01 and 0.1). The counter is per split: while :class:`GreedyLevelGrowth`
+    grows a tree only the stumps being trained advance and each new stump
+    starts at ``s0``; during finetuning every split advances from where it
+    stopped. Values live in the layers' non-trainable ``gamma`` (steepness per
+    split) and ``node_epochs`` variables, written with ``assign`` at the start
+    of each epoch, so the compiled training step sees them.
 
     Args:
         increment: steepness increase per epoch (>= 0).
-        max_gamma: optional cap.
+        max_steepness: optional cap. Its deprecated name ``max_gamma`` still
+            works, with a warning.
         layers: optional layer name(s) to anneal (default: every
             ``EndToEndTree``/``EndToEndForest`` in the model, also inside
             nested sub-models).
@@ -37,15 +38,20 @@ class SteepnessAnnealing(keras.callbacks.Callback):
     0.01
     """
 
-    def __init__(self, increment=0.1, max_gamma=None, layers=None):
+    def __init__(self, increment=0.1, max_steepness=None, layers=None, **kwargs):
+        max_steepness = _deprecation.renamed_argument(
+            type(self).__name__, kwargs, "max_gamma", "max_steepness", max_steepness
+        )
+        if kwargs:
+            raise TypeError(f"SteepnessAnnealing got unexpected arguments {sorted(kwargs)}")
         super().__init__()
         increment = float(increment)
         if not (np.isfinite(increment) and increment >= 0):
             raise ValueError(f"increment must be a finite number >= 0, got {increment}")
-        if max_gamma is not None and not float(max_gamma) > 0:
-            raise ValueError(f"max_gamma must be > 0, got {max_gamma}")
+        if max_steepness is not None and not float(max_steepness) > 0:
+            raise ValueError(f"max_steepness must be > 0, got {max_steepness}")
         self.increment = increment
-        self.max_gamma = None if max_gamma is None else float(max_gamma)
+        self.max_steepness = None if max_steepness is None else float(max_steepness)
         self.layer_names = layers
 
     def on_train_begin(self, logs=None):
@@ -56,16 +62,16 @@ class SteepnessAnnealing(keras.callbacks.Callback):
         for layer in end_to_end_layers(self.model, self.layer_names):
             if not layer.built:
                 # A subclassed model on TensorFlow is built by the first training
-                # step: its splits start at gamma0 (this epoch's value); the
+                # step: its splits start at s0 (this epoch's value); the
                 # epoch is counted when it ends.
                 self._unbuilt.append(layer)
                 continue
             trained = trained_splits(layer)
             epochs = ops.convert_to_numpy(layer.node_epochs)
             gamma = np.array(ops.convert_to_numpy(layer.gamma))
-            new = layer.initial_gamma + self.increment * epochs
-            if self.max_gamma is not None:
-                new = np.minimum(new, self.max_gamma)
+            new = layer.initial_steepness + self.increment * epochs
+            if self.max_steepness is not None:
+                new = np.minimum(new, self.max_steepness)
             gamma[trained] = new[trained]
             layer.gamma.assign(gamma)
             layer.node_epochs.assign(epochs + trained.astype(epochs.dtype))
@@ -77,8 +83,17 @@ class SteepnessAnnealing(keras.callbacks.Callback):
                 layer.node_epochs.assign(epochs + trained_splits(layer).astype(epochs.dtype))
         self._unbuilt = []
 
+    @property
+    def max_gamma(self):
+        """The name of ``max_steepness`` in 0.1.0."""
+        return self.max_steepness
+
     def get_config(self):
-        return {"increment": self.increment, "max_gamma": self.max_gamma, "layers": self.layer_names}
+        return {"increment": self.increment, "max_steepness": self.max_steepness, "layers": self.layer_names}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**_deprecation.renamed_config(config, {"max_gamma": "max_steepness"}))
 
 
 def trained_splits(layer):

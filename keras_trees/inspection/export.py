@@ -18,7 +18,7 @@ is written by :meth:`~keras_trees.forest.Forest.to_dict` and read back by
       "leaf_prediction": true,              # output == aggregated values of reached leaves
       "num_classes": 26,                    # or null (leaves are not class distributions)
       "feature_names": null,                # or input_dim names
-      "extra": {...},                       # family facts, e.g. gamma, activation
+      "extra": {...},                       # family facts, e.g. steepness, activation
       "trees": [{
         "index": 0, "depth": 5, "num_leaves": 21, "num_splits": 20,
         "nodes": [                          # heap order: children of i are 2i+1, 2i+2

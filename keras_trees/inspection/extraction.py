@@ -72,9 +72,9 @@ def hard_forest(model, x, layer=None, task="auto"):
 
     >>> import keras, numpy as np
     >>> from keras_trees.layers import TreeEnsembleLayer
-    >>> tel = TreeEnsembleLayer(num_trees=2, depth=2, units=3, gamma=1e-4)
+    >>> tel = TreeEnsembleLayer(num_trees=2, max_depth=2, units=3, transition_width=1e-4)
     >>> x = np.random.default_rng(0).normal(size=(50, 4)).astype("float32")
-    >>> hard_forest(tel, x)["agreement"]  # gamma -> 0: the soft trees are hard
+    >>> hard_forest(tel, x)["agreement"]  # width -> 0: the soft trees are hard
     1.0
     """
     layer = layer if layer is not None else _single_layer(model)

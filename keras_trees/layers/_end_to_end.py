@@ -10,7 +10,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_trees import topology
+from keras_trees import _deprecation, topology
 from keras_trees.forest import Forest
 from keras_trees.layers import _validation
 from keras_trees.layers._forest_layer import ForestLayer, numpy
@@ -61,7 +61,7 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeMixin, ForestLayer, keras.laye
         features_per_split=None,
         patch_size=None,
         split_features=None,
-        gamma=1.0,
+        steepness=1.0,
         inference_routing="hard",
         split_regularizer=None,
         leaf_smoothing=1e-6,
@@ -70,6 +70,9 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeMixin, ForestLayer, keras.laye
         seed=None,
         **kwargs,
     ):
+        steepness = _deprecation.renamed_argument(
+            type(self).__name__, kwargs, "gamma", "steepness", steepness, default=1.0
+        )
         super().__init__(**kwargs)
         self.num_trees = _validation.positive_int("num_trees", num_trees)
         self.max_depth = _validation.positive_int("max_depth", max_depth, maximum=MAX_DEPTH)
@@ -102,10 +105,10 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeMixin, ForestLayer, keras.laye
                 "split_type='per_split' needs split_features with one output per split (see "
                 "keras_trees.layers.per_split_features) and excludes features_per_split"
             )
-        gamma = float(gamma)
-        if not (math.isfinite(gamma) and gamma > 0):
-            raise ValueError(f"gamma must be a finite number > 0, got {gamma}")
-        self.initial_gamma = gamma
+        steepness = float(steepness)
+        if not (math.isfinite(steepness) and steepness > 0):
+            raise ValueError(f"steepness must be a finite number > 0, got {steepness}")
+        self.initial_steepness = steepness
         if inference_routing not in ROUTINGS:
             raise ValueError(f"inference_routing must be one of {ROUTINGS}, got {inference_routing!r}")
         self.inference_routing = inference_routing
@@ -124,6 +127,12 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeMixin, ForestLayer, keras.laye
         # seed=None follows keras.utils.set_random_seed (NumPy's global generator).
         self._rng = numpy_generator(seed)
         self.input_spec = keras.layers.InputSpec(min_ndim=2)
+
+    @property
+    def initial_gamma(self):
+        """The name of ``initial_steepness`` in 0.1.0 (the ``gamma`` variable keeps
+        its name: it holds each split's current steepness)."""
+        return self.initial_steepness
 
     # ------------------------------------------------------------------ build
     def build(self, input_shape):
@@ -178,7 +187,7 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeMixin, ForestLayer, keras.laye
             name="feature_mask", shape=(T, I, q), initializer=_const(mask), trainable=False, **float_var
         )
         self.gamma = self.add_weight(
-            name="gamma", shape=(T, I), initializer=keras.initializers.Constant(self.initial_gamma),
+            name="gamma", shape=(T, I), initializer=keras.initializers.Constant(self.initial_steepness),
             trainable=False, **float_var
         )
         if self.initial_topology == "perfect":
@@ -456,7 +465,7 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeMixin, ForestLayer, keras.laye
         """Training: probabilistic routing (greedy-growth model while growing).
 
         Inference: ``routing="hard"`` (default: ``inference_routing``) follows one
-        path per tree through the hard-routing op (gamma -> infinity);
+        path per tree through the hard-routing op (steepness -> infinity);
         ``routing="soft"`` returns the probabilistic posterior of Eq. 2 / 20.
         """
         feats = self.features(inputs, training=training)
@@ -631,7 +640,7 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeMixin, ForestLayer, keras.laye
             inputs="layer input" if self.split_features is None else "split_features output (flattened)",
             leaf_prediction=self.inference_routing == "hard",
             num_classes=self.num_classes,
-            extra={"gamma": numpy(self.gamma).tolist()} if self.num_trees * self.num_internal <= 4096 else {},
+            extra={"steepness": numpy(self.gamma).tolist()} if self.num_trees * self.num_internal <= 4096 else {},
         )
 
     def forest_features(self, inputs):
@@ -653,7 +662,7 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeMixin, ForestLayer, keras.laye
                 "features_per_split": self.features_per_split,
                 "patch_size": self.patch_size,
                 "split_features": ser(self.split_features) if self.split_features is not None else None,
-                "gamma": self.initial_gamma,
+                "steepness": self.initial_steepness,
                 "inference_routing": self.inference_routing,
                 "split_regularizer": ser(self.split_regularizer),
                 "leaf_smoothing": self.leaf_smoothing,
@@ -680,7 +689,7 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeMixin, ForestLayer, keras.laye
 
     @classmethod
     def from_config(cls, config):
-        config = dict(config)
+        config = _deprecation.renamed_config(config, {"gamma": "steepness"})
         if config.get("split_features") is not None:
             config["split_features"] = keras.saving.deserialize_keras_object(config["split_features"])
         return cls(**config)

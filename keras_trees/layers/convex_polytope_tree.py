@@ -82,12 +82,15 @@ class ConvexPolytopeTree(XLACompatibility, HeapTreeMixin, ForestLayer, keras.lay
     Args:
         max_depth: maximum depth ``D``.
         num_experts: ``K`` experts (polytope facets) per node.
-        num_classes: classes (categorical leaves), or
-        units: regression outputs (exactly one of the two).
+        num_classes: classes: leaves hold class distributions and the tree
+            outputs class probabilities; or
+        units: number of raw outputs, here regression values (exactly one of
+            the two).
         prior: :class:`keras_trees.losses.GammaProcessPrior` or ``None``
             (default: ``GammaProcessPrior()``); its ``weight`` is multiplied by
             ``1 / number of training samples`` during training.
-        steepness: initial annealing steepness ``lambda``.
+        steepness: initial annealing steepness ``lambda``, > 0; bigger is
+            harder (the vocabulary of every keras-trees family).
         annealing: use ``f_lambda`` (True, Appendix B) or the raw ``f`` (False)
             for training-time probabilities.
         facet_tolerance: an expert is an active facet when

@@ -13,9 +13,10 @@ class EndToEndTree(EndToEndTreesBase):
     ``split_features`` puts any Keras layer or model in front, trained end to
     end; ``split_type="per_split"`` with :func:`keras_trees.layers.per_split_features`
     gives every split its own small CNN, Section 3.4) and sends a sample right with probability
-    ``sigmoid(gamma_i f_i(x))`` during training (Eq. 3, 5). At inference
-    (``predict``, ``call(training=False)``) every sample follows a single path
-    (gamma -> infinity: right iff ``f_i(x) > 0``) through the compiled
+    ``sigmoid(steepness_i f_i(x))`` during training (Eq. 3, 5; the paper's
+    ``gamma_i``). At inference (``predict``, ``call(training=False)``) every
+    sample follows a single path (steepness -> infinity: right iff
+    ``f_i(x) > 0``) through the compiled
     hard-routing op, so at most ``max_depth`` splits are evaluated; the
     probabilistic posterior of Eq. 2 is available with ``posterior(x)`` or
     ``call(x, routing="soft")``.
@@ -36,12 +37,13 @@ class EndToEndTree(EndToEndTreesBase):
     heap of maximum depth ``max_depth`` held in Keras variables;
     :class:`keras_trees.callbacks.GreedyLevelGrowth` grows it from a root stump
     (Section 2.5) and :class:`keras_trees.callbacks.SteepnessAnnealing` raises
-    each split's ``gamma`` (Table 1).
+    each split's steepness (Table 1).
 
     Variables (per position of the heap, see :mod:`keras_trees.topology`):
     ``split_kernel`` ``(1, 2**D - 1, q)``, ``split_bias`` ``(1, 2**D - 1)``,
-    ``feature_mask`` (which features each split may use), ``gamma`` (steepness
-    per split), ``node_state`` (topology), the leaves ``(1, 2**(D+1) - 1, K)``
+    ``feature_mask`` (which features each split may use), ``gamma`` (the
+    current steepness per split; the variable keeps the paper's name so that
+    saved weight paths stay stable), ``node_state`` (topology), the leaves ``(1, 2**(D+1) - 1, K)``
     (classification: ``leaf_table``, the EM distributions, and the trainable
     ``leaf_logits``, selected by ``leaf_mode``; read the leaves in use with the
     ``leaf_values`` property, write them with ``set_leaf_values``; regression:
@@ -52,8 +54,11 @@ class EndToEndTree(EndToEndTreesBase):
 
     Args:
         max_depth: maximum depth ``D`` (the heap holds ``2**D`` leaves).
-        num_classes: number of classes (categorical leaves); or
-        units: regression output size (exactly one of the two).
+        num_classes: number of classes: leaves hold class distributions and
+            the layer outputs class probabilities (train with
+            ``SparseCategoricalCrossentropy()``, not ``from_logits``); or
+        units: number of raw outputs, here regression values (exactly one of
+            the two).
         initial_topology: ``"perfect"`` (balanced tree of ``max_depth``, for
             plain end-to-end training, "Finetune"), ``"stump"`` or ``"leaf"``;
             ``GreedyLevelGrowth`` resets it to a root stump.
@@ -65,7 +70,9 @@ class EndToEndTree(EndToEndTreesBase):
         split_features: optional Keras layer/model computing split features
             from the input (shared by all splits unless ``split_type="per_split"``,
             trained end to end).
-        gamma: initial steepness of every split (paper: 1.0).
+        steepness: initial steepness of every split's sigmoid (the paper's
+            ``gamma``, 1.0), > 0; bigger is harder. Its deprecated name
+            ``gamma`` still works, with a warning.
         inference_routing: ``"hard"`` (default) or ``"soft"`` for ``call(training=False)``.
         split_regularizer: regularizer of ``split_kernel``, e.g.
             :class:`keras_trees.regularizers.SpatialLaplacian` (Eq. 15).

@@ -6,8 +6,8 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_trees import _deprecation, topology
 from keras_trees import ops as tree_ops
-from keras_trees import topology
 from keras_trees.api_export import keras_trees_export
 from keras_trees.forest import Forest, heap_leaves
 from keras_trees.layers import _validation
@@ -52,8 +52,8 @@ class _HingeEnsemble(XLACompatibility, ForestLayer, keras.layers.Layer):
     def __init__(
         self,
         num_trees,
-        depth,
-        units,
+        max_depth=None,
+        units=None,
         reduction=None,
         features_per_tree=None,
         threshold_initializer=None,
@@ -65,9 +65,11 @@ class _HingeEnsemble(XLACompatibility, ForestLayer, keras.layers.Layer):
         seed=None,
         **kwargs,
     ):
+        max_depth = _deprecation.renamed_argument(type(self).__name__, kwargs, "depth", "max_depth", max_depth)
         super().__init__(**kwargs)
         self.num_trees = _validation.positive_int("num_trees", num_trees)
-        self.depth = _validation.positive_int("depth", depth, maximum=MAX_DEPTH)
+        self.max_depth = _validation.positive_int("max_depth", max_depth, maximum=MAX_DEPTH)
+        self.depth = self.max_depth  # the name of 0.1, read by older code
         self.units = _validation.positive_int("units", units)
         normalized = "none" if reduction is None else reduction
         if normalized not in REDUCTIONS:
@@ -98,7 +100,7 @@ class _HingeEnsemble(XLACompatibility, ForestLayer, keras.layers.Layer):
 
     @property
     def num_vertices(self):
-        """Decisions per tree: ``2**depth - 1`` for a tree, ``depth`` for a fern."""
+        """Decisions per tree: ``2**max_depth - 1`` for a tree, ``max_depth`` for a fern."""
         return self.depth if self._fern else 2**self.depth - 1
 
     @property
@@ -121,8 +123,8 @@ class _HingeEnsemble(XLACompatibility, ForestLayer, keras.layers.Layer):
         _validation.check_parameter_memory(
             self.num_trees * (self.num_vertices * 2 + self.num_leaves * self.units),
             itemsize,
-            f"{name}(num_trees={self.num_trees}, depth={self.depth}, units={self.units})",
-            "use a smaller depth, fewer trees or fewer units.",
+            f"{name}(num_trees={self.num_trees}, max_depth={self.max_depth}, units={self.units})",
+            "use a smaller max_depth, fewer trees or fewer units.",
         )
         indices = random_feature_indices(
             self.num_trees, self.num_vertices, int(input_dim), self.features_per_tree, self.seed
@@ -220,7 +222,7 @@ class _HingeEnsemble(XLACompatibility, ForestLayer, keras.layers.Layer):
         config.update(
             {
                 "num_trees": self.num_trees,
-                "depth": self.depth,
+                "max_depth": self.max_depth,
                 "units": self.units,
                 "reduction": self.reduction,
                 "features_per_tree": self.features_per_tree,
@@ -235,12 +237,18 @@ class _HingeEnsemble(XLACompatibility, ForestLayer, keras.layers.Layer):
         )
         return config
 
+    @classmethod
+    def from_config(cls, config):
+        return cls(**_deprecation.renamed_config(config, {"depth": "max_depth"}))
+
 
 _COMMON_ARGS = """
     Args:
         num_trees: number of {kind}s ``M``.
-        depth: depth ``D`` (``2**D`` leaves per {kind}), 1 to 24.
-        units: size of each leaf's weight vector (logits or regression targets).
+        max_depth: depth ``D`` (``2**D`` leaves per {kind}), 1 to 24. Its
+            deprecated name ``depth`` still works, with a warning.
+        units: size of each leaf's weight vector: raw outputs, logits for a
+            classification loss with ``from_logits=True`` or regression targets.
         reduction: ``None``/``"none"`` returns every {kind}'s output,
             ``(..., num_trees, units)``; ``"sum"`` or ``"mean"`` aggregates over
             {kind}s to ``(..., units)``. The paper leaves aggregation to the user
@@ -264,14 +272,14 @@ _COMMON_ARGS = """
 @keras_trees_export("keras_trees.layers")
 class HingeForest(_HingeEnsemble):
     __doc__ = (
-        """A random hinge forest: ``num_trees`` perfect hinge trees of depth ``depth``.
+        """A random hinge forest: ``num_trees`` perfect hinge trees of depth ``max_depth``.
 
     Each vertex ``v`` of each tree compares one input feature ``x[f_v]``, fixed at
     random when the layer is built, with a learned threshold ``t_v``; a sample goes
     right when ``r = x[f_v] - t_v > 0``. Tree ``m`` outputs its reached leaf's
     weight vector times the smallest margin on the path,
     ``w_leaf * min |r|`` (Eq. 10 and Algorithm 3 of Lay et al. 2018). Each sample
-    touches one leaf per tree, so both passes cost ``O(depth + units)`` per
+    touches one leaf per tree, so both passes cost ``O(max_depth + units)`` per
     sample and tree; gradients reach exactly one input feature, one threshold and
     one leaf per tree and sample (Eq. 11-12). With the TensorFlow backend the
     layer runs a multi-threaded custom op; other backends use ``keras.ops``.
@@ -283,11 +291,11 @@ class HingeForest(_HingeEnsemble):
 
     Weights (public, stable layout):
 
-    * ``feature_indices``: ``(num_trees, 2**depth - 1)`` int32, non-trainable,
+    * ``feature_indices``: ``(num_trees, 2**max_depth - 1)`` int32, non-trainable,
       heap order (root ``0``, children of ``v`` are ``2v + 1`` left and
       ``2v + 2`` right); saved with the model.
-    * ``thresholds``: ``(num_trees, 2**depth - 1)``, same order.
-    * ``leaf_weights``: ``(num_trees, 2**depth, units)``, leaves left to right.
+    * ``thresholds``: ``(num_trees, 2**max_depth - 1)``, same order.
+    * ``leaf_weights``: ``(num_trees, 2**max_depth, units)``, leaves left to right.
 """
         + _COMMON_ARGS.format(kind="tree")
         + """
@@ -302,7 +310,7 @@ class HingeForest(_HingeEnsemble):
     ...     keras.Input((8,)),
     ...     keras.layers.Dense(20, use_bias=False),   # learned "inner product" features
     ...     HingeBatchNormalization(),
-    ...     HingeForest(num_trees=10, depth=3, units=2, reduction="sum", seed=0),
+    ...     HingeForest(num_trees=10, max_depth=3, units=2, reduction="sum", seed=0),
     ... ])
     >>> model.compile(keras.optimizers.Adam(0.005),
     ...               keras.losses.SparseCategoricalCrossentropy(from_logits=True))
@@ -319,11 +327,11 @@ class HingeForest(_HingeEnsemble):
 @keras_trees_export("keras_trees.layers")
 class HingeFern(_HingeEnsemble):
     __doc__ = (
-        """Random hinge ferns: ``num_trees`` ferns of depth ``depth``.
+        """Random hinge ferns: ``num_trees`` ferns of depth ``max_depth``.
 
     A fern is a hinge tree whose vertices on each level share one
-    (feature, threshold) pair: ``depth`` decisions instead of ``2**depth - 1``,
-    still ``2**depth`` leaves (Lay et al. 2018, Section 3). Level ``i`` sends a
+    (feature, threshold) pair: ``max_depth`` decisions instead of
+    ``2**max_depth - 1``, still ``2**max_depth`` leaves (Lay et al. 2018, Section 3). Level ``i`` sends a
     sample right when ``x[f_i] - t_i > 0``; the fern outputs the reached leaf's
     weights times the smallest ``|x[f_i] - t_i|`` over the levels. Same
     training behaviour, speed and usage as :class:`HingeForest`, with about
@@ -331,10 +339,10 @@ class HingeFern(_HingeEnsemble):
 
     Weights (public, stable layout):
 
-    * ``feature_indices``: ``(num_trees, depth)`` int32, non-trainable, saved
+    * ``feature_indices``: ``(num_trees, max_depth)`` int32, non-trainable, saved
       with the model.
-    * ``thresholds``: ``(num_trees, depth)``.
-    * ``leaf_weights``: ``(num_trees, 2**depth, units)``, leaves left to right
+    * ``thresholds``: ``(num_trees, max_depth)``.
+    * ``leaf_weights``: ``(num_trees, 2**max_depth, units)``, leaves left to right
       (the first level is the most significant bit of the leaf index).
 """
         + _COMMON_ARGS.format(kind="fern")
@@ -349,7 +357,7 @@ class HingeFern(_HingeEnsemble):
     >>> model = keras.Sequential([
     ...     keras.Input((5,)),
     ...     HingeBatchNormalization(),
-    ...     HingeFern(num_trees=20, depth=4, units=1, reduction="mean", seed=0),
+    ...     HingeFern(num_trees=20, max_depth=4, units=1, reduction="mean", seed=0),
     ... ])
     >>> model.compile(keras.optimizers.Adam(0.01), "mse")
     >>> x = np.random.rand(128, 5).astype("float32"); y = x.sum(1, keepdims=True)

@@ -5,7 +5,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_trees import topology
+from keras_trees import _deprecation, topology
 from keras_trees.api_export import keras_trees_export
 from keras_trees.constraints import RowNorm
 from keras_trees.forest import Forest, heap_leaves
@@ -46,13 +46,14 @@ class NonGreedyTree(XLACompatibility, HeapTreeMixin, ForestLayer, keras.Model):
     """A perfect oblique decision tree trained jointly by SGD on the convex-concave
     upper bound of its empirical loss.
 
-    The tree has ``2**depth - 1`` split rows ``[w_i, b_i]`` (one trainable
-    ``split_weights`` matrix of shape ``(2**depth - 1, p + 1)``, the bias in the
-    last column, heap order of :mod:`keras_trees.topology`) and ``2**depth``
-    leaf parameter rows ``Theta`` (``leaf_values``, ``(2**depth, K)``; leaf ``j``
-    is heap position ``2**depth - 1 + j``). A sample goes right at split ``i``
-    iff ``w_i . x + b_i > 0``; prediction (``predict``, ``call``) follows one
-    path through the compiled hard-routing op and returns
+    The tree has ``2**max_depth - 1`` split rows ``[w_i, b_i]`` (one trainable
+    ``split_weights`` matrix of shape ``(2**max_depth - 1, p + 1)``, the bias in
+    the last column, heap order of :mod:`keras_trees.topology`) and
+    ``2**max_depth`` leaf parameter rows ``Theta`` (``leaf_values``,
+    ``(2**max_depth, K)``; leaf ``j`` is heap position ``2**max_depth - 1 + j``).
+    A sample goes right at split ``i`` iff ``w_i . x + b_i > 0``; prediction
+    (``predict``, ``call``) follows one path through the compiled hard-routing
+    op and returns
     ``softmax(Theta[leaf])`` (classification, log loss, Eq. 1-2) or
     ``Theta[leaf]`` (regression, squared loss, Eq. 3).
 
@@ -96,9 +97,12 @@ class NonGreedyTree(XLACompatibility, HeapTreeMixin, ForestLayer, keras.Model):
     are padded to the perfect tree by copying leaves down.
 
     Args:
-        depth: tree depth ``d``.
-        num_classes: classes (softmax leaves, log loss); or
-        units: regression output size (squared loss). Exactly one of the two.
+        max_depth: tree depth ``d`` (the tree is perfect: every leaf is at this
+            depth). Its deprecated name ``depth`` still works, with a warning.
+        num_classes: classes: the tree outputs class probabilities (the
+            softmax of the reached leaf's parameters; log loss); or
+        units: number of raw outputs, here regression values (squared loss).
+            Exactly one of the two.
         nu: the row-norm bound of Eq. 9 (the paper picks it on validation data
             from {0.1, 1, 4, 10, 43, 100}).
         inference: ``"fast"`` (Eq. 13, ``O(d^2 p)`` per sample) or ``"exact"``
@@ -114,7 +118,7 @@ class NonGreedyTree(XLACompatibility, HeapTreeMixin, ForestLayer, keras.Model):
     >>> from keras_trees.interop.sklearn import from_sklearn
     >>> rng = np.random.default_rng(0)
     >>> x = rng.normal(size=(400, 2)).astype("float32"); y = (x[:, 0] + x[:, 1] > 0).astype("int32")
-    >>> model = NonGreedyTree(depth=3, num_classes=2, nu=4.0)
+    >>> model = NonGreedyTree(max_depth=3, num_classes=2, nu=4.0)
     >>> model.initialize_from(from_sklearn(DecisionTreeClassifier(max_depth=3).fit(x, y)))
     >>> model.compile(keras.optimizers.SGD(0.05, momentum=0.9), metrics=["accuracy"])
     >>> _ = model.fit(x, y, batch_size=50, epochs=5, verbose=0)
@@ -123,9 +127,13 @@ class NonGreedyTree(XLACompatibility, HeapTreeMixin, ForestLayer, keras.Model):
     """
 
 
-    def __init__(self, depth=6, num_classes=None, units=None, nu=1.0, inference="fast", seed=None, **kwargs):
+    def __init__(self, max_depth=6, num_classes=None, units=None, nu=1.0, inference="fast", seed=None,
+                 **kwargs):
+        max_depth = _deprecation.renamed_argument(
+            type(self).__name__, kwargs, "depth", "max_depth", max_depth, default=6
+        )
         super().__init__(**kwargs)
-        self.depth = _validation.positive_int("depth", depth, maximum=MAX_DEPTH)
+        self.depth = _validation.positive_int("max_depth", max_depth, maximum=MAX_DEPTH)
         self.num_classes, self.units = _validation.task(num_classes, units)
         self.nu = _validation.positive_float("nu", nu)
         if inference not in INFERENCES:
@@ -164,8 +172,8 @@ class NonGreedyTree(XLACompatibility, HeapTreeMixin, ForestLayer, keras.Model):
         self.input_dim = p
         I, L, K = self.num_internal, self.num_leaves, self.output_dim
         _validation.check_parameter_memory(
-            3 * I * (p + 1) + L * K, 4, f"NonGreedyTree(depth={self.depth}) over {p} features",
-            "use a smaller depth.",
+            3 * I * (p + 1) + L * K, 4, f"NonGreedyTree(max_depth={self.depth}) over {p} features",
+            "use a smaller max_depth.",
         )
         rows = numpy_generator(self.seed).normal(size=(I, p + 1))
         rows[:, -1] *= 0.1
@@ -203,7 +211,7 @@ class NonGreedyTree(XLACompatibility, HeapTreeMixin, ForestLayer, keras.Model):
         return x
 
     def route(self, x, rows=None):
-        """``(batch,)`` leaf index (``0 .. 2**depth - 1``) of every sample (hard-routing op)."""
+        """``(batch,)`` leaf index (``0 .. 2**max_depth - 1``) of every sample (hard-routing op)."""
         x = self._inputs(x)
         rows = ops.stop_gradient(ops.convert_to_tensor(self.split_weights if rows is None else rows))
         w, b = self._split(rows)
@@ -320,7 +328,7 @@ class NonGreedyTree(XLACompatibility, HeapTreeMixin, ForestLayer, keras.Model):
                 axis-aligned splits (e.g. from
                 :func:`keras_trees.interop.sklearn.from_sklearn`, or a grown
                 end-to-end tree's ``layer.to_forest().tree(i)``) of depth
-                ``<= depth``; it is padded to the perfect tree
+                ``<= max_depth``; it is padded to the perfect tree
                 (:meth:`~keras_trees.forest.Forest.pad_to_perfect`). Its leaf
                 values are class probabilities (classification) or outputs.
             leaf_smoothing: pseudo-count per class, relative to a leaf's share
@@ -445,7 +453,7 @@ class NonGreedyTree(XLACompatibility, HeapTreeMixin, ForestLayer, keras.Model):
             "name": self.name,
             "trainable": self.trainable,
             "dtype": keras.saving.serialize_keras_object(self.dtype_policy),
-            "depth": self.depth,
+            "max_depth": self.max_depth,
             "num_classes": self.num_classes,
             "units": self.units,
             "nu": self.nu,
@@ -455,7 +463,7 @@ class NonGreedyTree(XLACompatibility, HeapTreeMixin, ForestLayer, keras.Model):
 
     @classmethod
     def from_config(cls, config):
-        config = dict(config)
+        config = _deprecation.renamed_config(config, {"depth": "max_depth"})
         if isinstance(config.get("dtype"), dict):
             config["dtype"] = keras.saving.deserialize_keras_object(config["dtype"])
         return cls(**config)

@@ -4,8 +4,8 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_trees import _deprecation, topology
 from keras_trees import ops as tree_ops
-from keras_trees import topology
 from keras_trees.api_export import keras_trees_export
 from keras_trees.forest import Forest, heap_leaves
 from keras_trees.layers import _validation
@@ -19,12 +19,17 @@ MAX_DEPTH = 24
 class TreeEnsembleLayer(XLACompatibility, ForestLayer, keras.layers.Layer):
     """An additive ensemble of soft decision trees with smooth-step routing.
 
-    Each of ``num_trees`` perfect binary trees of depth ``depth`` routes a
-    sample ``x`` left at internal node ``i`` with probability
+    Each of ``num_trees`` perfect binary trees of depth ``max_depth`` routes a
+    sample ``x`` right at internal node ``i`` with probability
     ``S(<w_i, x> + b_i)``, where ``S`` is the smooth-step function of width
-    ``gamma`` (Eq. 4 of the paper). A tree outputs the expectation of its leaf
-    vectors over those routing probabilities, and the layer outputs the sum of
-    its trees (Eq. 1-3). Outside ``[-gamma/2, gamma/2]`` the smooth-step is
+    ``transition_width`` (the paper's ``gamma``, Eq. 4): a positive split value
+    goes right, as in every keras-trees family. (The paper writes the same
+    function as the probability of going *left*; the layer stores the negated
+    ``w_i, b_i`` of that convention and negates them back when it calls
+    :func:`keras_trees.ops.soft_tree_ensemble`, which follows the paper.) A tree
+    outputs the expectation of its leaf vectors over those routing
+    probabilities, and the layer outputs the sum of its trees (Eq. 1-3).
+    Outside ``[-transition_width/2, transition_width/2]`` the smooth-step is
     exactly 0 or 1, so most samples reach only a few leaves; with the
     TensorFlow backend the layer runs compiled kernels that visit only the
     reachable nodes in the forward pass and only the fractional tree in the
@@ -33,23 +38,40 @@ class TreeEnsembleLayer(XLACompatibility, ForestLayer, keras.layers.Layer):
 
     Weight layout (public, stable):
 
-    * ``node_weights``: ``(num_trees, 2**depth - 1, input_dim)``, internal nodes
-      in heap order: root ``0``, children of ``i`` are ``2*i + 1`` (left) and
-      ``2*i + 2`` (right).
-    * ``node_bias``: ``(num_trees, 2**depth - 1)``, same order (only when
+    * ``node_weights``: ``(num_trees, 2**max_depth - 1, input_dim)``, internal
+      nodes in heap order: root ``0``, children of ``i`` are ``2*i + 1`` (left)
+      and ``2*i + 2`` (right); a positive ``<w_i, x> + b_i`` goes right.
+    * ``node_bias``: ``(num_trees, 2**max_depth - 1)``, same order (only when
       ``use_bias=True``; the paper's splits are ``<w_i, x>`` without bias).
-    * ``leaf_weights``: ``(num_trees, 2**depth, units)``, leaves left to right.
-    * ``gamma``: non-trainable scalar variable (callbacks may ``assign`` it).
+    * ``leaf_weights``: ``(num_trees, 2**max_depth, units)``, leaves left to right.
+    * ``gamma``: non-trainable scalar variable holding the current transition
+      width (callbacks may ``assign`` it; the variable keeps the paper's name
+      so that saved weight paths stay stable).
+
+    Files saved by keras-trees 0.1.0, whose split values were the probability of
+    going left, load to identical predictions: their ``node_weights`` and
+    ``node_bias`` are negated on loading (the layer's config then carries
+    ``right_if="positive"``). Weights-only files (``.weights.h5``) of 0.1.0 carry
+    no config: load them into a layer and call :meth:`flip_legacy_splits`.
 
     Args:
         num_trees: number of trees ``m`` in the ensemble.
-        depth: depth ``d`` of each perfect tree (``2**d`` leaves).
-        units: output dimension ``k`` (logits or regression targets).
-        gamma: smooth-step width, > 0. Small values give more hard routing
-            (faster, sparser gradients); the paper tunes it in ``[1e-4, 1]``.
+        max_depth: depth ``d`` of each perfect tree (``2**d`` leaves). Its
+            deprecated name ``depth`` still works, with a warning.
+        units: output dimension ``k``: raw outputs, logits for a classification
+            loss with ``from_logits=True`` or regression targets.
+        transition_width: width of the smooth-step's soft zone (the paper's
+            ``gamma``), > 0; bigger is softer. Split values beyond
+            ``+-transition_width / 2`` route hard, so small widths give more
+            hard routing (faster, sparser gradients); the paper tunes it in
+            ``[1e-4, 1]``. It is a width, not a steepness, because the
+            smooth-step has a hard zone: the width says directly which split
+            values are routed softly, in the split values' own units. Its
+            deprecated name ``gamma`` still works, with a warning.
         activation: ``"smooth_step"`` (default) or ``"logistic"``, the rescaled
-            logistic ``sigmoid(6 t / gamma)`` of the paper's comparison. The
-            logistic never routes hard, so it always runs densely.
+            logistic ``sigmoid(6 t / transition_width)`` of the paper's
+            comparison. The logistic never routes hard, so it always runs
+            densely.
         use_bias: add a learned threshold ``b_i`` to every split.
         node_initializer, leaf_initializer, bias_initializer: Keras initializers.
         node_regularizer, leaf_regularizer, bias_regularizer: Keras regularizers
@@ -65,7 +87,7 @@ class TreeEnsembleLayer(XLACompatibility, ForestLayer, keras.layers.Layer):
     >>> model = keras.Sequential([
     ...     keras.Input((8,)),
     ...     keras.layers.BatchNormalization(),
-    ...     TreeEnsembleLayer(num_trees=10, depth=3, units=2, gamma=1.0),
+    ...     TreeEnsembleLayer(num_trees=10, max_depth=3, units=2, transition_width=1.0),
     ... ])
     >>> model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     >>> x = np.random.rand(64, 8).astype("float32"); y = (x[:, 0] > 0.5).astype("int32")
@@ -78,9 +100,9 @@ class TreeEnsembleLayer(XLACompatibility, ForestLayer, keras.layers.Layer):
     def __init__(
         self,
         num_trees,
-        depth,
-        units,
-        gamma=1.0,
+        max_depth=None,
+        units=None,
+        transition_width=1.0,
         activation="smooth_step",
         use_bias=True,
         node_initializer=None,
@@ -94,11 +116,22 @@ class TreeEnsembleLayer(XLACompatibility, ForestLayer, keras.layers.Layer):
         bias_constraint=None,
         **kwargs,
     ):
+        owner = type(self).__name__
+        max_depth = _deprecation.renamed_argument(owner, kwargs, "depth", "max_depth", max_depth)
+        transition_width = _deprecation.renamed_argument(
+            owner, kwargs, "gamma", "transition_width", transition_width, default=1.0
+        )
+        # Written by get_config (the routing side of the weights); 0.1.0 wrote none.
+        if kwargs.pop("right_if", "positive") != "positive":
+            raise ValueError(f"{owner}: right_if must be 'positive' (split values > 0 go right)")
         super().__init__(**kwargs)
         self.num_trees = _validation.positive_int("num_trees", num_trees)
-        self.depth = _validation.positive_int("depth", depth, maximum=MAX_DEPTH)
+        self.max_depth = _validation.positive_int("max_depth", max_depth, maximum=MAX_DEPTH)
+        self.depth = self.max_depth  # the name of 0.1.0, read by older code
         self.units = _validation.positive_int("units", units)
-        self.initial_gamma = _validation.positive_float("gamma", gamma)
+        self.initial_transition_width = _validation.positive_float("transition_width", transition_width)
+        # Set by from_config for files saved by 0.1.0 (split values were P(left)).
+        self._legacy_left_splits = False
         tree_ops.routing.get_activation(activation)
         self.activation = activation
         self.use_bias = bool(use_bias)
@@ -116,6 +149,11 @@ class TreeEnsembleLayer(XLACompatibility, ForestLayer, keras.layers.Layer):
         self.leaf_constraint = keras.constraints.get(leaf_constraint)
         self.bias_constraint = keras.constraints.get(bias_constraint)
         self.input_spec = keras.layers.InputSpec(min_ndim=2)
+
+    @property
+    def initial_gamma(self):
+        """The name of ``initial_transition_width`` in 0.1.0."""
+        return self.initial_transition_width
 
     @property
     def num_internal_nodes(self):
@@ -136,9 +174,9 @@ class TreeEnsembleLayer(XLACompatibility, ForestLayer, keras.layers.Layer):
         _validation.check_parameter_memory(
             self.num_trees * (self.num_internal_nodes * (input_dim + 1) + self.num_leaves * self.units),
             itemsize,
-            f"TreeEnsembleLayer(num_trees={self.num_trees}, depth={self.depth}) over "
+            f"TreeEnsembleLayer(num_trees={self.num_trees}, max_depth={self.max_depth}) over "
             f"{input_dim} inputs",
-            "use a smaller depth or fewer trees.",
+            "use a smaller max_depth or fewer trees.",
         )
         self.node_weights = self.add_weight(
             name="node_weights",
@@ -171,10 +209,32 @@ class TreeEnsembleLayer(XLACompatibility, ForestLayer, keras.layers.Layer):
             name="gamma",
             autocast=False,
             shape=(),
-            initializer=keras.initializers.Constant(self.initial_gamma),
+            initializer=keras.initializers.Constant(self.initial_transition_width),
             trainable=False,
         )
         self.input_spec = keras.layers.InputSpec(min_ndim=2, axes={-1: input_dim})
+
+    def _left_splits(self):
+        """``(weights, bias)`` in the convention of :mod:`keras_trees.ops` (the
+        paper's): ``S(<w, x> + b)`` is the probability of going left, so the
+        layer's right-going split values are negated."""
+        bias = None if self.node_bias is None else ops.negative(self.node_bias)
+        return ops.negative(self.node_weights), bias
+
+    def flip_legacy_splits(self):
+        """Negates ``node_weights`` and ``node_bias`` in place: converts weights
+        of keras-trees 0.1.0 (split value = P(left)) loaded without their config
+        (``load_weights`` of a ``.weights.h5`` file) to the current convention
+        (split value > 0 goes right). ``.keras`` files need no call."""
+        self.node_weights.assign(ops.negative(self.node_weights))
+        if self.node_bias is not None:
+            self.node_bias.assign(ops.negative(self.node_bias))
+
+    def load_own_variables(self, store):
+        super().load_own_variables(store)
+        if self._legacy_left_splits:
+            self.flip_legacy_splits()
+            self._legacy_left_splits = False
 
     def _flatten(self, inputs):
         """Inputs as ``(batch, input_dim)`` in the variable dtype: under mixed
@@ -186,10 +246,11 @@ class TreeEnsembleLayer(XLACompatibility, ForestLayer, keras.layers.Layer):
 
     def call(self, inputs, training=None):
         x, lead = self._flatten(inputs)
+        weights, bias = self._left_splits()
         out = tree_ops.soft_tree_ensemble(
             x,
-            self.node_weights,
-            self.node_bias,
+            weights,
+            bias,
             self.leaf_weights,
             self.gamma,
             activation=self.activation,
@@ -201,11 +262,10 @@ class TreeEnsembleLayer(XLACompatibility, ForestLayer, keras.layers.Layer):
         return (*input_shape[:-1], self.units)
 
     def leaf_probabilities(self, inputs):
-        """``(batch, num_trees, 2**depth)`` probability of each sample reaching each leaf."""
+        """``(batch, num_trees, 2**max_depth)`` probability of each sample reaching each leaf."""
         x, _ = self._flatten(inputs)
-        return tree_ops.soft_tree_leaf_probabilities(
-            x, self.node_weights, self.node_bias, self.gamma, self.activation
-        )
+        weights, bias = self._left_splits()
+        return tree_ops.soft_tree_leaf_probabilities(x, weights, bias, self.gamma, self.activation)
 
     def mean_reachable_leaves(self, inputs):
         """Mean number of reachable leaves (``P(x -> l) > 0``) per sample and tree.
@@ -214,11 +274,10 @@ class TreeEnsembleLayer(XLACompatibility, ForestLayer, keras.layers.Layer):
         every sample follows a single root-to-leaf path in every tree.
         """
         x, _ = self._flatten(inputs)
+        weights, bias = self._left_splits()
         return float(
             ops.convert_to_numpy(
-                tree_ops.mean_reachable_leaves(
-                    x, self.node_weights, self.node_bias, self.gamma, self.activation
-                )
+                tree_ops.mean_reachable_leaves(x, weights, bias, self.gamma, self.activation)
             )
         )
 
@@ -239,14 +298,14 @@ class TreeEnsembleLayer(XLACompatibility, ForestLayer, keras.layers.Layer):
             split_kind="linear",
             weights=weights,
             bias=numpy(self.node_bias) if self.use_bias else np.zeros(weights.shape[:2], weights.dtype),
-            right_if="negative",
+            right_if="positive",
             leaves=heap_leaves(numpy(self.leaf_weights)),
             aggregation="sum",
             leaf_output="added to the output with the probability of reaching the leaf",
             input_dim=weights.shape[-1],
             leaf_prediction=False,
-            extra={"activation": self.activation, "gamma": float(numpy(self.gamma)),
-                   "left_probability": f"{self.activation}(value, gamma)"},
+            extra={"activation": self.activation, "transition_width": float(numpy(self.gamma)),
+                   "right_probability": f"{self.activation}(value, transition_width)"},
         )
 
     def get_config(self):
@@ -255,9 +314,9 @@ class TreeEnsembleLayer(XLACompatibility, ForestLayer, keras.layers.Layer):
         config.update(
             {
                 "num_trees": self.num_trees,
-                "depth": self.depth,
+                "max_depth": self.max_depth,
                 "units": self.units,
-                "gamma": self.initial_gamma,
+                "transition_width": self.initial_transition_width,
                 "activation": self.activation,
                 "use_bias": self.use_bias,
                 "node_initializer": ser(self.node_initializer),
@@ -269,6 +328,16 @@ class TreeEnsembleLayer(XLACompatibility, ForestLayer, keras.layers.Layer):
                 "node_constraint": ser(self.node_constraint),
                 "leaf_constraint": ser(self.leaf_constraint),
                 "bias_constraint": ser(self.bias_constraint),
+                # Split values > 0 go right (0.1 wrote no key: split value = P(left)).
+                "right_if": "positive",
             }
         )
         return config
+
+    @classmethod
+    def from_config(cls, config):
+        legacy = "right_if" not in config
+        config = _deprecation.renamed_config(config, {"depth": "max_depth", "gamma": "transition_width"})
+        layer = cls(**config)
+        layer._legacy_left_splits = legacy
+        return layer

@@ -13,7 +13,8 @@ class HingeForestHyperModel(TreeHyperModel):
 
     Hyperparameters around the paper's setting (100 trees of depth 10 over 100
     learned inner-product features, Adam lr 0.005): ``kind`` (forest or fern),
-    ``num_trees`` 10-100 (log), ``depth`` 3-10, ``features`` 0 (the raw inputs),
+    ``num_trees`` 10-100 (log), ``depth`` 3-10 (the layer's ``max_depth``; the
+    hyperparameter keeps its 0.1.0 name so saved trials reload), ``features`` 0 (the raw inputs),
     50, 100 or 200 learned features, plus ``learning_rate`` (1e-3-1e-2 by
     default) and ``batch_size``. Trees are summed.
     """
@@ -35,7 +36,7 @@ class HingeForestHyperModel(TreeHyperModel):
             layers.append(keras.layers.Dense(features, use_bias=False))
         layers.append(HingeBatchNormalization())
         cls = HingeForest if kind == "forest" else HingeFern
-        layers.append(cls(num_trees, depth, self.output_dim, reduction="sum"))
+        layers.append(cls(num_trees, max_depth=depth, units=self.output_dim, reduction="sum"))
         return layers
 
     def get_config(self):

@@ -12,7 +12,8 @@ class NonGreedyHyperModel(TreeHyperModel):
     """A :class:`NonGreedyTree` initialized from a CART tree of the same depth.
 
     Hyperparameters (the paper picks ``nu`` on validation data for each depth):
-    ``depth`` 2-``max_depth``, ``nu`` 1-100 (log; the row-norm bound of the
+    ``depth`` 2-``max_depth`` (the tree's ``max_depth``; the hyperparameter
+    keeps its 0.1.0 name so saved tuner trials reload), ``nu`` 1-100 (log; the row-norm bound of the
     splits), ``lr_per_nu`` 1e-4-1e-2 (log; SGD learning rate per unit of
     ``nu``, momentum 0.9), plus ``batch_size``. The trial's ``fit`` fits the
     scikit-learn CART initialization (entropy criterion; scikit-learn is
@@ -33,7 +34,7 @@ class NonGreedyHyperModel(TreeHyperModel):
         lr = hp.Float("lr_per_nu", 1e-4, 1e-2, sampling="log") * nu
         hp.Choice("batch_size", self.batch_sizes)
         task = {"num_classes": self.num_classes} if self.num_classes is not None else {"units": self.units}
-        model = NonGreedyTree(depth=depth, nu=nu, **task)
+        model = NonGreedyTree(max_depth=depth, nu=nu, **task)
         model.build((None,) + self.input_shape)
         metrics = (["accuracy"] if self.num_classes is not None else []) if self.metrics is None else self.metrics
         model.compile(keras.optimizers.SGD(lr, momentum=0.9), metrics=metrics)
@@ -45,9 +46,9 @@ class NonGreedyHyperModel(TreeHyperModel):
         from keras_trees.interop.sklearn import from_sklearn
 
         if self.num_classes is not None:
-            cart = DecisionTreeClassifier(max_depth=model.depth, criterion="entropy", random_state=0)
+            cart = DecisionTreeClassifier(max_depth=model.max_depth, criterion="entropy", random_state=0)
         else:
-            cart = DecisionTreeRegressor(max_depth=model.depth, random_state=0)
+            cart = DecisionTreeRegressor(max_depth=model.max_depth, random_state=0)
         model.initialize_from(from_sklearn(cart.fit(x, y)))
         kwargs.pop("batch_size", None)
         return model.fit(x, y, *args, batch_size=hp.get("batch_size"), **kwargs)

@@ -13,8 +13,10 @@ class TreeEnsembleHyperModel(TreeHyperModel):
 
     Hyperparameters (the paper tunes trees, depth, gamma, learning rate, batch
     size and an L2 penalty on the node weights): ``num_trees`` 1-100 (log),
-    ``depth`` 2-8, ``gamma`` 1e-2-1 (log), ``use_node_l2`` / ``node_l2``
-    1e-6-1e-1 (log), plus ``learning_rate`` and ``batch_size``.
+    ``depth`` 2-8 (the layer's ``max_depth``), ``gamma`` 1e-2-1 (log; the
+    layer's ``transition_width``), ``use_node_l2`` / ``node_l2`` 1e-6-1e-1
+    (log), plus ``learning_rate`` and ``batch_size``. The hyperparameters keep
+    their 0.1.0 names so that saved tuner trials reload.
 
     >>> import keras_tuner as kt
     >>> hypermodel = TreeEnsembleHyperModel(input_shape=(16,), num_classes=26)
@@ -31,7 +33,7 @@ class TreeEnsembleHyperModel(TreeHyperModel):
     def tree_layers(self, hp):
         num_trees = self.clamped_int(hp, "num_trees", 1, self.max_trees, sampling="log")
         depth = self.clamped_int(hp, "depth", 2, self.max_depth)
-        gamma = hp.Float("gamma", 1e-2, 1.0, sampling="log")
+        width = hp.Float("gamma", 1e-2, 1.0, sampling="log")
         node_l2 = 0.0
         if hp.Boolean("use_node_l2"):
             with hp.conditional_scope("use_node_l2", [True]):
@@ -39,7 +41,7 @@ class TreeEnsembleHyperModel(TreeHyperModel):
         return [
             keras.layers.BatchNormalization(),
             TreeEnsembleLayer(
-                num_trees, depth, self.output_dim, gamma=gamma,
+                num_trees, max_depth=depth, units=self.output_dim, transition_width=width,
                 node_regularizer=keras.regularizers.L2(node_l2) if node_l2 else None,
             ),
         ]

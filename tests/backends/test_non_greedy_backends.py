@@ -27,7 +27,7 @@ def cart_tree(depth=3, nu=2.0, x=None, y=None, **kwargs):
     if x is None:
         x, y = problem()
     cart = sklearn_tree.DecisionTreeClassifier(max_depth=depth, random_state=0).fit(x, y)
-    model = NonGreedyTree(depth=depth, num_classes=3, nu=nu, **kwargs)
+    model = NonGreedyTree(max_depth=depth, num_classes=3, nu=nu, **kwargs)
     model.initialize_from(from_sklearn(cart))
     return model, cart
 
@@ -126,10 +126,10 @@ def test_one_step_is_algorithm_1_with_weights(task, weighting):
     x, y = problem(n=64)
     rng = np.random.default_rng(0)
     if task == "log":
-        model = NonGreedyTree(depth=3, num_classes=3, nu=1.0, inference="exact", seed=1)
+        model = NonGreedyTree(max_depth=3, num_classes=3, nu=1.0, inference="exact", seed=1)
         target = y
     else:
-        model = NonGreedyTree(depth=3, units=2, nu=1.0, seed=1)
+        model = NonGreedyTree(max_depth=3, units=2, nu=1.0, seed=1)
         target = np.stack([x[:, 0] + x[:, 1], x[:, 2]], 1).astype("float32")
     model.build((None, 4))
     model.leaf_values.assign(rng.normal(size=(8, model.output_dim)).astype("float32"))
@@ -157,7 +157,7 @@ def seeded_run(seed):
     """Weights after construction, after CART initialization (+ predictions) and after fit (+ predictions)."""
     keras.utils.set_random_seed(seed)
     x, y = problem()
-    model = NonGreedyTree(depth=3, num_classes=3, nu=2.0)  # seed=None: follows set_random_seed
+    model = NonGreedyTree(max_depth=3, num_classes=3, nu=2.0)  # seed=None: follows set_random_seed
     model.build((None, 4))
     stages = [weights(model)]
     # random_state=None and max_features: CART draws from NumPy's global state as well
@@ -177,7 +177,7 @@ def test_set_random_seed_makes_construction_initialization_and_fit_reproducible(
         for a, b in zip(stage_a, stage_b):
             np.testing.assert_array_equal(a, b)
     keras.utils.set_random_seed(6)
-    other = NonGreedyTree(depth=3, num_classes=3, nu=2.0)
+    other = NonGreedyTree(max_depth=3, num_classes=3, nu=2.0)
     other.build((None, 4))
     assert not np.array_equal(weights(other)[0], first[0][0])
 
@@ -189,9 +189,9 @@ def test_refit_leaves_with_weights_equals_repeated_rows(task):
     w[:5] = 0
     if task == "regression":
         y = np.stack([x[:, 0] - x[:, 1], x[:, 2]], 1).astype("float32")
-        make = lambda: NonGreedyTree(depth=3, units=2, nu=1.0, seed=0)  # noqa: E731
+        make = lambda: NonGreedyTree(max_depth=3, units=2, nu=1.0, seed=0)  # noqa: E731
     else:
-        make = lambda: NonGreedyTree(depth=3, num_classes=3, nu=1.0, seed=0)  # noqa: E731
+        make = lambda: NonGreedyTree(max_depth=3, num_classes=3, nu=1.0, seed=0)  # noqa: E731
     weighted, repeated = make(), make()
     for model in (weighted, repeated):
         model.build((None, 4))
@@ -299,7 +299,7 @@ cart = from_sklearn(DecisionTreeClassifier(max_depth=3, random_state=0).fit(x, y
 results = {}
 for name, context in (("single", contextlib.nullcontext), ("replicated", replicated)):
     with context():
-        model = NonGreedyTree(depth=3, num_classes=3, nu=2.0, seed=0)
+        model = NonGreedyTree(max_depth=3, num_classes=3, nu=2.0, seed=0)
         model.initialize_from(cart)
         model.compile(keras.optimizers.SGD(0.05, momentum=0.9), metrics=["accuracy"])
         fit = dict(batch_size=100, shuffle=False, verbose=0, callbacks=[StableSGD(max_round_epochs=2)])
@@ -336,7 +336,7 @@ def test_training_does_not_load_tensorflow_on_torch(tmp_path):
         from keras_trees.layers.non_greedy_tree import NonGreedyTree
         x = np.random.default_rng(0).normal(size=(100, 3)).astype("float32")
         y = (x[:, 0] > 0).astype("int32")
-        model = NonGreedyTree(depth=2, num_classes=2, nu=1.0, seed=0)
+        model = NonGreedyTree(max_depth=2, num_classes=2, nu=1.0, seed=0)
         model.compile(keras.optimizers.SGD(0.1), metrics=["accuracy"])
         model.fit(x, y, batch_size=50, epochs=2, verbose=0, callbacks=[StableSGD()])
         model.evaluate(x, y, verbose=0); model.predict(x, verbose=0)

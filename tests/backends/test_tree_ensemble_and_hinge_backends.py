@@ -12,9 +12,9 @@ from keras_trees import layers as kt_layers
 from tests.backends.conftest import BACKEND, run_fresh, run_replicated
 
 FAMILIES = {
-    "tree_ensemble": lambda: kt_layers.TreeEnsembleLayer(num_trees=6, depth=3, units=3, gamma=1.0),
-    "hinge_forest": lambda: kt_layers.HingeForest(num_trees=12, depth=3, units=3, reduction="sum"),
-    "hinge_fern": lambda: kt_layers.HingeFern(num_trees=12, depth=3, units=3, reduction="sum"),
+    "tree_ensemble": lambda: kt_layers.TreeEnsembleLayer(num_trees=6, max_depth=3, units=3, transition_width=1.0),
+    "hinge_forest": lambda: kt_layers.HingeForest(num_trees=12, max_depth=3, units=3, reduction="sum"),
+    "hinge_fern": lambda: kt_layers.HingeFern(num_trees=12, max_depth=3, units=3, reduction="sum"),
 }
 
 

@@ -21,12 +21,12 @@ def test_each_new_stump_anneals_on_its_own(rng):
     model.fit(x, y, batch_size=50, epochs=20, verbose=0,
               callbacks=[SteepnessAnnealing(0.5, layers="t"), g, EMLeafUpdate(x, y)])
     gamma, epochs = np.asarray(tree.gamma)[0], np.asarray(tree.node_epochs)[0]
-    # root: 3 growth epochs + 2 finetune; children: 3 + 2; gamma = 1 + 0.5 * (epochs - 1)
+    # root: 3 growth epochs + 2 finetune; children: 3 + 2; steepness = 1 + 0.5 * (epochs - 1)
     assert epochs.tolist() == [5, 5, 5]
     np.testing.assert_allclose(gamma, 1.0 + 0.5 * 4)
 
 
-def test_gamma_schedules_of_table_1(rng):
+def test_steepness_schedules_of_table_1(rng):
     x = rng.normal(size=(64, 2)).astype("float32")
     y = (x[:, 0] > 0).astype("int32")
     for increment in (0.0, 0.01, 0.1):
@@ -35,6 +35,18 @@ def test_gamma_schedules_of_table_1(rng):
         model.compile("adam", keras.losses.SparseCategoricalCrossentropy())
         model.fit(x, y, epochs=4, verbose=0, callbacks=[SteepnessAnnealing(increment)])
         np.testing.assert_allclose(np.asarray(tree.gamma), 1.0 + 3 * increment, rtol=1e-6)
+
+
+def test_steepness_starts_at_the_layer_argument_and_stops_at_max_steepness(rng):
+    x = rng.normal(size=(64, 2)).astype("float32")
+    y = (x[:, 0] > 0).astype("int32")
+    tree = EndToEndTree(max_depth=1, num_classes=2, steepness=2.0)
+    model = keras.Sequential([keras.Input((2,)), tree])
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy())
+    model.fit(x, y, epochs=2, verbose=0, callbacks=[SteepnessAnnealing(0.5, max_steepness=10.0)])
+    np.testing.assert_allclose(np.asarray(tree.gamma), 2.5, rtol=1e-6)  # 2.0 + 0.5 * 1
+    model.fit(x, y, epochs=3, verbose=0, callbacks=[SteepnessAnnealing(5.0, max_steepness=10.0)])
+    np.testing.assert_allclose(np.asarray(tree.gamma), 10.0, rtol=1e-6)  # capped
 
 
 def test_deep_copied_callbacks_find_layers_through_model(rng):

@@ -15,7 +15,7 @@ def x():
 
 
 def test_an_effectively_hard_tree_ensemble_agrees_fully(x):
-    tel = TreeEnsembleLayer(num_trees=3, depth=3, units=4, gamma=1e-5)
+    tel = TreeEnsembleLayer(num_trees=3, max_depth=3, units=4, transition_width=1e-5)
     result = hard_forest(tel, x)
     assert result["task"] == "classification" and result["agreement"] == 1.0
     np.testing.assert_allclose(result["hard"], result["soft"], atol=1e-4)  # the same function
@@ -23,20 +23,20 @@ def test_an_effectively_hard_tree_ensemble_agrees_fully(x):
 
 
 def test_a_soft_tree_ensemble_in_a_model(x):
-    tel = TreeEnsembleLayer(num_trees=3, depth=3, units=1, gamma=5.0)
+    tel = TreeEnsembleLayer(num_trees=3, max_depth=3, units=1, transition_width=5.0)
     model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(4), tel])
     result = hard_forest(model, x)
     assert result["task"] == "regression"
     assert -np.inf < result["r2"] <= 1.0 and -1.0 <= result["correlation"] <= 1.0
     assert result["soft"].shape == result["hard"].shape == (400, 1)
     assert hard_forest(model, x, task="classification")["agreement"] <= 1.0
-    crisp = hard_forest(TreeEnsembleLayer(num_trees=3, depth=3, units=1, gamma=1e-5), x)
+    crisp = hard_forest(TreeEnsembleLayer(num_trees=3, max_depth=3, units=1, transition_width=1e-5), x)
     assert crisp["r2"] == pytest.approx(1.0) and crisp["correlation"] == pytest.approx(1.0)
 
 
 @pytest.mark.parametrize("cls,reduction", [(HingeForest, "sum"), (HingeFern, "none")])
 def test_hinge_layers(x, cls, reduction):
-    layer = cls(num_trees=4, depth=3, units=3, reduction=reduction, seed=0)
+    layer = cls(num_trees=4, max_depth=3, units=3, reduction=reduction, seed=0)
     model = keras.Sequential([keras.Input((5,)), layer])
     model.compile(keras.optimizers.Adam(0.05), keras.losses.MeanSquaredError())
     target = x[:, :3] if reduction == "sum" else np.repeat(x[:, None, :3], 4, 1)  # per tree for "none"

@@ -83,7 +83,7 @@ def test_end_to_end_tree(data):
 
 def test_non_greedy_tree(data):
     x, y = data
-    model = NonGreedyTree(depth=3, num_classes=2, nu=2.0)
+    model = NonGreedyTree(max_depth=3, num_classes=2, nu=2.0)
     model.initialize_from(from_sklearn(sklearn_tree.DecisionTreeClassifier(max_depth=2, random_state=0).fit(x, y)))
     model.compile(keras.optimizers.SGD(0.05, momentum=0.9))
     model.fit(x, y, batch_size=100, epochs=3, verbose=0)
@@ -103,8 +103,8 @@ def test_convex_polytope_tree(data):
 
 
 @pytest.mark.parametrize("layer", [
-    lambda: TreeEnsembleLayer(num_trees=4, depth=2, units=2),
-    lambda: HingeForest(num_trees=8, depth=2, units=2, reduction="sum", seed=0),
+    lambda: TreeEnsembleLayer(num_trees=4, max_depth=2, units=2),
+    lambda: HingeForest(num_trees=8, max_depth=2, units=2, reduction="sum", seed=0),
 ])
 def test_routing_sensitivity_of_soft_layers(data, layer):
     x, y = data

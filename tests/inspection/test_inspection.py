@@ -44,10 +44,10 @@ def _check_counts(doc, n):
 def test_tree_ensemble_layer_export_routes_like_the_most_probable_leaf(rng):
     x = rng.normal(size=(300, 5)).astype("float32")
     y = rng.integers(0, 3, 300)
-    tel = TreeEnsembleLayer(num_trees=3, depth=3, units=3, gamma=0.05)
+    tel = TreeEnsembleLayer(num_trees=3, max_depth=3, units=3, transition_width=0.05)
     model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(4), tel])
     [doc] = _roundtrip(model, x, y)
-    assert doc["family"] == "tree_ensemble" and doc["split_rule"] == "right if value < 0"
+    assert doc["family"] == "tree_ensemble" and doc["split_rule"] == "right if value > 0"
     assert doc["input_dim"] == 4 and len(doc["trees"][0]["nodes"]) == 15
     _check_counts(doc, 300)
     features = np.asarray(model.layers[0](x))
@@ -67,7 +67,7 @@ def test_tree_ensemble_layer_export_routes_like_the_most_probable_leaf(rng):
 @pytest.mark.parametrize("cls", [HingeForest, HingeFern])
 def test_hinge_export_routes_like_traverse(rng, cls):
     x = rng.normal(size=(200, 6)).astype("float32")
-    layer = cls(num_trees=4, depth=3, units=2, reduction="sum", seed=0)
+    layer = cls(num_trees=4, max_depth=3, units=2, reduction="sum", seed=0)
     model = keras.Sequential([keras.Input((6,)), layer])
     [doc] = _roundtrip(model, x)
     assert doc["family"] == ("hinge_fern" if cls is HingeFern else "hinge_forest")
@@ -191,7 +191,7 @@ def test_non_greedy_tree_export_predicts_like_the_model(rng):
 
     x = rng.normal(size=(200, 4)).astype("float32")
     y = (np.digitize(x[:, 0] + x[:, 1], [-0.5, 0.5])).astype("int32")
-    model = NonGreedyTree(depth=3, num_classes=3, nu=2.0)
+    model = NonGreedyTree(max_depth=3, num_classes=3, nu=2.0)
     model.initialize_from(from_sklearn(DecisionTreeClassifier(max_depth=3, random_state=0).fit(x, y)))
     [doc] = _roundtrip(model, x, y)
     assert doc["family"] == "non_greedy_tree" and doc["num_trees"] == 1

@@ -16,7 +16,7 @@ LAYERS = [HingeForest, HingeFern]
 
 
 def built(cls, input_dim=6, **kwargs):
-    args = dict(num_trees=4, depth=3, units=2, seed=0)
+    args = dict(num_trees=4, max_depth=3, units=2, seed=0)
     args.update(kwargs)
     layer = cls(**args)
     layer.build((None, input_dim))
@@ -25,7 +25,7 @@ def built(cls, input_dim=6, **kwargs):
 
 @pytest.mark.parametrize("cls", LAYERS)
 def test_weights_layout_and_algorithm_1_initialization(cls):
-    layer = built(cls, input_dim=50, num_trees=200, depth=6, units=3)
+    layer = built(cls, input_dim=50, num_trees=200, max_depth=6, units=3)
     n = 6 if cls is HingeFern else 63
     assert layer.num_vertices == n and layer.num_leaves == 64
     assert tuple(layer.feature_indices.shape) == (200, n)
@@ -44,7 +44,7 @@ def test_weights_layout_and_algorithm_1_initialization(cls):
 
 @pytest.mark.parametrize("cls", LAYERS)
 def test_layer_matches_brute_force_eq10(rng, cls):
-    layer = built(cls, input_dim=5, depth=4, units=3,
+    layer = built(cls, input_dim=5, max_depth=4, units=3,
                   leaf_initializer=keras.initializers.RandomNormal(stddev=1.0, seed=1),
                   threshold_initializer=keras.initializers.RandomUniform(-1, 1, seed=2))
     x = rng.normal(size=(11, 5)).astype("float32")
@@ -81,7 +81,7 @@ def test_features_per_tree():
     f = random_feature_indices(20, 63, 100, features_per_tree=8, seed=1)
     assert all(len(set(row.tolist())) == 8 for row in f)
     assert len(np.unique(f)) > 50  # different trees draw different subsets
-    layer = built(HingeFern, input_dim=12, depth=5, features_per_tree=5)
+    layer = built(HingeFern, input_dim=12, max_depth=5, features_per_tree=5)
     assert all(len(set(r)) == 5 for r in layer.feature_indices.numpy().tolist())
     with pytest.raises(ValueError, match="features_per_tree=13 is more than the 12 input features"):
         built(HingeForest, input_dim=12, features_per_tree=13)
@@ -102,7 +102,7 @@ def test_end_to_end_gradients_reach_the_feature_layer(rng, cls):
     h = keras.layers.Conv2D(4, 3, strides=2)(inputs)
     h = keras.layers.Flatten()(h)
     h = HingeBatchNormalization()(h)
-    outputs = cls(num_trees=6, depth=4, units=3, reduction="sum", seed=0)(h)
+    outputs = cls(num_trees=6, max_depth=4, units=3, reduction="sum", seed=0)(h)
     model = keras.Model(inputs, outputs)
     x = tf.constant(rng.normal(size=(16, 8, 8, 1)).astype("float32"))
     with tf.GradientTape() as tape:
@@ -122,7 +122,7 @@ def test_classification_and_regression_fit(rng, cls):
         keras.Input((6,)),
         keras.layers.Dense(16, use_bias=False),
         HingeBatchNormalization(),
-        cls(num_trees=20, depth=4, units=2, reduction="sum", seed=0),
+        cls(num_trees=20, max_depth=4, units=2, reduction="sum", seed=0),
     ])
     model.compile(keras.optimizers.Adam(0.01),
                   keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -133,7 +133,7 @@ def test_classification_and_regression_fit(rng, cls):
     reg = keras.Sequential([
         keras.Input((6,)),
         HingeBatchNormalization(),
-        cls(num_trees=20, depth=3, units=1, reduction="mean", seed=0),
+        cls(num_trees=20, max_depth=3, units=1, reduction="mean", seed=0),
     ])
     reg.compile(keras.optimizers.Adam(0.02), "mse")
     history = reg.fit(x, target, epochs=15, batch_size=32, verbose=0)
@@ -151,8 +151,8 @@ y = (x[:, 0] * x[:, 1] > 0).astype("int32")
 inputs = keras.Input((10,))
 h = keras.layers.Dense(12, use_bias=False)(inputs)
 h = HingeBatchNormalization(name="hbn")(h)
-a = HingeForest(num_trees=5, depth=4, units=2, reduction="sum", name="forest")(h)
-b = HingeFern(num_trees=5, depth=4, units=2, reduction="mean", name="ferns")(h)
+a = HingeForest(num_trees=5, max_depth=4, units=2, reduction="sum", name="forest")(h)
+b = HingeFern(num_trees=5, max_depth=4, units=2, reduction="mean", name="ferns")(h)
 model = keras.Model(inputs, keras.layers.Add()([a, b]))
 model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 model.fit(x, y, epochs=2, verbose=0)
@@ -219,9 +219,9 @@ def test_weights_file_restores_feature_indices(rng, tmp_path):
     "kwargs, error, message",
     [
         (dict(num_trees=0), ValueError, "num_trees"),
-        (dict(depth=0), ValueError, "depth"),
-        (dict(depth=25), ValueError, "depth must be <= 24"),
-        (dict(depth=2.5), TypeError, "depth"),
+        (dict(max_depth=0), ValueError, "depth"),
+        (dict(max_depth=25), ValueError, "depth must be <= 24"),
+        (dict(max_depth=2.5), TypeError, "depth"),
         (dict(units=0), ValueError, "units"),
         (dict(reduction="max"), ValueError, "reduction"),
         (dict(features_per_tree=0), ValueError, "features_per_tree"),
@@ -229,15 +229,15 @@ def test_weights_file_restores_feature_indices(rng, tmp_path):
     ],
 )
 def test_bad_hyperparameters(cls, kwargs, error, message):
-    args = dict(num_trees=2, depth=3, units=2)
+    args = dict(num_trees=2, max_depth=3, units=2)
     args.update(kwargs)
     with pytest.raises(error, match=message):
         cls(**args)
 
 
 def test_depth_that_cannot_fit_in_memory():
-    with pytest.raises(ValueError, match="smaller depth"):
-        HingeForest(num_trees=1000, depth=24, units=10).build((None, 10))
+    with pytest.raises(ValueError, match="smaller max_depth"):
+        HingeForest(num_trees=1000, max_depth=24, units=10).build((None, 10))
 
 
 @pytest.mark.parametrize("cls", LAYERS)

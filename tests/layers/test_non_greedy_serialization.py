@@ -18,7 +18,7 @@ keras.utils.set_random_seed(0)
 rng = np.random.default_rng(0)
 x = rng.normal(size=(300, 4)).astype("float32")
 y = (x[:, 0] + x[:, 1] > 0).astype("int32") + (x[:, 2] > 0.5)
-model = NonGreedyTree(depth=4, num_classes=3, nu=3.0, name="ngt")
+model = NonGreedyTree(max_depth=4, num_classes=3, nu=3.0, name="ngt")
 model.initialize_from(from_sklearn(DecisionTreeClassifier(max_depth=3, random_state=0).fit(x, y)))
 model.compile(keras.optimizers.SGD(0.05, momentum=0.9), metrics=["accuracy"])
 model.fit(x, y, batch_size=50, epochs=4, verbose=0, callbacks=[StableSGD(max_round_epochs=2)])
@@ -45,7 +45,7 @@ def test_keras_file_round_trip_and_training_resumes(saved):
         import keras_trees
         from keras_trees.layers.non_greedy_tree import NonGreedyTree
         model = keras.saving.load_model("model.keras")
-        assert isinstance(model, NonGreedyTree) and model.depth == 4 and model.nu == 3.0
+        assert isinstance(model, NonGreedyTree) and model.max_depth == 4 and model.nu == 3.0
         x, y = np.load("x.npy"), np.load("y.npy")
         np.testing.assert_array_equal(model.predict(x, verbose=0), np.load("pred.npy"))
         ev = np.array(list(model.evaluate(x, y, verbose=0, return_dict=True).values()))
@@ -63,7 +63,7 @@ def test_weights_reload_into_a_fresh_model(saved):
         import numpy as np
         import keras_trees
         from keras_trees.layers.non_greedy_tree import NonGreedyTree
-        fresh = NonGreedyTree(depth=4, num_classes=3, nu=3.0)
+        fresh = NonGreedyTree(max_depth=4, num_classes=3, nu=3.0)
         fresh.build((None, 4))
         fresh.load_weights("w.weights.h5")
         np.testing.assert_array_equal(fresh.predict(np.load("x.npy"), verbose=0), np.load("pred.npy"))

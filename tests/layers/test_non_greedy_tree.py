@@ -23,7 +23,7 @@ def problem(n=600, p=4, seed=0):
 def test_cart_initialization_reproduces_the_tree_and_training_improves_the_bound():
     x, y = problem()
     cart = sklearn_tree.DecisionTreeClassifier(max_depth=3, random_state=0).fit(x, y)
-    model = NonGreedyTree(depth=4, num_classes=3, nu=2.0)  # deeper than CART: padded
+    model = NonGreedyTree(max_depth=4, num_classes=3, nu=2.0)  # deeper than CART: padded
     model.initialize_from(from_sklearn(cart))
     np.testing.assert_array_equal(model.predict(x, verbose=0).argmax(1), cart.predict(x))
     np.testing.assert_allclose(model.row_norms()[model.row_norms() > 0], 2.0, rtol=1e-6)
@@ -46,7 +46,7 @@ def test_cart_initialization_reproduces_the_tree_and_training_improves_the_bound
 def test_train_step_is_algorithm_1_with_plain_sgd():
     """One SGD step (no momentum) equals W - lr * mean((g - h) x^T), Theta - lr * mean(dloss)."""
     x, y = problem(n=64)
-    model = NonGreedyTree(depth=3, num_classes=3, nu=100.0, inference="exact", seed=1)
+    model = NonGreedyTree(max_depth=3, num_classes=3, nu=100.0, inference="exact", seed=1)
     model.build((None, 4))
     rng = np.random.default_rng(0)
     model.leaf_values.assign(rng.normal(size=(8, 3)).astype("float32"))
@@ -82,7 +82,7 @@ def test_stable_sgd_rounds_and_regression():
     x = rng.normal(size=(400, 3)).astype("float32")
     y = np.stack([np.sin(x[:, 0]) + x[:, 1], x[:, 2] ** 2], 1).astype("float32")
     reg = sklearn_tree.DecisionTreeRegressor(max_depth=4, random_state=0).fit(x, y)
-    model = NonGreedyTree(depth=4, units=2, nu=4.0)
+    model = NonGreedyTree(max_depth=4, units=2, nu=4.0)
     model.initialize_from(from_sklearn(reg))
     np.testing.assert_allclose(model.predict(x, verbose=0), reg.predict(x), rtol=1e-5, atol=1e-5)
     model.compile(keras.optimizers.SGD(0.01, momentum=0.9), metrics=["mse"])
@@ -96,7 +96,7 @@ def test_stable_sgd_rounds_and_regression():
 
 def test_stable_bound_uses_frozen_assignments():
     x, y = problem(n=200)
-    model = NonGreedyTree(depth=3, num_classes=3, nu=1.0, seed=0)
+    model = NonGreedyTree(max_depth=3, num_classes=3, nu=1.0, seed=0)
     model.build((None, 4))
     g, h, score = (np.asarray(t) for t in model.loss_augmented_inference(x, y))
     w = np.asarray(model.split_weights)
@@ -114,14 +114,14 @@ def test_from_end_to_end_initialization():
     x, y = problem(n=300)
     layer = EndToEndTree(max_depth=3, num_classes=3, seed=0)
     e2e = keras.Sequential([keras.Input((4,)), layer])
-    model = NonGreedyTree(depth=3, num_classes=3, nu=3.0)
+    model = NonGreedyTree(max_depth=3, num_classes=3, nu=3.0)
     model.initialize_from(layer.to_forest())
     np.testing.assert_array_equal(model.predict(x, verbose=0).argmax(1), e2e.predict(x, verbose=0).argmax(1))
 
 
 def test_active_leaves_and_exact_inference_train():
     x, y = problem(n=300)
-    model = NonGreedyTree(depth=3, num_classes=3, nu=1.0, inference="exact", seed=0)
+    model = NonGreedyTree(max_depth=3, num_classes=3, nu=1.0, inference="exact", seed=0)
     model.compile(keras.optimizers.SGD(0.05, momentum=0.9))
     model.fit(x, y, batch_size=100, epochs=2, verbose=0)
     assert 1 <= model.active_leaves(x) <= 8
@@ -129,17 +129,17 @@ def test_active_leaves_and_exact_inference_train():
 
 def test_bad_arguments_and_inputs():
     with pytest.raises(ValueError, match="exactly one of num_classes"):
-        NonGreedyTree(depth=3)
+        NonGreedyTree(max_depth=3)
     with pytest.raises(ValueError, match="nu"):
-        NonGreedyTree(depth=3, num_classes=2, nu=0)
+        NonGreedyTree(max_depth=3, num_classes=2, nu=0)
     with pytest.raises(ValueError, match="depth"):
-        NonGreedyTree(depth=0, num_classes=2)
+        NonGreedyTree(max_depth=0, num_classes=2)
     with pytest.raises(ValueError, match="inference"):
-        NonGreedyTree(depth=2, num_classes=2, inference="approx")
+        NonGreedyTree(max_depth=2, num_classes=2, inference="approx")
     with pytest.raises(ValueError, match="num_classes must be >= 2"):
-        NonGreedyTree(depth=2, num_classes=1)
+        NonGreedyTree(max_depth=2, num_classes=1)
     x, y = problem(n=50)
-    model = NonGreedyTree(depth=2, num_classes=3)
+    model = NonGreedyTree(max_depth=2, num_classes=3)
     model.compile(keras.optimizers.SGD(0.1))
     model.fit(x, y, epochs=1, verbose=0)
     with pytest.raises(ValueError, match="expected inputs of shape"):

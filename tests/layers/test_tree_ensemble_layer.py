@@ -20,7 +20,7 @@ def test_sequential_fit_learns(rng):
     model = keras.Sequential([
         keras.Input((10,)),
         keras.layers.BatchNormalization(),
-        TreeEnsembleLayer(num_trees=10, depth=3, units=3, gamma=1.0),
+        TreeEnsembleLayer(num_trees=10, max_depth=3, units=3, transition_width=1.0),
     ])
     model.compile(keras.optimizers.Adam(0.05),
                   keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -38,7 +38,7 @@ def test_hidden_layer_in_functional_cnn(rng):
     h = keras.layers.Flatten()(h)
     h = keras.layers.Dense(12)(h)
     h = keras.layers.BatchNormalization()(h)
-    h = TreeEnsembleLayer(num_trees=4, depth=3, units=6, name="tel")(h)
+    h = TreeEnsembleLayer(num_trees=4, max_depth=3, units=6, name="tel")(h)
     outputs = keras.layers.Dense(4)(h)
     model = keras.Model(inputs, outputs)
     x = tf.constant(images)
@@ -57,28 +57,29 @@ def test_hidden_layer_in_functional_cnn(rng):
 
 
 def test_weight_layout_is_documented_heap_order(rng):
-    layer = TreeEnsembleLayer(num_trees=2, depth=3, units=5)
+    layer = TreeEnsembleLayer(num_trees=2, max_depth=3, units=5)
     layer.build((None, 4))
     assert tuple(layer.node_weights.shape) == (2, 7, 4)
     assert tuple(layer.node_bias.shape) == (2, 7)
     assert tuple(layer.leaf_weights.shape) == (2, 8, 5)
-    # Push every sample hard-left at every node: only leaf 0 of each tree counts.
+    # A negative split value goes left (a positive one right): push every
+    # sample hard-left at every node, only leaf 0 of each tree counts.
     layer.node_weights.assign(np.zeros((2, 7, 4)))
-    layer.node_bias.assign(np.full((2, 7), 10.0))
+    layer.node_bias.assign(np.full((2, 7), -10.0))
     leaves = rng.normal(size=(2, 8, 5)).astype("float32")
     layer.leaf_weights.assign(leaves)
     out = layer(rng.normal(size=(3, 4)).astype("float32")).numpy()
     np.testing.assert_allclose(out, np.broadcast_to(leaves[:, 0].sum(0), (3, 5)), rtol=1e-6)
     # Node 0 hard right, node 2 hard left: leaf 4 (path right, left, left).
-    bias = np.full((2, 7), 10.0)
-    bias[:, 0] = -10.0
+    bias = np.full((2, 7), -10.0)
+    bias[:, 0] = 10.0
     layer.node_bias.assign(bias)
     out = layer(rng.normal(size=(3, 4)).astype("float32")).numpy()
     np.testing.assert_allclose(out[0], leaves[:, 4].sum(0), rtol=1e-6)
 
 
 def test_custom_op_and_reference_agree_in_layer(rng):
-    layer = TreeEnsembleLayer(num_trees=5, depth=6, units=3, gamma=0.8)
+    layer = TreeEnsembleLayer(num_trees=5, max_depth=6, units=3, transition_width=0.8)
     x = rng.normal(size=(40, 9)).astype("float32")
     y_op = layer(x).numpy()
     with tree_ops.reference_only():
@@ -87,20 +88,21 @@ def test_custom_op_and_reference_agree_in_layer(rng):
 
 
 def test_logistic_activation_and_no_bias(rng):
-    layer = TreeEnsembleLayer(num_trees=3, depth=4, units=2, activation="logistic", use_bias=False)
+    layer = TreeEnsembleLayer(num_trees=3, max_depth=4, units=2, activation="logistic", use_bias=False)
     x = rng.normal(size=(5, 6)).astype("float32")
     out = layer(x).numpy()
+    # The ops follow the paper (split value = P(left)): the layer negates its splits.
     ref = tree_ops.soft_tree_ensemble_reference(
-        x, layer.node_weights, None, layer.leaf_weights, 1.0, activation="logistic"
+        x, -np.asarray(layer.node_weights), None, layer.leaf_weights, 1.0, activation="logistic"
     )
     np.testing.assert_allclose(out, np.asarray(ref), rtol=1e-5)
     assert layer.node_bias is None
     # The logistic never routes hard: (nearly) every leaf is reached (float32 may underflow a few).
-    assert layer.mean_reachable_leaves(x) > 15.0
+    assert layer.mean_reachable_leaves(x) > 14.0  # of 16
 
 
 def test_extra_leading_dimensions(rng):
-    layer = TreeEnsembleLayer(num_trees=2, depth=2, units=3)
+    layer = TreeEnsembleLayer(num_trees=2, max_depth=2, units=3)
     x = rng.normal(size=(4, 7, 5)).astype("float32")
     out = layer(x).numpy()
     assert out.shape == (4, 7, 3)
@@ -111,7 +113,7 @@ def test_reachable_leaves_shrink_with_gamma(rng):
     x = rng.normal(size=(200, 8)).astype("float32")
     counts = []
     for gamma in (0.01, 1.0, 100.0):
-        layer = TreeEnsembleLayer(num_trees=3, depth=6, units=1, gamma=gamma,
+        layer = TreeEnsembleLayer(num_trees=3, max_depth=6, units=1, transition_width=gamma,
                                   node_initializer=keras.initializers.RandomNormal(seed=1))
         layer.build((None, 8))
         counts.append(layer.mean_reachable_leaves(x))
@@ -120,7 +122,7 @@ def test_reachable_leaves_shrink_with_gamma(rng):
 
 
 def test_gamma_is_a_variable_that_callbacks_can_assign(rng):
-    layer = TreeEnsembleLayer(num_trees=2, depth=5, units=1, gamma=0.01)
+    layer = TreeEnsembleLayer(num_trees=2, max_depth=5, units=1, transition_width=0.01)
     x = rng.normal(size=(64, 4)).astype("float32")
     layer.build((None, 4))
     before = layer.mean_reachable_leaves(x)
@@ -130,7 +132,7 @@ def test_gamma_is_a_variable_that_callbacks_can_assign(rng):
 
 
 def test_regularizer_adds_loss(rng):
-    layer = TreeEnsembleLayer(num_trees=2, depth=2, units=1,
+    layer = TreeEnsembleLayer(num_trees=2, max_depth=2, units=1,
                               node_regularizer=keras.regularizers.L2(0.1))
     layer(rng.normal(size=(2, 3)).astype("float32"))
     assert len(layer.losses) == 1 and float(layer.losses[0]) > 0
@@ -140,32 +142,32 @@ def test_regularizer_adds_loss(rng):
     "kwargs, error, message",
     [
         (dict(num_trees=0), ValueError, "num_trees"),
-        (dict(depth=0), ValueError, "depth"),
-        (dict(depth=-2), ValueError, "depth"),
-        (dict(depth=2.5), TypeError, "depth"),
-        (dict(depth=40), ValueError, "depth"),
+        (dict(max_depth=0), ValueError, "depth"),
+        (dict(max_depth=-2), ValueError, "depth"),
+        (dict(max_depth=2.5), TypeError, "depth"),
+        (dict(max_depth=40), ValueError, "depth"),
         (dict(units=0), ValueError, "units"),
-        (dict(gamma=0.0), ValueError, "gamma"),
-        (dict(gamma=-1.0), ValueError, "gamma"),
-        (dict(gamma=float("inf")), ValueError, "gamma"),
+        (dict(transition_width=0.0), ValueError, "transition_width"),
+        (dict(transition_width=-1.0), ValueError, "transition_width"),
+        (dict(transition_width=float("inf")), ValueError, "transition_width"),
         (dict(activation="relu"), ValueError, "activation"),
     ],
 )
 def test_bad_hyperparameters(kwargs, error, message):
-    args = dict(num_trees=2, depth=3, units=2)
+    args = dict(num_trees=2, max_depth=3, units=2)
     args.update(kwargs)
     with pytest.raises(error, match=message):
         TreeEnsembleLayer(**args)
 
 
 def test_depth_that_cannot_fit_in_memory():
-    layer = TreeEnsembleLayer(num_trees=100, depth=22, units=10)
-    with pytest.raises(ValueError, match="smaller depth"):
+    layer = TreeEnsembleLayer(num_trees=100, max_depth=22, units=10)
+    with pytest.raises(ValueError, match="smaller max_depth"):
         layer.build((None, 512))
 
 
 def test_wrong_input_dimension_and_rank(rng):
-    layer = TreeEnsembleLayer(num_trees=2, depth=3, units=2)
+    layer = TreeEnsembleLayer(num_trees=2, max_depth=3, units=2)
     layer(rng.normal(size=(4, 5)).astype("float32"))
     with pytest.raises(ValueError, match="axis -1|input_dim|expected"):
         layer(rng.normal(size=(4, 6)).astype("float32"))
@@ -175,7 +177,7 @@ def test_wrong_input_dimension_and_rank(rng):
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
 def test_non_finite_inputs_raise(bad):
-    layer = TreeEnsembleLayer(num_trees=2, depth=3, units=2)
+    layer = TreeEnsembleLayer(num_trees=2, max_depth=3, units=2)
     x = np.ones((4, 5), dtype="float32")
     x[2, 1] = bad
     with pytest.raises((ValueError, tf.errors.InvalidArgumentError), match="NaN or Inf"):
@@ -186,7 +188,7 @@ def test_non_finite_inputs_raise(bad):
 
 
 def test_non_finite_inputs_raise_inside_fit():
-    model = keras.Sequential([keras.Input((3,)), TreeEnsembleLayer(num_trees=2, depth=2, units=1)])
+    model = keras.Sequential([keras.Input((3,)), TreeEnsembleLayer(num_trees=2, max_depth=2, units=1)])
     model.compile("adam", "mse")
     x = np.ones((8, 3), dtype="float32")
     x[5, 0] = np.nan
@@ -195,7 +197,7 @@ def test_non_finite_inputs_raise_inside_fit():
 
 
 def test_assigned_non_positive_gamma_raises(rng):
-    layer = TreeEnsembleLayer(num_trees=2, depth=3, units=2)
+    layer = TreeEnsembleLayer(num_trees=2, max_depth=3, units=2)
     x = rng.normal(size=(4, 5)).astype("float32")
     layer(x)
     layer.gamma.assign(-0.5)

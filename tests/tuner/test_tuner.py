@@ -76,7 +76,7 @@ def test_hypermodel_arguments_are_checked():
     hp = kt.HyperParameters()
     hp.Fixed("depth", 5)
     model = TreeEnsembleHyperModel((4,), units=1).build(hp)
-    assert model.layers[-1].depth == 5 and model.loss.name == "mean_squared_error"
+    assert model.layers[-1].max_depth == 5 and model.loss.name == "mean_squared_error"
 
 
 def test_best_model_reloads_from_the_tuner_directory_in_a_fresh_process(rng, tmp_path):

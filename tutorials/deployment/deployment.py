@@ -68,7 +68,7 @@ def main():
     tel_model = keras.Sequential([
         keras.Input((30,)),
         keras.layers.Dense(16, activation="relu"),
-        TreeEnsembleLayer(num_trees=8, depth=3, units=8),
+        TreeEnsembleLayer(num_trees=8, max_depth=3, units=8),
         keras.layers.Dense(2),
     ], name="tel_classifier")
     tel_model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))

@@ -3,7 +3,7 @@
 1. Posterior convergence (the paper's Figure 3): a depth-4 oblique tree trained
    end to end on a 2D problem with steepness annealing; the probabilistic
    posterior (Eq. 2) and the deterministic one (hard routing) are drawn side by
-   side after several epochs and become indistinguishable as gamma grows.
+   side after several epochs and become indistinguishable as the steepness grows.
 2. Spatial regularization (Figure 4): trees grown greedily on 8x8 digits with
    and without the spatial Laplacian penalty (Eq. 15); their split weights are
    drawn as images.
@@ -57,14 +57,14 @@ def posterior_convergence(out, quick):
         soft = np.asarray(tree.posterior(flat, routing="soft"))[:, 1].reshape(150, 150)
         hard = model.predict(flat, verbose=0)[:, 1].reshape(150, 150)
         gap = float(np.abs(soft - hard).mean())
-        gamma = float(np.asarray(tree.gamma).mean())
+        steepness = float(np.asarray(tree.gamma).mean())  # per-split steepness (variable `gamma`)
         for row, (img, name) in enumerate(((soft, "probabilistic"), (hard, "deterministic"))):
             ax = axes[row, col]
             ax.imshow(img, origin="lower", extent=(-2.5, 2.5, -2.5, 2.5), cmap="RdBu", vmin=0, vmax=1)
             ax.scatter(x[:300, 0], x[:300, 1], c=y[:300], s=4, cmap="RdBu", edgecolors="k", linewidths=0.2)
-            ax.set_title(f"{name}, epoch {stage}, gamma {gamma:.1f}")
+            ax.set_title(f"{name}, epoch {stage}, steepness {steepness:.1f}")
             ax.set_xticks([]), ax.set_yticks([])
-        print(f"epoch {stage:>3}: gamma {gamma:.2f}, mean |soft - hard| posterior gap {gap:.4f}, "
+        print(f"epoch {stage:>3}: steepness {steepness:.2f}, mean |soft - hard| posterior gap {gap:.4f}, "
               f"accuracy (hard) {(np.argmax(model.predict(x, verbose=0), 1) == y).mean():.3f}")
     fig.tight_layout()
     path = os.path.join(out, "posterior_convergence.png")

@@ -36,7 +36,7 @@ from keras_trees.layers import HingeBatchNormalization, HingeFern, HingeForest  
 
 def one_tree(out):
     """A depth-2 hinge tree on a single input, weights set by hand."""
-    tree = HingeForest(num_trees=1, depth=2, units=1, reduction="sum")
+    tree = HingeForest(num_trees=1, max_depth=2, units=1, reduction="sum")
     tree.build((None, 1))
     # Vertices in heap order: root 0 (x > 0?), left child 1 (x > -1?), right child 2 (x > 1?).
     tree.thresholds.assign([[0.0, -1.0, 1.0]])
@@ -65,14 +65,14 @@ def one_tree(out):
     print(f"   piecewise linear, zero at every threshold: {path}")
 
 
-def feature_pool_forest(input_dim, units, layer, reduction, seed, trees=100, depth=6,
+def feature_pool_forest(input_dim, units, layer, reduction, seed, trees=100, max_depth=6,
                         features=100):
     """Learned inner-product features -> modified batch norm -> hinge trees (Figure 2)."""
     return keras.Sequential([
         keras.Input((input_dim,)),
         keras.layers.Dense(features, use_bias=False, name="inner_product_features"),
         HingeBatchNormalization(),
-        layer(num_trees=trees, depth=depth, units=units, reduction=reduction, seed=seed),
+        layer(num_trees=trees, max_depth=max_depth, units=units, reduction=reduction, seed=seed),
     ])
 
 
@@ -83,7 +83,7 @@ def regression(quick, seed=0):
     split = _data.split(x, y, seed, regression=True)
     mu, sd = split.y_train.mean(), split.y_train.std()
     keras.utils.set_random_seed(seed)
-    model = feature_pool_forest(x.shape[1], 1, HingeForest, "mean", seed, depth=2)
+    model = feature_pool_forest(x.shape[1], 1, HingeForest, "mean", seed, max_depth=2)
     model.compile(keras.optimizers.Adam(0.005), "mse")
     start = time.perf_counter()
     model.fit(
@@ -119,7 +119,7 @@ def classification(quick, out, seed=0):
             keras.layers.Conv2D(16, 3, use_bias=False, name="conv_features"),
             keras.layers.Flatten(),            # 6 x 6 x 16 = 576 features
             HingeBatchNormalization(),
-            HingeForest(num_trees=100, depth=6, units=10, reduction="sum", seed=seed),
+            HingeForest(num_trees=100, max_depth=6, units=10, reduction="sum", seed=seed),
         ]),
     }
     print(f"\n3. classification, digits (8x8 images, 10 classes), {epochs} epochs, Adam 0.005, "

@@ -49,7 +49,7 @@ def data(quick):
 
 def bound_check(x, y, depth):
     cart = DecisionTreeClassifier(max_depth=depth, criterion="entropy", random_state=0).fit(x, y)
-    model = NonGreedyTree(depth=depth, num_classes=2, nu=4.0)
+    model = NonGreedyTree(max_depth=depth, num_classes=2, nu=4.0)
     model.initialize_from(from_sklearn(cart))  # padded to the perfect tree, rows scaled to nu
     same = np.array_equal(model.predict(x, verbose=0).argmax(1), cart.predict(x))
     w = np.asarray(model.split_weights)
@@ -70,7 +70,7 @@ def nu_sweep(x, y, xt, yt, depth, nus, epochs, out):
     active, acc, models = [], [], {}
     for nu in nus:
         keras.utils.set_random_seed(0)
-        model = NonGreedyTree(depth=depth, num_classes=2, nu=nu)
+        model = NonGreedyTree(max_depth=depth, num_classes=2, nu=nu)
         model.initialize_from(from_sklearn(cart))
         model.compile(keras.optimizers.SGD(0.005 * nu, momentum=0.9), metrics=["accuracy"])
         hist = model.fit(x, y, batch_size=64, epochs=epochs, verbose=0,

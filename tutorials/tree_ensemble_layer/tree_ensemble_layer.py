@@ -4,10 +4,11 @@
 
 1. Plots the smooth-step against the paper's logistic (Figure 1).
 2. Trains a single tree of depth 10 on the Pima diabetes data with Adam
-   (lr 0.1, batch 256, as in the paper's Appendix B) for several gammas and
-   plots the mean number of reachable leaves per sample after every epoch
-   (Figure 2): with gamma <= 1 it collapses towards 1 leaf of 1024.
-3. Reports test AUC of each gamma, and shows how to save, reload and export.
+   (lr 0.1, batch 256, as in the paper's Appendix B) for several transition
+   widths (the paper's gamma) and plots the mean number of reachable leaves
+   per sample after every epoch (Figure 2): with a width <= 1 it collapses
+   towards 1 leaf of 1024.
+3. Reports test AUC of each width, and shows how to save, reload and export.
 """
 
 import argparse
@@ -48,7 +49,7 @@ class ReachableLeaves(keras.callbacks.Callback):
 def plot_activations(out):
     t = np.linspace(-1.5, 1.5, 301)
     plt.figure(figsize=(5, 3.5))
-    plt.plot(t, np.asarray(keras_trees.ops.smooth_step(t, 1.0)), label="smooth-step, gamma=1")
+    plt.plot(t, np.asarray(keras_trees.ops.smooth_step(t, 1.0)), label="smooth-step, width 1")
     plt.plot(t, np.asarray(keras_trees.ops.logistic_step(t, 1.0)), "--", label="logistic 1/(1+e^{-6t})")
     plt.xlabel("t = <w, x> + b")
     plt.ylabel("probability of going left")
@@ -65,20 +66,20 @@ def main():
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", default=os.path.join(HERE, "_out"))
     args = parser.parse_args()
-    tf.get_logger().setLevel("ERROR")  # one model per gamma retraces predict; that is expected
+    tf.get_logger().setLevel("ERROR")  # one model per width retraces predict; that is expected
     os.makedirs(args.out, exist_ok=True)
     print("wrote", plot_activations(args.out))
 
     data = _data.split(*_data.load("pima"), seed=0)
     epochs = 8 if args.quick else 40
-    gammas = (0.1, 1.0, 10.0) if args.quick else (0.01, 0.1, 1.0, 10.0)
+    widths = (0.1, 1.0, 10.0) if args.quick else (0.01, 0.1, 1.0, 10.0)
     curves = {}
-    for gamma in gammas:
+    for width in widths:
         keras.utils.set_random_seed(0)
         model = keras.Sequential([
             keras.Input((data.x_train.shape[1],)),
             keras.layers.BatchNormalization(),
-            TreeEnsembleLayer(num_trees=1, depth=10, units=2, gamma=gamma),
+            TreeEnsembleLayer(num_trees=1, max_depth=10, units=2, transition_width=width),
         ])
         model.compile(keras.optimizers.Adam(0.1),
                       keras.losses.SparseCategoricalCrossentropy(from_logits=True))
@@ -86,13 +87,13 @@ def main():
         model.fit(data.x_train, data.y_train, epochs=epochs, batch_size=256, verbose=0,
                   callbacks=[tracker])
         auc = _data.auc(data.y_test, model.predict(data.x_test, verbose=0), 2)
-        curves[gamma] = tracker.history
-        print(f"gamma {gamma:>5}: reachable leaves after epoch 1 {tracker.history[0]:7.1f}, "
+        curves[width] = tracker.history
+        print(f"transition_width {width:>5}: reachable leaves after epoch 1 {tracker.history[0]:7.1f}, "
               f"after epoch {epochs} {tracker.history[-1]:6.2f} (of 1024); test AUC {auc:.3f}")
 
     plt.figure(figsize=(5, 3.5))
-    for gamma, curve in curves.items():
-        plt.semilogy(range(1, len(curve) + 1), curve, label=f"gamma={gamma}")
+    for width, curve in curves.items():
+        plt.semilogy(range(1, len(curve) + 1), curve, label=f"transition_width={width}")
     plt.xlabel("epoch")
     plt.ylabel("mean reachable leaves per sample")
     plt.title("one tree of depth 10 (1024 leaves), Pima")
