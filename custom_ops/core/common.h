@@ -10,9 +10,12 @@
 #define KERAS_TREES_CORE_COMMON_H_
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <exception>
 #include <functional>
+#include <mutex>
 #include <utility>
 
 // Per-element helpers are marked host/device so a CUDA translation unit can
@@ -40,17 +43,37 @@ using RangeFn = std::function<void(int64_t begin, int64_t end)>;
 // finer than one item per tree. Results never depend on how [0, n) is split or
 // on the thread count: every output element has one writer and a fixed
 // summation order. An empty `run` executes serially on the calling thread.
+//
+// An exception thrown by fn on any thread (std::bad_alloc when a core's
+// scratch memory cannot be had) is caught there, the remaining ranges are
+// skipped, and the first one is rethrown on the calling thread once `run`
+// returns: it never escapes into a framework's worker thread (which would
+// abort the process). The adapters turn it into the framework's
+// out-of-memory error (tensorflow/kernel_utils.h, xla/ffi_utils.h).
 struct ParallelFor {
   std::function<void(int64_t n, int64_t cost_per_unit, const RangeFn& fn)> run;
   int num_threads = 1;
 
   void operator()(int64_t n, int64_t cost_per_unit, const RangeFn& fn) const {
     if (n <= 0) return;
-    if (run) {
-      run(n, std::max<int64_t>(cost_per_unit, 1), fn);
-    } else {
+    if (!run) {
       fn(0, n);
+      return;
     }
+    std::mutex mu;
+    std::exception_ptr error;
+    std::atomic<bool> failed{false};
+    run(n, std::max<int64_t>(cost_per_unit, 1), [&](int64_t begin, int64_t end) {
+      if (failed.load(std::memory_order_relaxed)) return;
+      try {
+        fn(begin, end);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!error) error = std::current_exception();
+        failed.store(true);
+      }
+    });
+    if (error) std::rethrow_exception(error);
   }
 };
 

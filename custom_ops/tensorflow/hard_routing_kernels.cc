@@ -101,7 +101,7 @@ class HardRoutingExpertsOp : public OpKernel {
   REGISTER_KERNEL_BUILDER(Name("KerasTrees>HardRouting")                         \
                               .Device(::tensorflow::DEVICE_CPU)                  \
                               .TypeConstraint<T>("T"),                           \
-                          HardRoutingOp<T>);
+                          Guarded<HardRoutingOp<T>>);
 
 REGISTER_HARD_ROUTING(float);
 REGISTER_HARD_ROUTING(double);
@@ -110,7 +110,7 @@ REGISTER_HARD_ROUTING(double);
   REGISTER_KERNEL_BUILDER(Name("KerasTrees>HardRoutingExperts")                  \
                               .Device(::tensorflow::DEVICE_CPU)                  \
                               .TypeConstraint<T>("T"),                           \
-                          HardRoutingExpertsOp<T>);
+                          Guarded<HardRoutingExpertsOp<T>>);
 
 REGISTER_HARD_ROUTING_EXPERTS(float);
 REGISTER_HARD_ROUTING_EXPERTS(double);

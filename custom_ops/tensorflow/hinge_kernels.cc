@@ -98,11 +98,11 @@ class HingeForestGradOp : public OpKernel {
 #define REGISTER_HINGE_FOREST(T)                                                            \
   REGISTER_KERNEL_BUILDER(                                                                  \
       Name("KerasTrees>HingeForest").Device(::tensorflow::DEVICE_CPU).TypeConstraint<T>("T"), \
-      HingeForestOp<T>);                                                                    \
+      Guarded<HingeForestOp<T>>);                                                                    \
   REGISTER_KERNEL_BUILDER(Name("KerasTrees>HingeForestGrad")                               \
                               .Device(::tensorflow::DEVICE_CPU)                             \
                               .TypeConstraint<T>("T"),                                      \
-                          HingeForestGradOp<T>);
+                          Guarded<HingeForestGradOp<T>>);
 
 REGISTER_HINGE_FOREST(float);
 REGISTER_HINGE_FOREST(double);

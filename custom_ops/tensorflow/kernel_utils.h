@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <exception>
 #include <functional>
+#include <new>
 #include <string>
 
 #include "core/checks.h"
@@ -28,6 +30,28 @@ inline ParallelFor CpuParallelFor(tensorflow::OpKernelContext* ctx) {
   };
   return parallel_for;
 }
+
+// Every kernel is registered as Guarded<Kernel>: its Compute runs inside a
+// handler that turns a C++ exception from the core (std::bad_alloc when its
+// scratch memory cannot be had, rethrown on this thread by ParallelFor from
+// whichever worker hit it) into a TensorFlow error (ResourceExhaustedError in
+// Python) instead of aborting the process.
+template <class Kernel>
+class Guarded : public Kernel {
+ public:
+  using Kernel::Kernel;
+
+  void Compute(tensorflow::OpKernelContext* ctx) override {
+    try {
+      Kernel::Compute(ctx);
+    } catch (const std::bad_alloc&) {
+      ctx->CtxFailure(tensorflow::errors::ResourceExhausted(
+          this->type_string(), ": out of memory for the kernel's working memory; use a smaller batch"));
+    } catch (const std::exception& e) {
+      ctx->CtxFailure(tensorflow::errors::Internal(this->type_string(), ": ", e.what()));
+    }
+  }
+};
 
 // The dimensions of a tensor, for the shared checks of core/checks.h.
 inline Shape ShapeOf(const tensorflow::Tensor& t) {

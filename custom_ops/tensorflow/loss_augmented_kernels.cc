@@ -68,7 +68,7 @@ class LossAugmentedInferenceOp : public OpKernel {
                               .Device(::tensorflow::DEVICE_CPU)             \
                               .TypeConstraint<T>("T")                       \
                               .TypeConstraint<TL>("Tlabels"),               \
-                          LossAugmentedInferenceOp<T, TL>);
+                          Guarded<LossAugmentedInferenceOp<T, TL>>);
 
 REGISTER_LOSS_AUGMENTED(float, int32_t);
 REGISTER_LOSS_AUGMENTED(double, int32_t);

@@ -237,7 +237,7 @@ class PrunedEmStatisticsOp : public OpKernel, PrunedRoutingAttrs {
 
 #define REGISTER_PRUNED_ROUTING(NAME, KERNEL, INPUTS, T)                                  \
   REGISTER_KERNEL_BUILDER(                                                                \
-      Name(NAME).Device(::tensorflow::DEVICE_CPU).TypeConstraint<T>("T"), KERNEL<T, INPUTS<T>>);
+      Name(NAME).Device(::tensorflow::DEVICE_CPU).TypeConstraint<T>("T"), Guarded<KERNEL<T, INPUTS<T>>>);
 
 #define REGISTER_PRUNED_ROUTING_ALL(T)                                                         \
   REGISTER_PRUNED_ROUTING("KerasTrees>PrunedRouting", PrunedRoutingOp, ObliqueInputs, T)        \
@@ -257,7 +257,7 @@ REGISTER_PRUNED_ROUTING_ALL(double);
   REGISTER_KERNEL_BUILDER(Name("KerasTrees>PrunedEmStatistics")                            \
                               .Device(::tensorflow::DEVICE_CPU)                            \
                               .TypeConstraint<T>("T"),                                     \
-                          PrunedEmStatisticsOp<T>);
+                          Guarded<PrunedEmStatisticsOp<T>>);
 
 REGISTER_PRUNED_EM_STATISTICS(float);
 REGISTER_PRUNED_EM_STATISTICS(double);

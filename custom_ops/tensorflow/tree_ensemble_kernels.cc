@@ -143,11 +143,11 @@ class SoftTreeEnsembleGradOp : public OpKernel {
 #define REGISTER_TREE_ENSEMBLE(T)                                                         \
   REGISTER_KERNEL_BUILDER(                                                                \
       Name("KerasTrees>SoftTreeEnsemble").Device(::tensorflow::DEVICE_CPU).TypeConstraint<T>("T"), \
-      SoftTreeEnsembleOp<T>);                                                             \
+      Guarded<SoftTreeEnsembleOp<T>>);                                                             \
   REGISTER_KERNEL_BUILDER(Name("KerasTrees>SoftTreeEnsembleGrad")                        \
                               .Device(::tensorflow::DEVICE_CPU)                           \
                               .TypeConstraint<T>("T"),                                    \
-                          SoftTreeEnsembleGradOp<T>);
+                          Guarded<SoftTreeEnsembleGradOp<T>>);
 
 REGISTER_TREE_ENSEMBLE(float);
 REGISTER_TREE_ENSEMBLE(double);

@@ -8,8 +8,10 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <initializer_list>
 #include <string>
 #include <type_traits>
@@ -90,6 +92,28 @@ inline ffi::Error InvalidArgument(const std::string& message) {
 inline ffi::Error FromCheck(const std::string& message) {
   return message.empty() ? ffi::Error::Success() : InvalidArgument(message);
 }
+
+// Every handler is defined through Guard<&Handler>::Call: a C++ exception
+// from the core (std::bad_alloc when its scratch memory cannot be had,
+// rethrown on the calling thread by ParallelFor from whichever worker hit it)
+// becomes an XLA error (RESOURCE_EXHAUSTED) that JAX raises, instead of
+// aborting the process.
+template <auto Handler>
+struct Guard;
+
+template <typename... Args, ffi::Error (*Handler)(Args...)>
+struct Guard<Handler> {
+  static ffi::Error Call(Args... args) {
+    try {
+      return Handler(std::move(args)...);
+    } catch (const std::bad_alloc&) {
+      return ffi::Error(ffi::ErrorCode::kResourceExhausted,
+                        "keras-trees kernel: out of memory for its working memory; use a smaller batch");
+    } catch (const std::exception& e) {
+      return ffi::Error(ffi::ErrorCode::kInternal, std::string("keras-trees kernel: ") + e.what());
+    }
+  }
+};
 
 // The supported floating types: float32 and float64 (JAX with x64 enabled).
 inline bool IsF32(const ffi::AnyBuffer& b) { return b.element_type() == ffi::DataType::F32; }

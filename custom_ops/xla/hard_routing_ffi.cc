@@ -71,7 +71,7 @@ ffi::Error RouteExperts(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer w
 
 namespace ffi = ::xla::ffi;
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesHardRouting, keras_trees::Route,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesHardRouting, keras_trees::Guard<keras_trees::Route>::Call,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::AnyBuffer>()  // x
@@ -82,7 +82,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesHardRouting, keras_trees::Route,
                                   .Ret<ffi::AnyBuffer>()  // path_values [batch, trees, depth or 0]
                                   .Attr<bool>("with_path_values"));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesHardRoutingExperts, keras_trees::RouteExperts,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesHardRoutingExperts, keras_trees::Guard<keras_trees::RouteExperts>::Call,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::AnyBuffer>()  // x

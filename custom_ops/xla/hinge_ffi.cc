@@ -76,7 +76,7 @@ ffi::Error Backward(ffi::ThreadPool pool, ffi::AnyBuffer gy, ffi::AnyBuffer gm, 
 
 namespace ffi = ::xla::ffi;
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesHingeForest, keras_trees::Forward,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesHingeForest, keras_trees::Guard<keras_trees::Forward>::Call,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::AnyBuffer>()  // x
@@ -89,7 +89,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesHingeForest, keras_trees::Forward,
                                   .Ret<ffi::AnyBuffer>()  // vertex (int32)
                                   .Attr<bool>("fern"));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesHingeForestGrad, keras_trees::Backward,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesHingeForestGrad, keras_trees::Guard<keras_trees::Backward>::Call,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::AnyBuffer>()  // grad_output

@@ -58,7 +58,7 @@ ffi::Error Infer(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::
 
 namespace ffi = ::xla::ffi;
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesLossAugmentedInference, keras_trees::Infer,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesLossAugmentedInference, keras_trees::Guard<keras_trees::Infer>::Call,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::AnyBuffer>()  // x

@@ -192,7 +192,7 @@ ffi::Error EmStatistics(ffi::ThreadPool pool, ffi::RemainingArgs args, ffi::Resu
 
 namespace ffi = ::xla::ffi;
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesPrunedRouting, keras_trees::Forward,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesPrunedRouting, keras_trees::Guard<keras_trees::Forward>::Call,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .RemainingArgs()  // x, split inputs, is_split, leaf_values
@@ -201,7 +201,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesPrunedRouting, keras_trees::Forward,
                                   .Attr<bool>("experts")
                                   .Attr<bool>("annealed"));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesPrunedRoutingGrad, keras_trees::Backward,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesPrunedRoutingGrad, keras_trees::Guard<keras_trees::Backward>::Call,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .RemainingArgs()  // grad_output, then the forward arguments
@@ -211,7 +211,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesPrunedRoutingGrad, keras_trees::Backward
                                   .Attr<bool>("annealed")
                                   .Attr<bool>("x_grad"));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesPrunedLeafStatistics, keras_trees::Statistics,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesPrunedLeafStatistics, keras_trees::Guard<keras_trees::Statistics>::Call,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .RemainingArgs()  // weights, x, split inputs, is_split
@@ -220,7 +220,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesPrunedLeafStatistics, keras_trees::Stati
                                   .Attr<bool>("experts")
                                   .Attr<bool>("annealed"));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesPrunedEmStatistics, keras_trees::EmStatistics,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesPrunedEmStatistics, keras_trees::Guard<keras_trees::EmStatistics>::Call,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .RemainingArgs()  // x, split inputs, is_split, leaf_values, labels, sample_weight

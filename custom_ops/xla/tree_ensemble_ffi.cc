@@ -94,7 +94,7 @@ ffi::Error Backward(ffi::ThreadPool pool, ffi::AnyBuffer gy, ffi::AnyBuffer x, f
 
 namespace ffi = ::xla::ffi;
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesSoftTreeEnsemble, keras_trees::Forward,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesSoftTreeEnsemble, keras_trees::Guard<keras_trees::Forward>::Call,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::AnyBuffer>()  // x
@@ -105,7 +105,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesSoftTreeEnsemble, keras_trees::Forward,
                                   .Ret<ffi::AnyBuffer>()  // output
 );
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesSoftTreeEnsembleGrad, keras_trees::Backward,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesSoftTreeEnsembleGrad, keras_trees::Guard<keras_trees::Backward>::Call,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::AnyBuffer>()  // grad_output

@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from keras_trees import ops as tree_ops
 from keras_trees.ops import _tf_soft_tree
-from tests.conftest import finite_difference_check
+from tests.conftest import finite_difference_check, run_python
 
 pytestmark = pytest.mark.skipif(
     not tree_ops.custom_ops_available(),
@@ -194,3 +194,30 @@ def test_grad_op_rejects_a_foreign_trace(rng):
             np.ones((4, 2)), x, w, o, np.array([0, 1, 2], dtype=np.int64),
             np.array([5, -1], dtype=np.int32), np.zeros((2, 2)),
         )
+
+
+_OUT_OF_MEMORY = """
+import resource
+import numpy as np
+from keras_trees.ops import soft_tree_ensemble
+rng = np.random.default_rng(0)
+w = (rng.normal(size=(64, 4095, 4)) * 1e-3).astype("float32")  # 64 trees of depth 12, all reachable
+leaf = rng.normal(size=(64, 4096, 1)).astype("float32")
+x = rng.normal(size=(4096, 4)).astype("float32")
+np.asarray(soft_tree_ensemble(x[:2], w, None, leaf, 1.0))  # thread pools started
+vm = int([l.split()[1] for l in open("/proc/self/status") if l.startswith("VmSize")][0]) * 1024
+resource.setrlimit(resource.RLIMIT_AS, (vm + (3 << 30), resource.RLIM_INFINITY))
+try:
+    np.asarray(soft_tree_ensemble(x, w, None, leaf, 1000.0))  # its trace needs about 50 GB
+    print("NO ERROR")
+except Exception as e:
+    print("RAISED", type(e).__name__, e)
+"""
+
+
+@pytest.mark.skipif(not hasattr(__import__("resource"), "RLIMIT_AS"), reason="needs RLIMIT_AS")
+def test_out_of_memory_raises_instead_of_aborting(tmp_path):
+    # The kernel's trace lives in std::vector: a failed allocation (here under
+    # an address-space limit) raises ResourceExhaustedError, it does not abort.
+    out = run_python(_OUT_OF_MEMORY, cwd=tmp_path)
+    assert "RAISED ResourceExhaustedError" in out and "out of memory" in out, out
