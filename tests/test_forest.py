@@ -246,7 +246,7 @@ def test_convex_polytope_tree_forest_routes_and_predicts_like_the_layer(rng):
     assert forest.split_kind == "noisy_or" and forest.leaf_prediction
     node = np.asarray(tree.route(x))
     assert len(np.unique(node)) >= 4
-    np.testing.assert_array_equal(forest.route(x)[:, 0], node)
+    np.testing.assert_array_equal(forest.route(x), node)
     np.testing.assert_allclose(forest.predict(x), model.predict(x, verbose=0), rtol=1e-6)
 
 
@@ -258,7 +258,7 @@ def test_non_greedy_tree_forest_routes_and_predicts_like_the_model(rng, kwargs):
     model.leaf_values.assign(rng.normal(size=(8, model.output_dim)).astype("float32"))
     forest = model.to_forest()
     assert forest.num_trees == 1 and forest.leaf_prediction
-    np.testing.assert_array_equal(forest.route(x)[:, 0], np.asarray(model.route(x)) + 7)
+    np.testing.assert_array_equal(forest.route(x), np.asarray(model.route(x)))
     np.testing.assert_allclose(forest.predict(x), model.predict(x, verbose=0), rtol=1e-5, atol=1e-6)
     # the forest initializes another tree with the same predictions
     again = NonGreedyTree(depth=3, nu=2.0, **kwargs)

@@ -8,6 +8,7 @@ from keras import ops
 
 from keras_trees import topology
 from keras_trees.api_export import keras_trees_export
+from keras_trees.forest import node_sums
 from keras_trees.callbacks._common import (
     batches, check_data, check_labels, check_weights, compiled, effective_weights, end_to_end_layers,
     ensure_built, identity, layer_input_fn, reset_optimizer, weights_config,
@@ -192,8 +193,7 @@ class GreedyLevelGrowth(keras.callbacks.Callback):
                 self._fns[key] = compiled(lambda x: layer.features(to_input(x), training=False), self.model)
         fn = self._fns[key]
         if fn is None:
-            x = np.asarray(ops.convert_to_numpy(self.x))
-            feats = x.reshape(self.num_samples, -1).astype(layer.variable_dtype).astype(np.float64)
+            feats = np.asarray(ops.convert_to_numpy(layer.features(self.x))).astype(np.float64)
         else:
             out = [ops.convert_to_numpy(fn(ops.convert_to_tensor(self.x[sl])))
                    for sl in batches(self.num_samples, self.batch_size)]
@@ -214,20 +214,12 @@ class GreedyLevelGrowth(keras.callbacks.Callback):
     def _node_stats(self, layer, stops, targets, weights):
         """Per position: weighted sample counts (T, N, K) for classes or (T, N, 1) for
         regression, plus weighted target sums / squared sums for regression."""
-        T, N = layer.num_trees, layer.num_positions
-        flat = (stops + np.arange(T)[None] * N).ravel()
-        w = np.repeat(weights, T)
+        N = layer.num_positions
         if layer.is_classifier:
-            K = layer.num_classes
-            idx = flat * K + np.repeat(targets, T)
-            return np.bincount(idx, weights=w, minlength=T * N * K).reshape(T, N, K), None
-        counts = np.bincount(flat, weights=w, minlength=T * N).reshape(T, N, 1)
-        ys = np.repeat(targets, T, axis=0) * w[:, None]
-        sums = np.zeros((T * N, targets.shape[1]))
-        sq = np.zeros(T * N)
-        np.add.at(sums, flat, ys)
-        np.add.at(sq, flat, (ys * np.repeat(targets, T, axis=0)).sum(1))
-        return counts, (sums.reshape(T, N, -1), sq.reshape(T, N))
+            return node_sums(stops, np.eye(layer.num_classes)[targets], N, weights), None
+        moments = node_sums(stops, np.concatenate([np.ones((len(targets), 1)), targets,
+                                                   (targets * targets).sum(1, keepdims=True)], 1), N, weights)
+        return moments[..., :1], (moments[..., 1:-1], moments[..., -1])
 
     # ---------------------------------------------------------------- edits
     def _new_stump(self, layer, arrays, t, n, center, value):
@@ -401,13 +393,7 @@ class GreedyLevelGrowth(keras.callbacks.Callback):
         stops = self._stops(layer, feats, (state[:, :I] == topology.SPLIT) | training | waiting)
         counts, reg = self._node_stats(layer, stops, targets, weights)
         T = layer.num_trees
-        flat_stops = stops + np.arange(T)[None] * layer.num_positions
-
-        flat_ids = flat_stops.ravel()
-        w = np.repeat(weights, T)
-        sums = np.stack([np.bincount(flat_ids, weights=np.repeat(feats[:, j], T) * w,
-                                     minlength=T * layer.num_positions)
-                         for j in range(feats.shape[1])], axis=1).reshape(T, layer.num_positions, -1)
+        sums = node_sums(stops, feats, layer.num_positions, weights)
         sizes = counts.sum(-1)
 
         def center_of(t, nodes):

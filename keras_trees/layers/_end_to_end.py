@@ -13,10 +13,10 @@ from keras import ops
 from keras_trees import topology
 from keras_trees.forest import Forest
 from keras_trees.layers import _validation
-from keras_trees.layers._forest_layer import ForestLayer, numpy
-from keras_trees.layers._heap import HeapTreeMixin
+from keras_trees.layers._forest_layer import numpy
+from keras_trees.layers._heap import HeapTreeLayer
 from keras_trees.layers._random import numpy_generator
-from keras_trees.ops import _library, hard_routing, path_probabilities, pruned_routing
+from keras_trees.ops import _library, path_probabilities, pruned_routing
 from keras_trees.layers._xla import XLACompatibility
 
 # Heaps of this depth hold 2**25 - 1 positions per tree: already far beyond memory
@@ -46,7 +46,7 @@ def _const(value):
     return init
 
 
-class EndToEndTreesBase(XLACompatibility, HeapTreeMixin, ForestLayer, keras.layers.Layer):
+class EndToEndTreesBase(XLACompatibility, HeapTreeLayer):
     """Probabilistic-at-train-time, deterministic-at-test-time trees (see subclasses)."""
 
 
@@ -277,17 +277,12 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeMixin, ForestLayer, keras.laye
         return direction.astype(np.float32), bias.astype(np.float32)
 
     # ------------------------------------------------------------------ call
-    def features(self, inputs, training=None):
-        """Split features ``(batch, q)``: the extractor's output (if any), flattened."""
-        x = inputs
+    def _feature_inputs(self, inputs, training=None):
+        """The splits read the extractor's output (if any); :meth:`features`
+        flattens it to ``(batch, q)``."""
         if self.split_features is not None:
-            x = self.split_features(x, training=training)
-        x = ops.convert_to_tensor(x)
-        # Routing runs in the variable dtype (float32 under mixed precision):
-        # float16 split values overflow and bfloat16 ones are too coarse.
-        if keras.backend.standardize_dtype(x.dtype) != self.variable_dtype:
-            x = ops.cast(x, self.variable_dtype)
-        return ops.reshape(x, (-1, self.feature_dim))
+            return self.split_features(inputs, training=training)
+        return inputs
 
     @property
     def input_dtype(self):
@@ -380,7 +375,10 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeMixin, ForestLayer, keras.laye
         return self.num_positions <= self.DENSE_POSITIONS
 
     def _is_split(self):
-        return ops.equal(self.node_state[:, : self.num_internal], topology.SPLIT)
+        return self.is_split()
+
+    def _routing_parameters(self):
+        return self.effective_kernel(), self.split_bias, {}
 
     @property
     def _pruned_op(self):
@@ -435,20 +433,8 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeMixin, ForestLayer, keras.laye
         per_tree = ops.where(is_stump[..., None], (1.0 - s) * left + s * right, own)
         return ops.mean(per_tree, axis=1)
 
-    def route(self, inputs):
-        """``(batch, num_trees)`` leaf position reached by deterministic routing."""
-        feats = self.features(inputs, training=False)
-        is_split = ops.equal(self.node_state[:, : self.num_internal], topology.SPLIT)
-        node, _ = hard_routing.hard_route(
-            feats, self.effective_kernel(), self.split_bias, is_split, with_path_values=False
-        )
-        return node
-
     def hard_posterior(self, feats):
-        is_split = ops.equal(self.node_state[:, : self.num_internal], topology.SPLIT)
-        node, _ = hard_routing.hard_route(
-            feats, self.effective_kernel(), self.split_bias, is_split, with_path_values=False
-        )
+        node = self._route_features(feats)
         idx = node + ops.arange(self.num_trees, dtype="int32")[None] * self.num_positions
         return ops.mean(ops.take(self._flat_leaves(feats.dtype), idx, axis=0), axis=1)
 
@@ -605,17 +591,6 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeMixin, ForestLayer, keras.laye
         self.set_leaf_values(values)
         return int(ok.sum())
 
-    def num_leaves(self):
-        """Leaves per tree (NumPy array)."""
-        return topology.num_leaves(ops.convert_to_numpy(self.node_state))
-
-    def num_splits(self):
-        return (ops.convert_to_numpy(self.node_state) == topology.SPLIT).sum(axis=1)
-
-    def tree_depths(self):
-        state = ops.convert_to_numpy(self.node_state)
-        return np.array([topology.tree_depth(state, t) for t in range(self.num_trees)])
-
     def split_evaluations(self, inputs):
         """Mean number of split functions evaluated per sample at inference (all trees)."""
         node = ops.convert_to_numpy(self.route(inputs))
@@ -638,11 +613,6 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeMixin, ForestLayer, keras.laye
             num_classes=self.num_classes,
             extra={"gamma": numpy(self.gamma).tolist()} if self.num_trees * self.num_internal <= 4096 else {},
         )
-
-    def forest_features(self, inputs):
-        """The rows the forest's splits read: :meth:`features` (through
-        ``split_features`` if any, flattened) as NumPy."""
-        return numpy(self.features(inputs, training=False))
 
     # ------------------------------------------------------------------ config
     def get_config(self):

@@ -11,12 +11,13 @@ from keras_trees.api_export import keras_trees_export
 from keras_trees.constraints import ClipValues
 from keras_trees.forest import Forest
 from keras_trees.layers import _gradient_step, _polytope_training, _validation
-from keras_trees.layers._forest_layer import ForestLayer, numpy
-from keras_trees.layers._heap import HeapTreeMixin
+from keras_trees.forest import node_sums
+from keras_trees.layers._forest_layer import numpy
+from keras_trees.layers._heap import HeapTreeLayer
 from keras_trees.layers._end_to_end import _const
 from keras_trees.layers._random import numpy_generator
 from keras_trees.losses.gamma_process_prior import GammaProcessPrior
-from keras_trees.ops import _library, hard_routing, pruned_routing
+from keras_trees.ops import _library, pruned_routing
 from keras_trees.ops import polytope as poly
 from keras_trees.layers._xla import XLACompatibility
 
@@ -34,7 +35,7 @@ def _softplus_inverse(y):
 
 
 @keras_trees_export("keras_trees.layers")
-class ConvexPolytopeTree(XLACompatibility, HeapTreeMixin, ForestLayer, keras.layers.Layer):
+class ConvexPolytopeTree(XLACompatibility, HeapTreeLayer):
     """A decision tree whose splits are noisy-ORs of ``K`` linear experts (convex polytopes).
 
     Node ``v`` sends ``x`` right with probability ``f(x) = 1 - exp(-S(x))``,
@@ -119,6 +120,7 @@ class ConvexPolytopeTree(XLACompatibility, HeapTreeMixin, ForestLayer, keras.lay
     (400, 2)
     """
 
+    single_tree = True
 
     def __init__(
         self,
@@ -223,26 +225,15 @@ class ConvexPolytopeTree(XLACompatibility, HeapTreeMixin, ForestLayer, keras.lay
         return ops.softplus(self.p0_logit)
 
     # ------------------------------------------------------------ routing
-    def features(self, inputs):
-        """Inputs flattened to ``(batch, d)`` in the variables' dtype (float32)."""
-        x = ops.cast(ops.convert_to_tensor(inputs), self.variable_dtype)
-        return ops.reshape(x, (-1, self.feature_dim))
-
     def split_values(self, inputs):
         """``(batch, 2**D - 1)`` rates ``S(x)`` of every node (dense, for analysis)."""
         x = self.features(inputs)
         z = ops.einsum("bd,ikd->bik", x, self.expert_kernel[0]) + self.expert_bias[0][None]
         return poly.noisy_or_rate(z, self.expert_weights()[0][None])
 
-    def route(self, inputs):
-        """``(batch,)`` heap position of the leaf each sample reaches (deterministic)."""
-        x = self.features(inputs)
-        is_split = ops.equal(self.node_state[:, : self.num_internal], topology.SPLIT)
-        node, _ = hard_routing.hard_route(
-            x, self.expert_kernel, self.expert_bias, is_split, with_path_values=False,
-            expert_weights=self.expert_weights(), threshold=self.threshold,
-        )
-        return node[:, 0]
+    def _routing_parameters(self):
+        return self.expert_kernel, self.expert_bias, dict(
+            expert_weights=self.expert_weights(), threshold=self.threshold)
 
     def leaf_log_probabilities(self, inputs):
         """``(batch, 2**(D+1) - 1)`` log path probabilities (Eq. 7) of the
@@ -308,8 +299,7 @@ class ConvexPolytopeTree(XLACompatibility, HeapTreeMixin, ForestLayer, keras.lay
         return self.prune_threshold > 0 and _library.custom_ops_available()
 
     def _pruned_args(self):
-        is_split = ops.equal(self.node_state[:, : self.num_internal], topology.SPLIT)
-        return (self.expert_kernel, self.expert_bias, self.steepness, is_split), dict(
+        return (self.expert_kernel, self.expert_bias, self.steepness, self.is_split()), dict(
             prune_threshold=self.prune_threshold, expert_weights=self.expert_weights(), rate0=self.rate0(),
             annealed=self.annealing)
 
@@ -334,7 +324,7 @@ class ConvexPolytopeTree(XLACompatibility, HeapTreeMixin, ForestLayer, keras.lay
             p = ops.exp(self.leaf_log_probabilities(inputs))
             out = ops.matmul(p, ops.cast(self.leaf_values[0], p.dtype))
         else:
-            out = ops.take(self.leaf_values[0], self.route(inputs), axis=0)
+            out = ops.take(self.leaf_values[0], self.route(inputs)[:, 0], axis=0)
         return ops.cast(out, self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
@@ -344,17 +334,11 @@ class ConvexPolytopeTree(XLACompatibility, HeapTreeMixin, ForestLayer, keras.lay
     def _leaf_statistics(self, node, y, sample_weight=None):
         """Per-position weighted sums (subtree totals for internal positions):
         class weights ``(N, C)`` or ``(mass (N,), sum w y (N, units))``."""
-        N = self.num_positions
-        w = np.ones(len(node)) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
         if self.is_classifier:
-            stats = np.zeros((N, self.num_classes))
-            np.add.at(stats, (node, y), w)
+            values = np.eye(self.num_classes)[y]
         else:
-            stats = np.zeros((N, self.units + 1))
-            np.add.at(stats, node, w[:, None] * np.concatenate([np.ones((len(y), 1)), y.reshape(len(y), -1)], 1))
-        for i in range(self.num_internal - 1, -1, -1):  # children before parents
-            stats[i] += stats[2 * i + 1] + stats[2 * i + 2]
-        return stats
+            values = np.concatenate([np.ones((len(y), 1)), y.reshape(len(y), -1)], 1)
+        return node_sums(node, values, self.num_positions, sample_weight, subtrees=True)
 
     def _values_from_stats(self, stats, old):
         if self.is_classifier:
@@ -445,19 +429,14 @@ class ConvexPolytopeTree(XLACompatibility, HeapTreeMixin, ForestLayer, keras.lay
         return out
 
     def _route_numpy(self, x, batch_size=4096):
-        return np.concatenate(self._map_numpy("route", x, batch_size)).astype(np.int64)
+        """``(n,)`` heap position of the leaf each row of ``x`` reaches (the one tree)."""
+        return np.concatenate(self._map_numpy("route", x, batch_size))[:, 0].astype(np.int64)
 
     def _split_values_numpy(self, x, batch_size=4096):
         out = self._map_numpy("split_values", x, batch_size)
         return np.concatenate(out).astype(np.float64) if out else np.zeros((0, self.num_internal))
 
     # ------------------------------------------------------- interpretation
-    def num_leaves(self):
-        return int(topology.num_leaves(ops.convert_to_numpy(self.node_state))[0])
-
-    def depth(self):
-        return topology.tree_depth(ops.convert_to_numpy(self.node_state), 0)
-
     def polytopes(self):
         """One dict per split node: the active facets and Theorem 1's inequalities.
 
@@ -523,10 +502,6 @@ class ConvexPolytopeTree(XLACompatibility, HeapTreeMixin, ForestLayer, keras.lay
             num_classes=self.num_classes,
             extra={"probability_right": "1 - exp(-sum_k r_k softplus(<w_k, x> + b_k))"},
         )
-
-    def forest_features(self, inputs):
-        """The rows the forest's splits read: the inputs flattened per sample (:meth:`features`)."""
-        return numpy(self.features(inputs))
 
     # ------------------------------------------------------------ config
     def get_config(self):
