@@ -15,6 +15,8 @@ from keras_trees.forest import Forest
 from keras_trees.layers import _validation
 from keras_trees.layers._forest_layer import numpy
 from keras_trees.layers._heap import HeapTreeLayer
+# Growth phases stored in the layer (``growth_phase``, written by GreedyLevelGrowth).
+from keras_trees.layers._level_growth import PHASE_DONE, PHASE_FINETUNING, PHASE_GROWING, PHASE_IDLE  # noqa: F401
 from keras_trees.layers._random import numpy_generator
 from keras_trees.ops import _library, path_probabilities, pruned_routing
 from keras_trees.layers._xla import XLACompatibility
@@ -30,8 +32,6 @@ LEAF_LEARNING = ("auto", "em", "gradient")
 LEAVES_EM, LEAVES_GRADIENT = 0, 1
 # Smallest probability written into the leaf logits (log of 0 would be -inf).
 _MIN_PROBABILITY = 1e-30
-# Growth phases stored in the layer (written by GreedyLevelGrowth).
-PHASE_IDLE, PHASE_GROWING, PHASE_FINETUNING, PHASE_DONE = 0, 1, 2, 3
 
 
 def _const(value):
@@ -591,6 +591,66 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeLayer):
         self.set_leaf_values(values)
         return int(ok.sum())
 
+    # ---------------------------------------------------------------- growth
+    # Hooks of the level-growth engine (keras_trees.layers._level_growth),
+    # driven by keras_trees.callbacks.GreedyLevelGrowth.
+    def _read_growth(self):
+        get = lambda v: np.array(ops.convert_to_numpy(v))  # noqa: E731
+        return {
+            "state": get(self.node_state), "candidate": get(self.candidate), "mask": get(self.feature_mask),
+            "kernel": get(self.split_kernel), "bias": get(self.split_bias), "gamma": get(self.gamma),
+            "epochs": get(self.node_epochs), "attempts": get(self.attempts), "gain": get(self.candidate_gain),
+            "leaves": self.leaves_numpy(),
+        }
+
+    def _write_growth(self, a):
+        topology.validate(a["state"])
+        for var, key in ((self.node_state, "state"), (self.candidate, "candidate"),
+                         (self.feature_mask, "mask"), (self.split_kernel, "kernel"),
+                         (self.split_bias, "bias"), (self.gamma, "gamma"), (self.node_epochs, "epochs"),
+                         (self.attempts, "attempts"), (self.candidate_gain, "gain")):
+            var.assign(a[key].astype(var.dtype))
+        self.set_leaf_values(a["leaves"])
+
+    def _init_stump(self, growth, a, t, n, nodes):
+        """Candidate stump at leaf (t, n): a fresh split (new feature subset)
+        through the center of its samples, gamma0; its leaves start at the
+        leaf's value."""
+        mask = self.draw_feature_mask((1,), position=(t, n))[0]
+        kernel, bias = self.draw_splits(mask[None], center=growth.center(t, nodes)[None])
+        a["mask"][t, n] = mask
+        a["kernel"][t, n] = kernel[0]
+        a["bias"][t, n] = bias[0]
+        a["gamma"][t, n] = self.initial_gamma
+        a["epochs"][t, n] = 0
+        value = a["leaves"][t, n]
+        a["leaves"][t, 2 * n + 1] = value
+        a["leaves"][t, 2 * n + 2] = value
+
+    def _judge_stumps(self, growth, a, stumps):
+        """A stump fails when all its samples go one way; its gain (best-first
+        growth) is the information gain of its leaf distributions at its hard
+        split fractions (as in the authors' code), or the variance reduction."""
+        counts, results = growth.stats["counts"], {}
+        for t, n in stumps:
+            l, r = 2 * n + 1, 2 * n + 2
+            nl, nr = counts[t, l].sum(), counts[t, r].sum()
+            if nl == 0 or nr == 0:
+                results[(t, n)] = None
+            elif not growth.best_first:
+                results[(t, n)] = 0.0
+            elif self.is_classifier:
+                results[(t, n)] = _entropy(a["leaves"][t, n]) - (
+                    nl * _entropy(a["leaves"][t, l]) + nr * _entropy(a["leaves"][t, r])) / (nl + nr)
+            else:
+                ysum, ysq = growth.stats["reg"]
+                tot = nl + nr
+                var = lambda c, s, q: q / c - (s ** 2).sum() / c ** 2  # noqa: E731
+                parent = var(tot, ysum[t, l] + ysum[t, r], ysq[t, l] + ysq[t, r])
+                results[(t, n)] = parent - (nl * var(nl, ysum[t, l], ysq[t, l])
+                                            + nr * var(nr, ysum[t, r], ysq[t, r])) / tot
+        return results, False
+
     def split_evaluations(self, inputs):
         """Mean number of split functions evaluated per sample at inference (all trees)."""
         node = ops.convert_to_numpy(self.route(inputs))
@@ -659,6 +719,12 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeLayer):
         if config.get("split_features") is not None:
             config["split_features"] = keras.saving.deserialize_keras_object(config["split_features"])
         return cls(**config)
+
+
+def _entropy(p):
+    p = np.asarray(p, dtype=np.float64)
+    nz = p > 0
+    return float(-(p[nz] * np.log(p[nz])).sum())
 
 
 def find_layers(model):

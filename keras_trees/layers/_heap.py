@@ -100,6 +100,26 @@ def deprecated_count(name, value_of):
     return property(get)
 
 
+_ROUTERS = {}
+
+
+def _host_router():
+    """Hard routing of NumPy arrays, compiled once per backend (``jax.jit`` on
+    JAX, where op-by-op execution would compile every operation; the
+    TensorFlow op and PyTorch run eagerly)."""
+    backend = keras.backend.backend()
+    if backend not in _ROUTERS:
+        def route(x, w, b, is_split, kwargs):
+            return hard_routing.hard_route(x, w, b, is_split, with_path_values=False, **kwargs)[0]
+
+        if backend == "jax":
+            import jax
+
+            route = jax.jit(route)
+        _ROUTERS[backend] = route
+    return _ROUTERS[backend]
+
+
 class HeapTreeLayer(ForestLayer, keras.layers.Layer):
     """Base class of the tree layers routed on the heap (see the module docs).
 
@@ -173,6 +193,26 @@ class HeapTreeLayer(ForestLayer, keras.layers.Layer):
         reaches in each tree (deterministic routing; the same as
         ``to_forest().apply(forest_features(inputs))``)."""
         return self._route_features(self.features(inputs, training=False))
+
+    def route_rows(self, feats, is_split=None, batch_size=4096):
+        """:meth:`route` of NumPy feature rows on the host, in batches:
+        ``(rows, num_trees)`` int64. ``is_split`` ``(num_trees, 2**max_depth - 1)``
+        routes as if those positions were the splits (growth routes through its
+        candidate stumps); default :meth:`is_split`."""
+        w, b, kwargs = self._routing_parameters()
+        w, b, kwargs = numpy(w), numpy(b), {k: numpy(v) for k, v in kwargs.items()}
+        mask = numpy(self.is_split()) if is_split is None else np.asarray(is_split, bool)
+        feats = np.asarray(feats).astype(w.dtype, copy=False)
+        pad = keras.backend.backend() == "jax"  # few batch shapes: few compilations
+        out = [np.zeros((0, mask.shape[0]), np.int64)]
+        for start in range(0, len(feats), batch_size):
+            rows = feats[start: start + batch_size]
+            n = len(rows)
+            size = max(1024, 1 << (n - 1).bit_length())
+            if pad and n < size:
+                rows = np.concatenate([rows, np.repeat(rows[:1], size - n, axis=0)])
+            out.append(numpy(_host_router()(rows, w, b, mask, kwargs))[:n].astype(np.int64))
+        return np.concatenate(out)
 
     # ---------------------------------------------------------- topology
     def _state(self):

@@ -29,11 +29,6 @@ MIN_LOG_EXPERT_WEIGHT = -10.0
 MAX_LOG_EXPERT_WEIGHT = 10.0
 
 
-def _softplus_inverse(y):
-    y = np.maximum(np.asarray(y, dtype=np.float64), 1e-12)
-    return np.where(y > 30, y, np.log(np.expm1(np.minimum(y, 30))))
-
-
 @keras_trees_export("keras_trees.layers")
 class ConvexPolytopeTree(XLACompatibility, HeapTreeLayer):
     """A decision tree whose splits are noisy-ORs of ``K`` linear experts (convex polytopes).
@@ -357,7 +352,7 @@ class ConvexPolytopeTree(XLACompatibility, HeapTreeLayer):
         statistics. Returns the (weighted) number of samples per position."""
         self._ensure_built(x)
         x, y = self._check_xy(x, y, "set_leaves_from_data")
-        w = _polytope_training.sample_weights(y, sample_weight, class_weight, self.num_classes, "set_leaves_from_data")
+        w = _validation.sample_weights(y, sample_weight, class_weight, self.num_classes, "set_leaves_from_data")
         node = self._route_numpy(x, batch_size)
         stats = self._leaf_statistics(node, y, w)
         old = np.asarray(ops.convert_to_numpy(self.leaf_values))[0].astype(np.float64)
@@ -430,11 +425,66 @@ class ConvexPolytopeTree(XLACompatibility, HeapTreeLayer):
 
     def _route_numpy(self, x, batch_size=4096):
         """``(n,)`` heap position of the leaf each row of ``x`` reaches (the one tree)."""
-        return np.concatenate(self._map_numpy("route", x, batch_size))[:, 0].astype(np.int64)
+        return self.route_rows(x, batch_size=batch_size)[:, 0]
 
     def _split_values_numpy(self, x, batch_size=4096):
         out = self._map_numpy("split_values", x, batch_size)
         return np.concatenate(out).astype(np.float64) if out else np.zeros((0, self.num_internal))
+
+    # ------------------------------------------------------------ growth
+    # Hooks of the level-growth engine (keras_trees.layers._level_growth),
+    # driven by fit_greedy (keras_trees.layers._polytope_training).
+    def _read_growth(self):
+        get = lambda v: np.array(ops.convert_to_numpy(v))  # noqa: E731
+        return {"state": get(self.node_state), "candidate": get(self.trained_splits),
+                "kernel": get(self.expert_kernel), "bias": get(self.expert_bias),
+                "log_r": get(self.log_expert_weight), "p0": get(self.p0_logit), "threshold": get(self.threshold)}
+
+    def _write_growth(self, a):
+        for var, key in ((self.node_state, "state"), (self.trained_splits, "candidate"),
+                         (self.expert_kernel, "kernel"), (self.expert_bias, "bias"),
+                         (self.log_expert_weight, "log_r"), (self.p0_logit, "p0"), (self.threshold, "threshold")):
+            var.assign(a[key].astype(var.dtype))
+
+    def _init_stump(self, growth, a, t, n, nodes):
+        """A fresh stump: a random polytope around the node's samples."""
+        at = growth.rows(t, nodes)
+        xc, wc = growth.feats[at], growth.weights[at]
+        mean = np.average(xc, axis=0, weights=wc)
+        std = np.sqrt(np.average((xc - mean) ** 2, axis=0, weights=wc))
+        k, b = self._draw_experts(1, mean, np.maximum(std, 1e-3))
+        a["kernel"][t, n], a["bias"][t, n] = k[0], b[0]
+        # r_k = 1/K scaled so the rate S spreads by about one unit over the
+        # node's samples (a usable slope of f_lambda at lambda ~ 1), and S0
+        # at the median rate (half of the samples on each side).
+        rate = np.logaddexp(0.0, xc @ k[0].T + b[0]).mean(-1)
+        rate_mean = np.average(rate, weights=wc)
+        rate_std = math.sqrt(float(np.average((rate - rate_mean) ** 2, weights=wc)))
+        scale = 1.0 / max(rate_std, 1e-6)
+        log_scale = float(np.clip(np.log(scale), -9.0, 9.0))
+        a["log_r"][t, n] = log_scale - math.log(self.num_experts)
+        a["p0"][t, n] = _polytope_training.softplus_inverse(_polytope_training.weighted_median(rate, wc) * math.exp(log_scale))
+
+    def _judge_stumps(self, growth, a, stumps):
+        """The threshold on each trained stump's split function with the
+        largest information gain (variance reduction) on its samples becomes
+        the deterministic split; a stump fails without a cut of gain above
+        ``min_gain``."""
+        stop = growth.stops[:, 0]
+        idx = np.flatnonzero(np.isin((stop - 1) // 2, [n for _, n in stumps]) & (stop > 0) & (growth.weights > 0))
+        rate = self._split_values_numpy(growth.feats[idx])
+        parent = (stop[idx] - 1) // 2
+        results = {}
+        for t, n in stumps:
+            at = parent == n
+            threshold, gain, _ = _polytope_training.best_threshold(
+                rate[at, n], growth.targets[idx][at], self.num_classes, growth.options["min_samples_leaf"],
+                sample_weight=growth.weights[idx][at])
+            ok = threshold is not None and gain > growth.options["min_gain"]
+            if ok:
+                a["threshold"][t, n] = threshold
+            results[(t, n)] = gain if ok else None
+        return results, True
 
     # ------------------------------------------------------- interpretation
     def polytopes(self):

@@ -410,23 +410,12 @@ class NonGreedyTree(XLACompatibility, HeapTreeLayer, keras.Model):
         Returns the number of leaves refitted."""
         leaf = numpy(self.route(x))[:, 0].astype(np.int64) - self.num_internal
         n = leaf.shape[0]
-        weight = np.ones(n) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64).reshape(-1)
-        if weight.shape != (n,):
-            raise ValueError(f"sample_weight must have shape ({n},), got {np.shape(sample_weight)}")
-        if not np.all(np.isfinite(weight)) or np.any(weight < 0):
-            raise ValueError("sample_weight must be finite and >= 0")
-        values = np.array(ops.convert_to_numpy(self.leaf_values), dtype=np.float64)
+        if len(y) != n:
+            raise ValueError(f"refit_leaves: x has {n} samples but y has {len(y)}")
         if self.is_classifier:
-            y = np.asarray(y).reshape(-1)
-            if y.shape != (n,):
-                raise ValueError(f"y must hold {n} class ids, got shape {np.shape(y)}")
-            y = np.round(y).astype(np.int64)
-            if y.size and (y.min() < 0 or y.max() >= self.num_classes):
-                raise ValueError(f"labels must lie in [0, {self.num_classes}), got [{y.min()}, {y.max()}]")
-            if class_weight is not None:
-                weight = weight * np.array([float(class_weight.get(int(c), 1.0)) for c in y], dtype=np.float64)
-        elif class_weight is not None:
-            raise ValueError("class_weight is only for classification (num_classes); use sample_weight")
+            y = _validation.class_labels(y, self.num_classes, "refit_leaves")
+        weight = _validation.sample_weights(y, sample_weight, class_weight, self.num_classes, "refit_leaves")
+        values = np.array(ops.convert_to_numpy(self.leaf_values), dtype=np.float64)
         if self.is_classifier:
             sums = node_sums(leaf, np.eye(self.num_classes)[y], self.num_leaves(), weight)
         else:
