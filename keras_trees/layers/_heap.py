@@ -202,17 +202,26 @@ class HeapTreeLayer(ForestLayer, keras.layers.Layer):
         w, b, kwargs = self._routing_parameters()
         w, b, kwargs = numpy(w), numpy(b), {k: numpy(v) for k, v in kwargs.items()}
         mask = numpy(self.is_split()) if is_split is None else np.asarray(is_split, bool)
-        feats = np.asarray(feats).astype(w.dtype, copy=False)
-        pad = keras.backend.backend() == "jax"  # few batch shapes: few compilations
-        out = [np.zeros((0, mask.shape[0]), np.int64)]
-        for start in range(0, len(feats), batch_size):
-            rows = feats[start: start + batch_size]
+        route = _host_router()
+        out = self._map_rows(lambda rows: route(rows, w, b, mask, kwargs),
+                             np.asarray(feats).astype(w.dtype, copy=False), batch_size)
+        return np.concatenate([np.zeros((0, mask.shape[0]), np.int64)] + out).astype(np.int64)
+
+    @staticmethod
+    def _map_rows(fn, x, batch_size):
+        """``fn`` over the rows of ``x`` in batches: a list of NumPy results. On
+        JAX batches are padded to a power of two, at least 1024 rows (few
+        shapes, few compilations)."""
+        pad = keras.backend.backend() == "jax"
+        out = []
+        for start in range(0, len(x), batch_size):
+            rows = x[start: start + batch_size]
             n = len(rows)
             size = max(1024, 1 << (n - 1).bit_length())
             if pad and n < size:
                 rows = np.concatenate([rows, np.repeat(rows[:1], size - n, axis=0)])
-            out.append(numpy(_host_router()(rows, w, b, mask, kwargs))[:n].astype(np.int64))
-        return np.concatenate(out)
+            out.append(numpy(fn(rows))[:n])
+        return out
 
     # ---------------------------------------------------------- topology
     def _state(self):

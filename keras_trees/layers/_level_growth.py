@@ -193,7 +193,7 @@ class LevelGrowth:
         waiting = leaf & np.isfinite(a["gain"]) & ~training
         # Routed with the stumps acting as splits, the statistics at their
         # children are the data each child would receive.
-        mask = (state[:, :I] == topology.SPLIT) | training | waiting
+        mask = topology.is_split_mask(state) | training | waiting
         self.route(mask)
         stumps = [(int(t), int(n)) for t, n in zip(*np.nonzero(training))]
         results, moved = self.layer._judge_stumps(self, a, stumps)

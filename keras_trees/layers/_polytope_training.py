@@ -480,7 +480,7 @@ def refine(layer, x, y, validation_data=None, epochs=10, batch_size=512, learnin
     w = sample_weights(y, sample_weight, class_weight, layer.num_classes, "refine")
     val = _validation(layer, validation_data, "refine")
     state = np.asarray(ops.convert_to_numpy(layer.node_state))
-    is_split = state[:, : layer.num_internal] == topology.SPLIT
+    is_split = topology.is_split_mask(state)
     if not is_split.any() or epochs == 0:
         return {"losses": [], "kept": False}
     backup = [np.array(ops.convert_to_numpy(v)) for v in layer.weights]

@@ -408,20 +408,8 @@ class ConvexPolytopeTree(XLACompatibility, HeapTreeLayer):
         return cache[name]
 
     def _map_numpy(self, name, x, batch_size):
-        """``self.<name>`` over ``x`` in batches, as NumPy. On JAX batches are
-        padded to a power of two, at least 1024 rows (few shapes, few
-        compilations)."""
-        fn = self._host_fn(name)
-        pad = keras.backend.backend() == "jax"
-        out = []
-        for i in range(0, len(x), batch_size):
-            xb = x[i: i + batch_size]
-            n = len(xb)
-            size = max(1024, 1 << (n - 1).bit_length())
-            if pad and n < size:
-                xb = np.concatenate([xb, np.repeat(xb[:1], size - n, axis=0)])
-            out.append(np.asarray(ops.convert_to_numpy(fn(xb)))[:n])
-        return out
+        """``self.<name>`` over ``x`` in batches, as NumPy (``_map_rows``)."""
+        return self._map_rows(self._host_fn(name), x, batch_size)
 
     def _route_numpy(self, x, batch_size=4096):
         """``(n,)`` heap position of the leaf each row of ``x`` reaches (the one tree)."""
