@@ -292,6 +292,7 @@ def test_heap_layer_route_is_the_forest_apply(case, trained):
     assert np.all(state[np.arange(forest.num_trees), node] == topology.LEAF)
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(layer.is_split()), topology.is_split_mask(state))
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(layer.features(run.x)), layer.forest_features(run.x))
+    assert layer.split_evaluations(run.x) == pytest.approx(topology.position_depth(node).sum(1).mean())
 
 
 @pytest.mark.parametrize("case", HEAP_CASES, ids=[case.id for case in HEAP_CASES])

@@ -14,7 +14,7 @@ from keras_trees import topology
 from keras_trees.forest import Forest
 from keras_trees.layers import _validation
 from keras_trees.layers._forest_layer import numpy
-from keras_trees.layers._heap import HeapTreeLayer
+from keras_trees.layers._heap import HeapTreeLayer, const as _const
 # Growth phases stored in the layer (``growth_phase``, written by GreedyLevelGrowth).
 from keras_trees.layers._level_growth import PHASE_DONE, PHASE_FINETUNING, PHASE_GROWING, PHASE_IDLE  # noqa: F401
 from keras_trees.layers._random import numpy_generator
@@ -32,18 +32,6 @@ LEAF_LEARNING = ("auto", "em", "gradient")
 LEAVES_EM, LEAVES_GRADIENT = 0, 1
 # Smallest probability written into the leaf logits (log of 0 would be -inf).
 _MIN_PROBABILITY = 1e-30
-
-
-def _const(value):
-    """An initializer returning a fixed array (for topology and masks)."""
-
-    def init(shape, dtype=None):
-        arr = np.asarray(value)
-        if tuple(arr.shape) != tuple(shape):
-            arr = np.broadcast_to(arr, shape)
-        return ops.convert_to_tensor(np.array(arr), dtype=dtype)
-
-    return init
 
 
 class EndToEndTreesBase(XLACompatibility, HeapTreeLayer):
@@ -650,11 +638,6 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeLayer):
                 results[(t, n)] = parent - (nl * var(nl, ysum[t, l], ysq[t, l])
                                             + nr * var(nr, ysum[t, r], ysq[t, r])) / tot
         return results, False
-
-    def split_evaluations(self, inputs):
-        """Mean number of split functions evaluated per sample at inference (all trees)."""
-        node = ops.convert_to_numpy(self.route(inputs))
-        return float(topology.position_depth(node).sum(axis=1).mean())
 
     # ------------------------------------------------------------ inspection
     def _forest(self):

@@ -100,6 +100,16 @@ def deprecated_count(name, value_of):
     return property(get)
 
 
+def const(value):
+    """An initializer returning a fixed array, broadcast to the variable's shape
+    (the heap layers' topology, masks and drawn parameters)."""
+
+    def init(shape, dtype=None):
+        return ops.convert_to_tensor(np.array(np.broadcast_to(np.asarray(value), shape)), dtype=dtype)
+
+    return init
+
+
 _ROUTERS = {}
 
 
@@ -247,3 +257,8 @@ class HeapTreeLayer(ForestLayer, keras.layers.Layer):
     def depth(self):
         """Depth of the deepest leaf of all trees (an int; 0 for root leaves)."""
         return int(self.tree_depths().max())
+
+    def split_evaluations(self, inputs):
+        """Mean number of split functions evaluated per sample at inference (all trees)."""
+        node = numpy(self.route(inputs))
+        return float(topology.position_depth(node).sum(axis=1).mean())

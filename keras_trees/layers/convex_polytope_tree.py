@@ -13,8 +13,7 @@ from keras_trees.forest import Forest
 from keras_trees.layers import _gradient_step, _polytope_training, _validation
 from keras_trees.forest import node_sums
 from keras_trees.layers._forest_layer import numpy
-from keras_trees.layers._heap import HeapTreeLayer
-from keras_trees.layers._end_to_end import _const
+from keras_trees.layers._heap import HeapTreeLayer, const as _const
 from keras_trees.layers._random import numpy_generator
 from keras_trees.losses.gamma_process_prior import GammaProcessPrior
 from keras_trees.ops import _library, pruned_routing

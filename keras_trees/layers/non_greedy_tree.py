@@ -13,21 +13,13 @@ from keras_trees.constraints import RowNorm
 from keras_trees.forest import Forest, heap_leaves, node_sums
 from keras_trees.layers import _validation
 from keras_trees.layers._forest_layer import numpy
-from keras_trees.layers._heap import CallableInt, HeapTreeLayer, deprecated_count
+from keras_trees.layers._heap import CallableInt, HeapTreeLayer, const as _const, deprecated_count
 from keras_trees.layers._random import numpy_generator
 from keras_trees.ops import loss_augmented
 from keras_trees.layers._xla import XLACompatibility
 
 MAX_DEPTH = 20
 INFERENCES = ("fast", "exact")
-
-
-def _const(value):
-    def init(shape, dtype=None):
-        arr = np.broadcast_to(np.asarray(value), shape)
-        return ops.convert_to_tensor(np.array(arr), dtype=dtype)
-
-    return init
 
 
 def _scale_loss_for_replicas(value):
