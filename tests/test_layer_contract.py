@@ -336,3 +336,10 @@ def test_non_greedy_old_route_convention_warns():
         old = keras.ops.convert_to_numpy(tree.route(x, leaf_index=True))
     np.testing.assert_array_equal(old, node[:, 0] - (2**tree.depth - 1))
     assert tree.depth == 2 and tree.depth() == 2 and type(tree.depth()) is int
+
+
+def test_old_heap_mixin_name_warns():
+    from keras_trees.layers import _heap
+
+    with pytest.warns(FutureWarning, match="HeapTreeLayer"):
+        assert _heap.HeapTreeMixin is HeapTreeLayer

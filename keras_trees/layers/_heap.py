@@ -262,3 +262,11 @@ class HeapTreeLayer(ForestLayer, keras.layers.Layer):
         """Mean number of split functions evaluated per sample at inference (all trees)."""
         node = numpy(self.route(inputs))
         return float(topology.position_depth(node).sum(axis=1).mean())
+
+
+def __getattr__(name):
+    if name == "HeapTreeMixin":  # the former sizes-only mixin
+        warnings.warn("keras_trees.layers._heap.HeapTreeMixin is now the base class HeapTreeLayer",
+                      FutureWarning, stacklevel=2)
+        return HeapTreeLayer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
