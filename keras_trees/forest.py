@@ -76,6 +76,41 @@ def heap_leaves(values):
     return out
 
 
+def node_sums(positions, values, num_positions, weights=None, subtrees=False):
+    """Per-position sums of per-sample ``values`` (the one implementation of
+    node and leaf statistics: counts, class counts, target sums, moments).
+
+    Args:
+        positions: ``(n, T)`` heap position each sample stops at in each tree
+            (:meth:`Forest.route`, a layer's ``route``), or ``(n,)`` for one tree.
+        values: ``(n, U)`` (or ``(n,)``) values to add up, e.g. ones (counts),
+            one-hot labels (class counts) or targets.
+        num_positions: ``N``, the positions per tree.
+        weights: optional ``(n,)`` sample weights multiplied into ``values``.
+        subtrees: add every position's children into it, deepest first, so a
+            split holds the totals of its subtree (positions must be a heap).
+
+    Returns:
+        ``(T, N, U)`` float64 sums (``(N, U)`` for one-dimensional ``positions``).
+    """
+    pos = np.asarray(positions, np.int64)
+    single = pos.ndim == 1
+    pos = pos.reshape(len(pos), -1)
+    n = len(pos)
+    v = np.asarray(values, np.float64).reshape(n, -1)
+    if weights is not None:
+        v = v * np.asarray(weights, np.float64).reshape(n, 1)
+    out = np.zeros((pos.shape[1], int(num_positions), v.shape[1]))
+    for t in range(pos.shape[1]):
+        for u in range(v.shape[1]):
+            out[t, :, u] = np.bincount(pos[:, t], v[:, u], int(num_positions))
+    if subtrees:
+        for level in range(topology.max_depth_from_positions(num_positions) - 1, -1, -1):
+            at = np.arange(2**level - 1, 2 ** (level + 1) - 1)
+            out[:, at] += out[:, 2 * at + 1] + out[:, 2 * at + 2]
+    return out[0] if single else out
+
+
 def _shape_error(name, array, shape):
     if array is None:
         raise ValueError(f"{name} is required for these splits: expected shape {shape}")
@@ -294,14 +329,9 @@ class Forest:
         for t in range(self.num_trees):
             state = self.node_state[t]
             for start in range(0, n, chunk):
-                pos = np.zeros(min(n, start + chunk) - start, np.int64)
-                rows = x[start: start + len(pos)]
-                for _ in range(self.max_depth):
-                    at = np.flatnonzero(state[pos] == topology.SPLIT)
-                    if not at.size:
-                        break
-                    pos[at] = 2 * pos[at] + 1 + self._goes_right(t, pos[at], rows[at])
-                out[start: start + len(pos), t] = pos
+                rows = x[start: start + chunk]
+                out[start: start + len(rows), t] = topology.route(
+                    state, lambda pos, at, t=t, rows=rows: self._goes_right(t, pos, rows[at]), len(rows))
         return out
 
     def apply(self, x):
@@ -344,15 +374,23 @@ class Forest:
             ``(T, N, num_classes)`` int64 or ``"target_mean"`` ``(T, N, U)``
             float64 (NaN where no sample arrives).
         """
-        path = self.decision_path(x)
-        n, T = path.shape[:2]
+        leaf = self.route(x)
+        n, T = leaf.shape
         N = self.node_state.shape[1]
         num_classes = self.num_classes if num_classes is None else int(num_classes)
-        visited = path >= 0
-        flat = (path + np.arange(T)[None, :, None] * N)[visited]  # tree-major node ids
-        stats = {"samples": np.bincount(flat, minlength=T * N).reshape(T, N)}
+        count = lambda v: np.rint(node_sums(leaf, v, N, subtrees=True)).astype(np.int64)  # noqa: E731
+        stats = {"samples": count(np.ones(n))[..., 0]}
         if y is None:
             return stats
+        if len(y) != n:
+            raise ValueError(f"x has {n} samples but y has {len(y)}")
+        if num_classes is not None:
+            stats["class_counts"] = count(np.eye(num_classes)[class_ids(y, num_classes)])
+        else:
+            sums = node_sums(leaf, np.asarray(y, np.float64).reshape(n, -1), N, subtrees=True)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                stats["target_mean"] = sums / stats["samples"][..., None]
+        return stats
         if len(y) != n:
             raise ValueError(f"x has {n} samples but y has {len(y)}")
         sample = np.broadcast_to(np.arange(n)[:, None, None], path.shape)[visited]

@@ -78,6 +78,16 @@ def max_depth_from_positions(positions):
 
 
 @keras_trees_export("keras_trees.topology")
+def max_depth_from_internal(num_internal):
+    """Inverse of :func:`num_internal` (the one depth-from-size helper: ops and
+    layers that know only their number of split positions call this)."""
+    n = int(num_internal)
+    if n < 1 or (n + 1) & n:
+        raise ValueError(f"a heap of maximum depth D has 2**D - 1 internal positions, got {num_internal}")
+    return max_depth_from_positions(2 * n + 1)
+
+
+@keras_trees_export("keras_trees.topology")
 def left_child(i):
     return 2 * np.asarray(i) + 1
 
@@ -230,24 +240,41 @@ def validate(state, max_depth=None):
 
 
 @keras_trees_export("keras_trees.topology")
-def route(state, split_values):
-    """NumPy reference of hard routing for one sample set and one tree.
+def route(state, split_values, num_samples=None):
+    """NumPy hard routing of one tree (the reference every router agrees with;
+    :meth:`keras_trees.Forest.route` walks its trees with it).
 
     Args:
         state: ``(positions,)`` node states of one tree.
-        split_values: ``(batch, num_internal)`` split value of every position.
+        split_values: ``(batch, num_internal)`` split value of every position,
+            or a function ``(positions, rows) -> values`` returning the split
+            values at heap ``positions`` for the samples ``rows`` (both
+            ``(m,)`` integer arrays; evaluated only where a sample is at a split).
+        num_samples: the batch size (needed with a function).
 
     Returns:
-        ``(batch,)`` heap position where each sample stops.
+        ``(batch,)`` int64 heap position where each sample stops: it goes right
+        at a split iff the value is ``> 0`` (or, for a function, iff it returns
+        True or a positive value) and stops at a leaf.
     """
     state = np.asarray(state)
-    internal = split_values.shape[1]
-    node = np.zeros(split_values.shape[0], dtype=np.int64)
+    if callable(split_values):
+        if num_samples is None:
+            raise ValueError("route: num_samples is required when split_values is a function")
+        value_at, batch = split_values, int(num_samples)
+    else:
+        values = np.asarray(split_values)
+        value_at, batch = (lambda pos, rows: values[rows, pos]), len(values)
+    return _descend(state, value_at, batch)
+
+
+def _descend(state, value_at, batch):
+    node = np.zeros(batch, dtype=np.int64)
     for _ in range(max_depth_from_positions(state.shape[0])):
-        at = np.minimum(node, internal - 1)
-        active = (node < internal) & (state[np.minimum(node, state.shape[0] - 1)] == SPLIT)
-        v = split_values[np.arange(len(node)), at]
-        node = np.where(active, 2 * node + 1 + (v > 0), node)
+        rows = np.flatnonzero(state[node] == SPLIT)
+        if not rows.size:
+            break
+        node[rows] = 2 * node[rows] + 1 + (np.asarray(value_at(node[rows], rows)) > 0)
     return node
 
 

@@ -246,7 +246,7 @@ def test_convex_polytope_tree_forest_routes_and_predicts_like_the_layer(rng):
     assert forest.split_kind == "noisy_or" and forest.leaf_prediction
     node = np.asarray(tree.route(x))
     assert len(np.unique(node)) >= 4
-    np.testing.assert_array_equal(forest.route(x)[:, 0], node)
+    np.testing.assert_array_equal(forest.route(x), node)
     np.testing.assert_allclose(forest.predict(x), model.predict(x, verbose=0), rtol=1e-6)
 
 
@@ -258,9 +258,26 @@ def test_non_greedy_tree_forest_routes_and_predicts_like_the_model(rng, kwargs):
     model.leaf_values.assign(rng.normal(size=(8, model.output_dim)).astype("float32"))
     forest = model.to_forest()
     assert forest.num_trees == 1 and forest.leaf_prediction
-    np.testing.assert_array_equal(forest.route(x)[:, 0], np.asarray(model.route(x)) + 7)
+    np.testing.assert_array_equal(forest.route(x), np.asarray(model.route(x)))
     np.testing.assert_allclose(forest.predict(x), model.predict(x, verbose=0), rtol=1e-5, atol=1e-6)
     # the forest initializes another tree with the same predictions
     again = NonGreedyTree(max_depth=3, nu=2.0, **kwargs)
     again.initialize_from(forest)
     np.testing.assert_array_equal(np.asarray(again.route(x)), np.asarray(model.route(x)))
+
+
+def test_node_sums_counts_and_subtree_totals():
+    from keras_trees.forest import node_sums
+
+    # tree 0: the root and its left child split (leaves 2, 3, 4); tree 1: a stump (leaves 1, 2)
+    leaf = np.array([[3, 1], [4, 2], [2, 2], [3, 1]])
+    values = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.0, 1.0]])
+    weights = np.array([1.0, 2.0, 3.0, 0.5])
+    sums = node_sums(leaf, values, 7, weights)
+    assert sums.shape == (2, 7, 2)
+    np.testing.assert_allclose(sums[0, 3], [1.0, 0.5])
+    np.testing.assert_allclose(sums[1, 2], [3.0, 2.0])
+    totals = node_sums(leaf, values, 7, weights, subtrees=True)
+    np.testing.assert_allclose(totals[0, 1], sums[0, 3] + sums[0, 4])
+    np.testing.assert_allclose(totals[:, 0], values.T @ weights * np.ones((2, 1)))
+    np.testing.assert_allclose(node_sums(leaf[:, 0], values, 7), node_sums(leaf, values, 7)[0])

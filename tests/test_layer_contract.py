@@ -9,6 +9,7 @@ _has_a_case`` fails until it does.
 
 import dataclasses
 import json
+import warnings
 from typing import Any, Callable
 
 import keras
@@ -16,6 +17,7 @@ import numpy as np
 import pytest
 
 from keras_trees import api_export, layers, topology
+from keras_trees.layers._heap import HeapTreeLayer
 from keras_trees.losses import GammaProcessPrior
 from keras_trees.regularizers import SpatialLaplacian
 from tests.conftest import run_python
@@ -265,3 +267,79 @@ def test_dtype_policy(case, policy):
     assert all(dtype_of(v) == variable for v in layer.weights if "float" in dtype_of(v))
     # The policy survives the config round trip.
     assert case.cls.from_config(layer.get_config()).dtype_policy.name == policy
+
+
+# ---------------------------------------------------------------- heap layers
+HEAP_CASES = [case for case in CASES if issubclass(case.cls, HeapTreeLayer)]
+NUM_LEAVES_PROPERTY = (layers.TreeEnsembleLayer, layers.HingeForest, layers.HingeFern, layers.NonGreedyTree)
+
+
+def test_heap_layers_share_the_base_class():
+    assert {case.cls for case in HEAP_CASES} == {
+        layers.EndToEndTree, layers.EndToEndForest, layers.ConvexPolytopeTree, layers.NonGreedyTree}
+
+
+@pytest.mark.parametrize("case", HEAP_CASES, ids=[case.id for case in HEAP_CASES])
+def test_heap_layer_route_is_the_forest_apply(case, trained):
+    """``route`` of every heap layer: ``(rows, num_trees)`` int32 heap positions
+    of the reached leaves, the same as ``to_forest().apply`` of its features."""
+    run = trained(case)
+    layer, forest = run.layer, run.layer.to_forest()
+    node = keras.ops.convert_to_numpy(layer.route(run.x))
+    assert node.shape == (len(run.x), forest.num_trees) and dtype_of(layer.route(run.x)) == "int32"
+    np.testing.assert_array_equal(node, forest.apply(layer.forest_features(run.x)))
+    state = keras.ops.convert_to_numpy(layer.node_state)
+    assert np.all(state[np.arange(forest.num_trees), node] == topology.LEAF)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(layer.is_split()), topology.is_split_mask(state))
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(layer.features(run.x)), layer.forest_features(run.x))
+    assert layer.split_evaluations(run.x) == pytest.approx(topology.position_depth(node).sum(1).mean())
+
+
+@pytest.mark.parametrize("case", HEAP_CASES, ids=[case.id for case in HEAP_CASES])
+def test_heap_layer_sizes(case, trained):
+    """``num_leaves()`` / ``num_splits()``: per tree (a plain int for the
+    single-tree families); ``depth()``: the deepest tree's depth, an int."""
+    layer = trained(case).layer
+    forest = layer.to_forest()
+    for name, expected in (("num_leaves", forest.num_leaves()), ("num_splits", forest.num_splits())):
+        value = getattr(layer, name)()
+        if layer.single_tree:
+            assert type(value) is int and value == int(expected[0]), name
+        else:
+            np.testing.assert_array_equal(value, expected)
+    np.testing.assert_array_equal(layer.tree_depths(), forest.tree_depths())
+    assert type(layer.depth()) is int and layer.depth() == int(forest.tree_depths().max())
+
+
+@pytest.mark.parametrize("cls", NUM_LEAVES_PROPERTY, ids=lambda c: c.__name__)
+def test_num_leaves_property_spelling_warns(cls):
+    case = next(case for case in CASES if case.cls is cls)
+    layer = case.make()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert layer.num_leaves() == 4 and type(layer.num_leaves()) is int  # the new spelling: no warning
+    with pytest.warns(FutureWarning, match=r"num_leaves is a method now: call num_leaves\(\)"):
+        assert layer.num_leaves == 4
+    with pytest.warns(FutureWarning, match="num_leaves"):
+        assert layer.num_leaves * 2 == 8
+    with warnings.catch_warnings():  # NumPy reads the int without Python's number protocol: no warning
+        warnings.simplefilter("ignore", FutureWarning)
+        assert np.zeros(layer.num_leaves).shape == (4,) and f"{layer.num_leaves}" == "4"
+
+
+def test_non_greedy_old_route_convention_warns():
+    case = next(case for case in CASES if case.cls is layers.NonGreedyTree)
+    x, _ = sample(case)
+    tree = case.make()
+    node = keras.ops.convert_to_numpy(tree.route(x))
+    with pytest.warns(FutureWarning, match=r"route\(x\)\[:, 0\] - \(2\*\*depth - 1\)"):
+        old = keras.ops.convert_to_numpy(tree.route(x, leaf_index=True))
+    np.testing.assert_array_equal(old, node[:, 0] - (2**tree.depth - 1))
+    assert tree.depth == 2 and tree.depth() == 2 and type(tree.depth()) is int
+
+
+def test_old_heap_mixin_name_warns():
+    from keras_trees.layers import _heap
+
+    with pytest.warns(FutureWarning, match="HeapTreeLayer"):
+        assert _heap.HeapTreeMixin is HeapTreeLayer

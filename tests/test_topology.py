@@ -70,3 +70,29 @@ def test_route_follows_split_signs(rng):
             n = 2 * n + 2 if values[b, n] > 0 else 2 * n + 1
         assert stops[b] == n
         assert state[n] == topology.LEAF
+
+
+def test_route_with_a_split_function_matches_the_values(rng):
+    state = random_tree(rng, 4)[0]
+    values = rng.normal(size=(100, topology.num_internal(4)))
+    asked = []
+
+    def value_at(positions, rows):
+        asked.append(positions)
+        return values[rows, positions]
+
+    np.testing.assert_array_equal(topology.route(state, value_at, num_samples=100), topology.route(state, values))
+    assert all(np.all(state[p] == topology.SPLIT) for p in asked)  # evaluated only at splits
+    with pytest.raises(ValueError, match="num_samples"):
+        topology.route(state, value_at)
+
+
+@pytest.mark.parametrize("depth", [1, 3, 7])
+def test_depth_from_sizes_is_one_inverse(depth):
+    from keras_trees.ops import depth_from_internal_nodes
+
+    assert topology.max_depth_from_internal(topology.num_internal(depth)) == depth
+    assert depth_from_internal_nodes(topology.num_internal(depth)) == depth
+    assert topology.max_depth_from_positions(topology.num_positions(depth)) == depth
+    with pytest.raises(ValueError, match="internal positions"):
+        topology.max_depth_from_internal(topology.num_internal(depth) + 1)

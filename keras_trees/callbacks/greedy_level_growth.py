@@ -6,22 +6,14 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_trees import topology
 from keras_trees.api_export import keras_trees_export
 from keras_trees.callbacks._common import (
     batches, check_data, check_labels, check_weights, compiled, effective_weights, end_to_end_layers,
     ensure_built, identity, layer_input_fn, reset_optimizer, weights_config,
 )
-from keras_trees.layers._end_to_end import (
-    PHASE_DONE, PHASE_FINETUNING, PHASE_GROWING, PHASE_IDLE,
+from keras_trees.layers._level_growth import (
+    PHASE_DONE, PHASE_FINETUNING, PHASE_GROWING, PHASE_IDLE, LevelGrowth,
 )
-from keras_trees.ops.hard_routing import hard_route
-
-
-def _entropy(p):
-    p = np.asarray(p, dtype=np.float64)
-    nz = p > 0
-    return float(-(p[nz] * np.log(p[nz])).sum())
 
 
 @keras_trees_export("keras_trees.callbacks")
@@ -192,8 +184,7 @@ class GreedyLevelGrowth(keras.callbacks.Callback):
                 self._fns[key] = compiled(lambda x: layer.features(to_input(x), training=False), self.model)
         fn = self._fns[key]
         if fn is None:
-            x = np.asarray(ops.convert_to_numpy(self.x))
-            feats = x.reshape(self.num_samples, -1).astype(layer.variable_dtype).astype(np.float64)
+            feats = np.asarray(ops.convert_to_numpy(layer.features(self.x))).astype(np.float64)
         else:
             out = [ops.convert_to_numpy(fn(ops.convert_to_tensor(self.x[sl])))
                    for sl in batches(self.num_samples, self.batch_size)]
@@ -202,91 +193,15 @@ class GreedyLevelGrowth(keras.callbacks.Callback):
             raise ValueError("GreedyLevelGrowth: the split features contain NaN or Inf")
         return feats
 
-    def _stops(self, layer, feats, is_split):
-        w = ops.convert_to_numpy(layer.effective_kernel())
-        b = ops.convert_to_numpy(layer.split_bias)
-        route = _routing_fn()
-        out = []
-        for sl in batches(len(feats), self.batch_size):
-            out.append(ops.convert_to_numpy(route(feats[sl].astype(w.dtype), w, b, is_split)))
-        return np.concatenate(out)  # (n, T)
-
-    def _node_stats(self, layer, stops, targets, weights):
-        """Per position: weighted sample counts (T, N, K) for classes or (T, N, 1) for
-        regression, plus weighted target sums / squared sums for regression."""
-        T, N = layer.num_trees, layer.num_positions
-        flat = (stops + np.arange(T)[None] * N).ravel()
-        w = np.repeat(weights, T)
-        if layer.is_classifier:
-            K = layer.num_classes
-            idx = flat * K + np.repeat(targets, T)
-            return np.bincount(idx, weights=w, minlength=T * N * K).reshape(T, N, K), None
-        counts = np.bincount(flat, weights=w, minlength=T * N).reshape(T, N, 1)
-        ys = np.repeat(targets, T, axis=0) * w[:, None]
-        sums = np.zeros((T * N, targets.shape[1]))
-        sq = np.zeros(T * N)
-        np.add.at(sums, flat, ys)
-        np.add.at(sq, flat, (ys * np.repeat(targets, T, axis=0)).sum(1))
-        return counts, (sums.reshape(T, N, -1), sq.reshape(T, N))
-
-    # ---------------------------------------------------------------- edits
-    def _new_stump(self, layer, arrays, t, n, center, value):
-        """Candidate stump at leaf (t, n): fresh split, gamma0, children inherit ``value``."""
-        mask = layer.draw_feature_mask((1,), position=(t, n))[0]
-        kernel, bias = layer.draw_splits(mask[None], center=center[None])
-        arrays["mask"][t, n] = mask
-        arrays["kernel"][t, n] = kernel[0]
-        arrays["bias"][t, n] = bias[0]
-        arrays["gamma"][t, n] = layer.initial_gamma
-        arrays["epochs"][t, n] = 0
-        arrays["candidate"][t, n] = 1
-        arrays["gain"][t, n] = -np.inf
-        arrays["leaves"][t, 2 * n + 1] = value
-        arrays["leaves"][t, 2 * n + 2] = value
-
-    def _eligible(self, layer, state, t, n, counts, regression_stats):
-        if n >= layer.num_internal:
-            return False
-        total = counts[t, n].sum()
-        if total < self.min_samples_split:
-            return False
-        if layer.is_classifier:
-            if np.count_nonzero(counts[t, n]) <= 1:
-                return False  # pure
-        else:
-            sums, sq = regression_stats
-            var = sq[t, n] / total - (sums[t, n] ** 2).sum() / total ** 2
-            if var <= 1e-12 * max(1.0, sq[t, n] / total):
-                return False
-        if self.max_leaves is not None and topology.num_leaves(state)[t] >= self.max_leaves:
-            return False
-        return True
-
-    def _node_value(self, layer, t, n, counts, regression_stats, fallback):
-        total = counts[t, n].sum()
-        if total == 0:
-            return fallback
-        if layer.is_classifier:
-            return counts[t, n] / total
-        return regression_stats[0][t, n] / total
-
-    def _read(self, layer):
-        get = lambda v: np.array(ops.convert_to_numpy(v))  # noqa: E731
-        return {
-            "state": get(layer.node_state), "candidate": get(layer.candidate), "mask": get(layer.feature_mask),
-            "kernel": get(layer.split_kernel), "bias": get(layer.split_bias), "gamma": get(layer.gamma),
-            "epochs": get(layer.node_epochs), "attempts": get(layer.attempts), "gain": get(layer.candidate_gain),
-            "leaves": layer.leaves_numpy(),
-        }
-
-    def _write(self, layer, a):
-        topology.validate(a["state"])
-        for var, key in ((layer.node_state, "state"), (layer.candidate, "candidate"),
-                         (layer.feature_mask, "mask"), (layer.split_kernel, "kernel"),
-                         (layer.split_bias, "bias"), (layer.gamma, "gamma"), (layer.node_epochs, "epochs"),
-                         (layer.attempts, "attempts"), (layer.candidate_gain, "gain")):
-            var.assign(a[key].astype(var.dtype))
-        layer.set_leaf_values(a["leaves"])
+    def _engine(self, layer):
+        """The level-growth engine on this data (the features change while
+        ``split_features`` trains: one engine per round)."""
+        targets = self._targets(layer)
+        return LevelGrowth(
+            layer, self._features(layer), targets, self._weights(layer, targets),
+            min_samples_split=self.min_samples_split, max_leaves=self.max_leaves,
+            max_attempts=self.max_attempts, best_first=self.best_first, batch_size=self.batch_size,
+        )
 
     # ------------------------------------------------------------ callbacks
     def on_train_begin(self, logs=None):
@@ -294,25 +209,7 @@ class GreedyLevelGrowth(keras.callbacks.Callback):
         for layer in ensure_built(self.model, end_to_end_layers(self.model, self.layer_names), self.x):
             if int(ops.convert_to_numpy(layer.growth_phase)) in (PHASE_GROWING, PHASE_FINETUNING):
                 continue  # resume where a previous fit stopped
-            targets = self._targets(layer)
-            weights = self._weights(layer, targets)
-            feats = self._features(layer)
-            a = self._read(layer)
-            T = layer.num_trees
-            a["state"] = topology.root_leaf(T, layer.max_depth)
-            a["candidate"][:] = 0
-            a["attempts"][:] = 0
-            a["epochs"][:] = 0
-            a["gain"][:] = -np.inf
-            stops = np.zeros((self.num_samples, T), dtype=np.int64)
-            counts, reg = self._node_stats(layer, stops, targets, weights)
-            center = np.average(feats, axis=0, weights=weights)
-            for t in range(T):
-                value = self._node_value(layer, t, 0, counts, reg, a["leaves"][t, 0])
-                a["leaves"][t, 0] = value
-                if self._eligible(layer, a["state"], t, 0, counts, reg):
-                    self._new_stump(layer, a, t, 0, center, value)
-            self._write(layer, a)
+            a = self._engine(layer).start(before_stumps=_root_leaf_values)
             layer.growing.assign(1)
             layer.growth_phase.assign(PHASE_GROWING)
             layer.phase_epoch.assign(0)
@@ -387,115 +284,17 @@ class GreedyLevelGrowth(keras.callbacks.Callback):
         reset_optimizer(getattr(self.model, "optimizer", None))
 
     def _end_level(self, layer):
-        targets = self._targets(layer)
-        weights = self._weights(layer, targets)
-        feats = self._features(layer)
-        a = self._read(layer)
-        state, I = a["state"], layer.num_internal
-        training = (a["candidate"] == 1) & (state[:, :I] == topology.LEAF)
-        # Best-first: stumps trained in earlier rounds that succeeded but were not
-        # committed yet wait (finite gain, no longer trained).
-        waiting = (state[:, :I] == topology.LEAF) & np.isfinite(a["gain"]) & ~training
-        # Route with the candidate (and waiting) stumps acting as splits, so the
-        # counts at their children are the data each child would receive.
-        stops = self._stops(layer, feats, (state[:, :I] == topology.SPLIT) | training | waiting)
-        counts, reg = self._node_stats(layer, stops, targets, weights)
-        T = layer.num_trees
-        flat_stops = stops + np.arange(T)[None] * layer.num_positions
-
-        flat_ids = flat_stops.ravel()
-        w = np.repeat(weights, T)
-        sums = np.stack([np.bincount(flat_ids, weights=np.repeat(feats[:, j], T) * w,
-                                     minlength=T * layer.num_positions)
-                         for j in range(feats.shape[1])], axis=1).reshape(T, layer.num_positions, -1)
-        sizes = counts.sum(-1)
-
-        def center_of(t, nodes):
-            total = sum(sizes[t, c] for c in nodes)
-            return sum(sums[t, c] for c in nodes) / total if total > 0 else np.average(feats, axis=0, weights=weights)
-
-        committed = []
-        for t, n in zip(*np.nonzero(training)):
-            nl, nr = counts[t, 2 * n + 1].sum(), counts[t, 2 * n + 2].sum()
-            a["candidate"][t, n] = 0
-            if nl == 0 or nr == 0:  # failed: all samples on one side
-                a["attempts"][t, n] += 1
-                if a["attempts"][t, n] < self.max_attempts:
-                    self._new_stump(layer, a, t, n, center_of(t, [2 * n + 1, 2 * n + 2]), a["leaves"][t, n])
-                continue
-            if self.best_first:
-                if layer.is_classifier:
-                    parent = a["leaves"][t, n]
-                    gain = _entropy(parent) - (nl * _entropy(a["leaves"][t, 2 * n + 1])
-                                               + nr * _entropy(a["leaves"][t, 2 * n + 2])) / (nl + nr)
-                else:
-                    # (not `sums`: that name holds the feature sums center_of uses)
-                    ysum, ysq = reg
-                    tot = nl + nr
-                    var = lambda c, s, q: q / c - (s ** 2).sum() / c ** 2  # noqa: E731
-                    l, r = 2 * n + 1, 2 * n + 2
-                    parent_var = var(tot, ysum[t, l] + ysum[t, r], ysq[t, l] + ysq[t, r])
-                    gain = parent_var - (nl * var(nl, ysum[t, l], ysq[t, l])
-                                         + nr * var(nr, ysum[t, r], ysq[t, r])) / tot
-                a["gain"][t, n] = gain
-            else:
-                committed.append((t, n))
-
-        def commit(t, n):
-            if self.max_leaves is not None and topology.num_leaves(a["state"])[t] >= self.max_leaves:
-                return  # leaf budget used up: the node stays a leaf
-            a["state"] = topology.split_leaf(a["state"], t, n)
-            a["gain"][t, n] = -np.inf
-            # New candidates: the children of the committed split.
-            for c in (2 * n + 1, 2 * n + 2):
-                if c < I and a["attempts"][t, c] == 0 and self._eligible(layer, a["state"], t, c, counts, reg):
-                    self._new_stump(layer, a, t, c, center_of(t, [c]), a["leaves"][t, c])
-
-        def best_waiting(t):
-            if topology.num_leaves(a["state"])[t] >= self.max_leaves:
-                return None
-            gains = np.where(a["state"][t, :I] == topology.LEAF, a["gain"][t], -np.inf)
-            return int(np.argmax(gains)) if np.isfinite(gains.max()) else None
-
-        for t, n in committed:
-            commit(t, n)
-        if self.best_first:
-            for t in range(T):
-                # One commit per round; while the tree has no stump to train, the
-                # next best already-trained stump is committed right away (a round
-                # training nothing would only waste epochs, and stopping would
-                # leave trained stumps and leaf budget unused).
-                n = best_waiting(t)
-                while n is not None:
-                    commit(t, n)
-                    if (a["candidate"][t] == 1).any():
-                        break
-                    n = best_waiting(t)
-        self._write(layer, a)
-        if not a["candidate"].any():
+        self._engine(layer).end_round()
+        if not np.asarray(ops.convert_to_numpy(layer.candidate)).any():
             self._start_finetune(layer)
         else:
             reset_optimizer(getattr(self.model, "optimizer", None))
 
-
-_ROUTING = {}
-
-
-def _routing_fn():
-    """Hard routing of NumPy arrays, compiled once per process (``jax.jit`` on JAX,
-    where op-by-op execution would compile every operation; the TensorFlow op
-    and PyTorch run eagerly)."""
-    backend = keras.backend.backend()
-    if backend not in _ROUTING:
-        def route(x, w, b, is_split):
-            return hard_route(x, w, b, is_split, with_path_values=False)[0]
-
-        if backend == "jax":
-            import jax
-
-            route = jax.jit(route)
-        _ROUTING[backend] = route
-    return _ROUTING[backend]
+def _root_leaf_values(growth, a):
+    """Growth starts from root leaves holding the data's class distribution (mean target)."""
+    a["epochs"][:] = 0
+    for t in range(growth.layer.num_trees):
+        a["leaves"][t, 0] = growth.node_value(t, 0, a["leaves"][t, 0])
 
 
 def _positive(name, value):

@@ -2,10 +2,9 @@
 
 import keras
 import numpy as np
-from keras import ops
 
-from keras_trees import topology
 from keras_trees.api_export import keras_trees_export
+from keras_trees.layers._forest_layer import numpy
 
 
 def polytope_layers(model, names=None):
@@ -58,8 +57,7 @@ class PolytopeAnnealing(keras.callbacks.Callback):
         from keras_trees.layers._polytope_training import anneal
 
         for layer in polytope_layers(self.model, self.layer_names):
-            splits = np.asarray(ops.convert_to_numpy(layer.node_state))[:, : layer.num_internal] == topology.SPLIT
-            anneal(layer, epoch, self.increment, splits, self.max_steepness)
+            anneal(layer, epoch, self.increment, numpy(layer.is_split()), self.max_steepness)
 
     def get_config(self):
         return {"increment": self.increment, "max_steepness": self.max_steepness, "layers": self.layer_names}

@@ -13,10 +13,12 @@ from keras import ops
 from keras_trees import _deprecation, topology
 from keras_trees.forest import Forest
 from keras_trees.layers import _validation
-from keras_trees.layers._forest_layer import ForestLayer, numpy
-from keras_trees.layers._heap import HeapTreeMixin
+from keras_trees.layers._forest_layer import numpy
+from keras_trees.layers._heap import HeapTreeLayer, const as _const
+# Growth phases stored in the layer (``growth_phase``, written by GreedyLevelGrowth).
+from keras_trees.layers._level_growth import PHASE_DONE, PHASE_FINETUNING, PHASE_GROWING, PHASE_IDLE  # noqa: F401
 from keras_trees.layers._random import numpy_generator
-from keras_trees.ops import _library, hard_routing, path_probabilities, pruned_routing
+from keras_trees.ops import _library, path_probabilities, pruned_routing
 from keras_trees.layers._xla import XLACompatibility
 
 # Heaps of this depth hold 2**25 - 1 positions per tree: already far beyond memory
@@ -30,23 +32,9 @@ LEAF_LEARNING = ("auto", "em", "gradient")
 LEAVES_EM, LEAVES_GRADIENT = 0, 1
 # Smallest probability written into the leaf logits (log of 0 would be -inf).
 _MIN_PROBABILITY = 1e-30
-# Growth phases stored in the layer (written by GreedyLevelGrowth).
-PHASE_IDLE, PHASE_GROWING, PHASE_FINETUNING, PHASE_DONE = 0, 1, 2, 3
 
 
-def _const(value):
-    """An initializer returning a fixed array (for topology and masks)."""
-
-    def init(shape, dtype=None):
-        arr = np.asarray(value)
-        if tuple(arr.shape) != tuple(shape):
-            arr = np.broadcast_to(arr, shape)
-        return ops.convert_to_tensor(np.array(arr), dtype=dtype)
-
-    return init
-
-
-class EndToEndTreesBase(XLACompatibility, HeapTreeMixin, ForestLayer, keras.layers.Layer):
+class EndToEndTreesBase(XLACompatibility, HeapTreeLayer):
     """Probabilistic-at-train-time, deterministic-at-test-time trees (see subclasses)."""
 
 
@@ -286,17 +274,12 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeMixin, ForestLayer, keras.laye
         return direction.astype(np.float32), bias.astype(np.float32)
 
     # ------------------------------------------------------------------ call
-    def features(self, inputs, training=None):
-        """Split features ``(batch, q)``: the extractor's output (if any), flattened."""
-        x = inputs
+    def _feature_inputs(self, inputs, training=None):
+        """The splits read the extractor's output (if any); :meth:`features`
+        flattens it to ``(batch, q)``."""
         if self.split_features is not None:
-            x = self.split_features(x, training=training)
-        x = ops.convert_to_tensor(x)
-        # Routing runs in the variable dtype (float32 under mixed precision):
-        # float16 split values overflow and bfloat16 ones are too coarse.
-        if keras.backend.standardize_dtype(x.dtype) != self.variable_dtype:
-            x = ops.cast(x, self.variable_dtype)
-        return ops.reshape(x, (-1, self.feature_dim))
+            return self.split_features(inputs, training=training)
+        return inputs
 
     @property
     def input_dtype(self):
@@ -389,7 +372,10 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeMixin, ForestLayer, keras.laye
         return self.num_positions <= self.DENSE_POSITIONS
 
     def _is_split(self):
-        return ops.equal(self.node_state[:, : self.num_internal], topology.SPLIT)
+        return self.is_split()
+
+    def _routing_parameters(self):
+        return self.effective_kernel(), self.split_bias, {}
 
     @property
     def _pruned_op(self):
@@ -444,20 +430,8 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeMixin, ForestLayer, keras.laye
         per_tree = ops.where(is_stump[..., None], (1.0 - s) * left + s * right, own)
         return ops.mean(per_tree, axis=1)
 
-    def route(self, inputs):
-        """``(batch, num_trees)`` leaf position reached by deterministic routing."""
-        feats = self.features(inputs, training=False)
-        is_split = ops.equal(self.node_state[:, : self.num_internal], topology.SPLIT)
-        node, _ = hard_routing.hard_route(
-            feats, self.effective_kernel(), self.split_bias, is_split, with_path_values=False
-        )
-        return node
-
     def hard_posterior(self, feats):
-        is_split = ops.equal(self.node_state[:, : self.num_internal], topology.SPLIT)
-        node, _ = hard_routing.hard_route(
-            feats, self.effective_kernel(), self.split_bias, is_split, with_path_values=False
-        )
+        node = self._route_features(feats)
         idx = node + ops.arange(self.num_trees, dtype="int32")[None] * self.num_positions
         return ops.mean(ops.take(self._flat_leaves(feats.dtype), idx, axis=0), axis=1)
 
@@ -609,21 +583,65 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeMixin, ForestLayer, keras.laye
         self.set_leaf_values(values)
         return int(ok.sum())
 
-    def num_leaves(self):
-        """Leaves per tree (NumPy array)."""
-        return topology.num_leaves(ops.convert_to_numpy(self.node_state))
+    # ---------------------------------------------------------------- growth
+    # Hooks of the level-growth engine (keras_trees.layers._level_growth),
+    # driven by keras_trees.callbacks.GreedyLevelGrowth.
+    def _read_growth(self):
+        get = lambda v: np.array(ops.convert_to_numpy(v))  # noqa: E731
+        return {
+            "state": get(self.node_state), "candidate": get(self.candidate), "mask": get(self.feature_mask),
+            "kernel": get(self.split_kernel), "bias": get(self.split_bias), "gamma": get(self.gamma),
+            "epochs": get(self.node_epochs), "attempts": get(self.attempts), "gain": get(self.candidate_gain),
+            "leaves": self.leaves_numpy(),
+        }
 
-    def num_splits(self):
-        return (ops.convert_to_numpy(self.node_state) == topology.SPLIT).sum(axis=1)
+    def _write_growth(self, a):
+        topology.validate(a["state"])
+        for var, key in ((self.node_state, "state"), (self.candidate, "candidate"),
+                         (self.feature_mask, "mask"), (self.split_kernel, "kernel"),
+                         (self.split_bias, "bias"), (self.gamma, "gamma"), (self.node_epochs, "epochs"),
+                         (self.attempts, "attempts"), (self.candidate_gain, "gain")):
+            var.assign(a[key].astype(var.dtype))
+        self.set_leaf_values(a["leaves"])
 
-    def tree_depths(self):
-        state = ops.convert_to_numpy(self.node_state)
-        return np.array([topology.tree_depth(state, t) for t in range(self.num_trees)])
+    def _init_stump(self, growth, a, t, n, nodes):
+        """Candidate stump at leaf (t, n): a fresh split (new feature subset)
+        through the center of its samples, gamma0; its leaves start at the
+        leaf's value."""
+        mask = self.draw_feature_mask((1,), position=(t, n))[0]
+        kernel, bias = self.draw_splits(mask[None], center=growth.center(t, nodes)[None])
+        a["mask"][t, n] = mask
+        a["kernel"][t, n] = kernel[0]
+        a["bias"][t, n] = bias[0]
+        a["gamma"][t, n] = self.initial_gamma
+        a["epochs"][t, n] = 0
+        value = a["leaves"][t, n]
+        a["leaves"][t, 2 * n + 1] = value
+        a["leaves"][t, 2 * n + 2] = value
 
-    def split_evaluations(self, inputs):
-        """Mean number of split functions evaluated per sample at inference (all trees)."""
-        node = ops.convert_to_numpy(self.route(inputs))
-        return float(topology.position_depth(node).sum(axis=1).mean())
+    def _judge_stumps(self, growth, a, stumps):
+        """A stump fails when all its samples go one way; its gain (best-first
+        growth) is the information gain of its leaf distributions at its hard
+        split fractions (as in the authors' code), or the variance reduction."""
+        counts, results = growth.stats["counts"], {}
+        for t, n in stumps:
+            l, r = 2 * n + 1, 2 * n + 2
+            nl, nr = counts[t, l].sum(), counts[t, r].sum()
+            if nl == 0 or nr == 0:
+                results[(t, n)] = None
+            elif not growth.best_first:
+                results[(t, n)] = 0.0
+            elif self.is_classifier:
+                results[(t, n)] = _entropy(a["leaves"][t, n]) - (
+                    nl * _entropy(a["leaves"][t, l]) + nr * _entropy(a["leaves"][t, r])) / (nl + nr)
+            else:
+                ysum, ysq = growth.stats["reg"]
+                tot = nl + nr
+                var = lambda c, s, q: q / c - (s ** 2).sum() / c ** 2  # noqa: E731
+                parent = var(tot, ysum[t, l] + ysum[t, r], ysq[t, l] + ysq[t, r])
+                results[(t, n)] = parent - (nl * var(nl, ysum[t, l], ysq[t, l])
+                                            + nr * var(nr, ysum[t, r], ysq[t, r])) / tot
+        return results, False
 
     # ------------------------------------------------------------ inspection
     def _forest(self):
@@ -642,11 +660,6 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeMixin, ForestLayer, keras.laye
             num_classes=self.num_classes,
             extra={"steepness": numpy(self.gamma).tolist()} if self.num_trees * self.num_internal <= 4096 else {},
         )
-
-    def forest_features(self, inputs):
-        """The rows the forest's splits read: :meth:`features` (through
-        ``split_features`` if any, flattened) as NumPy."""
-        return numpy(self.features(inputs, training=False))
 
     # ------------------------------------------------------------------ config
     def get_config(self):
@@ -693,6 +706,12 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeMixin, ForestLayer, keras.laye
         if config.get("split_features") is not None:
             config["split_features"] = keras.saving.deserialize_keras_object(config["split_features"])
         return cls(**config)
+
+
+def _entropy(p):
+    p = np.asarray(p, dtype=np.float64)
+    nz = p > 0
+    return float(-(p[nz] * np.log(p[nz])).sum())
 
 
 def find_layers(model):

@@ -1,12 +1,148 @@
-"""Sizes shared by the layers stored on the heap topology of :mod:`keras_trees.topology`."""
+"""The contract of the layers stored on the heap topology of :mod:`keras_trees.topology`.
+
+End-to-end trees and forests, convex polytope trees and non-greedy trees keep
+their trees the same way (``node_state`` of shape ``(num_trees, 2**(D+1) - 1)``,
+split parameters at the internal positions, leaves at their positions), so one
+base class owns what follows from that:
+
+* ``features(inputs)``: the rows the splits read, ``(rows, feature_dim)`` in
+  the variable dtype (one flatten-and-cast for all families; a family may
+  transform the inputs first through the ``_feature_inputs`` hook),
+* ``is_split()``: which heap positions hold a split,
+* ``route(inputs)``: the heap position of the leaf each sample reaches in each
+  tree by deterministic routing, ``(rows, num_trees)`` int32, the same as
+  ``layer.to_forest().apply(layer.forest_features(inputs))``,
+* ``num_leaves()``, ``num_splits()``, ``tree_depths()`` and ``depth()`` read
+  from ``node_state``.
+
+A family implements one hook for routing, ``_routing_parameters()``: the
+split parameters of the hard-routing op (:func:`keras_trees.ops.hard_routing.hard_route`).
+
+Counts of perfect-tree families that used to be properties (``num_leaves``)
+are methods now; the property spelling still works for one release through
+:class:`DeprecatedCount` (an ``int`` that warns when used as a number and
+returns the plain value when called).
+"""
+
+import warnings
+
+import keras
+import numpy as np
+from keras import ops
 
 from keras_trees import topology
+from keras_trees.layers._forest_layer import ForestLayer, numpy
+from keras_trees.ops import hard_routing
 
 
-class HeapTreeMixin:
-    """For tree layers with ``max_depth`` and a task from ``_validation.task``
-    (``num_classes`` for classification or ``units`` for regression)."""
+class CallableInt(int):
+    """An ``int`` that can also be called: ``n() == n`` (a plain ``int``).
 
+    For sizes that are an attribute of some layers and a method of others
+    (``NonGreedyTree.depth`` is its constructor argument and, its tree being
+    perfect, also what ``depth()`` returns)."""
+
+    def __call__(self):
+        return int.__int__(self)
+
+    def __reduce__(self):  # pickles and deep-copies as a plain int
+        return int, (int.__int__(self),)
+
+
+class DeprecatedCount(CallableInt):
+    """What a deprecated count property returns: call it (``layer.num_leaves()``,
+    the new spelling, no warning); used as a number it still works and warns
+    (``FutureWarning`` naming the new spelling)."""
+
+    def __new__(cls, value, message):
+        self = super().__new__(cls, value)
+        self._message = message
+        return self
+
+    def _warn(self):
+        warnings.warn(self._message, FutureWarning, stacklevel=3)
+
+
+def _warning_method(name):
+    method = getattr(int, name)
+
+    def wrapped(self, *args):
+        self._warn()
+        return method(self, *args)
+
+    wrapped.__name__ = name
+    return wrapped
+
+
+for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
+              "__rtruediv__", "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__", "__pow__", "__rpow__",
+              "__lshift__", "__rlshift__", "__rshift__", "__rrshift__", "__and__", "__rand__", "__or__", "__ror__",
+              "__xor__", "__rxor__", "__neg__", "__pos__", "__abs__", "__invert__", "__int__", "__float__",
+              "__index__", "__bool__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__format__",
+              "__str__", "__round__", "__trunc__", "__floor__", "__ceil__", "__divmod__", "__rdivmod__"):
+    setattr(DeprecatedCount, _name, _warning_method(_name))
+DeprecatedCount.__hash__ = int.__hash__
+del _name
+
+
+def deprecated_count(name, value_of):
+    """A property ``name`` of a layer whose value is ``value_of(layer)`` (an int),
+    kept for the old spelling ``layer.<name>`` of the method ``layer.<name>()``."""
+
+    def get(self):
+        return DeprecatedCount(
+            value_of(self),
+            f"{type(self).__name__}.{name} is a method now: call {name}() "
+            f"(the property spelling {name!r} will be removed in the next release)",
+        )
+
+    get.__doc__ = f"``{name}()``: see the class docs (the property spelling is deprecated)."
+    return property(get)
+
+
+def const(value):
+    """An initializer returning a fixed array, broadcast to the variable's shape
+    (the heap layers' topology, masks and drawn parameters)."""
+
+    def init(shape, dtype=None):
+        return ops.convert_to_tensor(np.array(np.broadcast_to(np.asarray(value), shape)), dtype=dtype)
+
+    return init
+
+
+_ROUTERS = {}
+
+
+def _host_router():
+    """Hard routing of NumPy arrays, compiled once per backend (``jax.jit`` on
+    JAX, where op-by-op execution would compile every operation; the
+    TensorFlow op and PyTorch run eagerly)."""
+    backend = keras.backend.backend()
+    if backend not in _ROUTERS:
+        def route(x, w, b, is_split, kwargs):
+            return hard_routing.hard_route(x, w, b, is_split, with_path_values=False, **kwargs)[0]
+
+        if backend == "jax":
+            import jax
+
+            route = jax.jit(route)
+        _ROUTERS[backend] = route
+    return _ROUTERS[backend]
+
+
+class HeapTreeLayer(ForestLayer, keras.layers.Layer):
+    """Base class of the tree layers routed on the heap (see the module docs).
+
+    Subclasses set ``num_trees`` (or inherit 1), ``max_depth``, the task
+    (``num_classes`` or ``units``), in ``build`` ``feature_dim`` and the
+    ``node_state`` variable, and implement ``_routing_parameters``.
+    """
+
+    num_trees = 1
+    # Families that are one tree by construction report per-tree counts as ints.
+    single_tree = False
+
+    # ------------------------------------------------------------- sizes
     @property
     def is_classifier(self):
         return self.num_classes is not None
@@ -24,3 +160,113 @@ class HeapTreeMixin:
     def num_positions(self):
         """All heap positions: ``2**(max_depth + 1) - 1``."""
         return topology.num_positions(self.max_depth)
+
+    # ---------------------------------------------------------- features
+    def _feature_inputs(self, inputs, training=None):
+        """Hook: what the splits read before flattening (default: the inputs)."""
+        return inputs
+
+    def features(self, inputs, training=None):
+        """Split features ``(rows, feature_dim)``: the inputs (through
+        ``_feature_inputs``) flattened per sample, in the variable dtype.
+
+        Routing runs in the variable dtype (float32 under mixed precision):
+        float16 split values overflow and bfloat16 ones are too coarse."""
+        x = ops.convert_to_tensor(self._feature_inputs(inputs, training=training))
+        if keras.backend.standardize_dtype(x.dtype) != self.variable_dtype:
+            x = ops.cast(x, self.variable_dtype)
+        return ops.reshape(x, (-1, self.feature_dim))
+
+    def forest_features(self, inputs):
+        """The rows the splits of :meth:`to_forest` read: :meth:`features` as NumPy."""
+        return numpy(self.features(inputs, training=False))
+
+    # ------------------------------------------------------------ routing
+    def is_split(self):
+        """``(num_trees, 2**max_depth - 1)`` booleans: which internal heap
+        positions hold a split now (the ``is_split`` input of the hard-routing op)."""
+        return hard_routing.split_mask(self.node_state)
+
+    def _routing_parameters(self):
+        """Hook: ``(split_weights, split_bias, kwargs)`` of
+        :func:`keras_trees.ops.hard_routing.hard_route` (``kwargs`` holds
+        ``expert_weights`` and ``threshold`` for noisy-OR splits)."""
+        raise NotImplementedError
+
+    def _route_features(self, feats, parameters=None):
+        """:meth:`route` of rows that are already :meth:`features`."""
+        w, b, kwargs = self._routing_parameters() if parameters is None else parameters
+        return hard_routing.route_to_leaves(feats, w, b, self.node_state, **kwargs)
+
+    def route(self, inputs):
+        """``(rows, num_trees)`` int32 heap position of the leaf each sample
+        reaches in each tree (deterministic routing; the same as
+        ``to_forest().apply(forest_features(inputs))``)."""
+        return self._route_features(self.features(inputs, training=False))
+
+    def route_rows(self, feats, is_split=None, batch_size=4096):
+        """:meth:`route` of NumPy feature rows on the host, in batches:
+        ``(rows, num_trees)`` int64. ``is_split`` ``(num_trees, 2**max_depth - 1)``
+        routes as if those positions were the splits (growth routes through its
+        candidate stumps); default :meth:`is_split`."""
+        w, b, kwargs = self._routing_parameters()
+        w, b, kwargs = numpy(w), numpy(b), {k: numpy(v) for k, v in kwargs.items()}
+        mask = numpy(self.is_split()) if is_split is None else np.asarray(is_split, bool)
+        route = _host_router()
+        out = self._map_rows(lambda rows: route(rows, w, b, mask, kwargs),
+                             np.asarray(feats).astype(w.dtype, copy=False), batch_size)
+        return np.concatenate([np.zeros((0, mask.shape[0]), np.int64)] + out).astype(np.int64)
+
+    @staticmethod
+    def _map_rows(fn, x, batch_size):
+        """``fn`` over the rows of ``x`` in batches: a list of NumPy results. On
+        JAX batches are padded to a power of two, at least 1024 rows (few
+        shapes, few compilations)."""
+        pad = keras.backend.backend() == "jax"
+        out = []
+        for start in range(0, len(x), batch_size):
+            rows = x[start: start + batch_size]
+            n = len(rows)
+            size = max(1024, 1 << (n - 1).bit_length())
+            if pad and n < size:
+                rows = np.concatenate([rows, np.repeat(rows[:1], size - n, axis=0)])
+            out.append(numpy(fn(rows))[:n])
+        return out
+
+    # ---------------------------------------------------------- topology
+    def _state(self):
+        return numpy(self.node_state)
+
+    def _per_tree(self, values):
+        return int(values[0]) if self.single_tree else values
+
+    def num_leaves(self):
+        """Leaves per tree: a ``(num_trees,)`` int array (``to_forest().num_leaves()``),
+        a plain int for the single-tree families (``single_tree``)."""
+        return self._per_tree(topology.num_leaves(self._state()))
+
+    def num_splits(self):
+        """Splits per tree, as :meth:`num_leaves`."""
+        return self._per_tree((self._state() == topology.SPLIT).sum(axis=1))
+
+    def tree_depths(self):
+        """Depth of each tree's deepest leaf: a ``(num_trees,)`` int array."""
+        state = self._state()
+        return np.array([topology.tree_depth(state, t) for t in range(state.shape[0])])
+
+    def depth(self):
+        """Depth of the deepest leaf of all trees (an int; 0 for root leaves)."""
+        return int(self.tree_depths().max())
+
+    def split_evaluations(self, inputs):
+        """Mean number of split functions evaluated per sample at inference (all trees)."""
+        node = numpy(self.route(inputs))
+        return float(topology.position_depth(node).sum(axis=1).mean())
+
+
+def __getattr__(name):
+    if name == "HeapTreeMixin":  # the former sizes-only mixin
+        warnings.warn("keras_trees.layers._heap.HeapTreeMixin is now the base class HeapTreeLayer",
+                      FutureWarning, stacklevel=2)
+        return HeapTreeLayer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -39,13 +39,15 @@ from keras import ops
 
 from keras_trees import topology
 from keras_trees.layers._gradient_step import make_train_step
+from keras_trees.layers._level_growth import LevelGrowth
 from keras_trees.layers._random import numpy_generator
+from keras_trees.layers._validation import sample_weights
 from keras_trees.losses.conditional_entropy import conditional_entropy_from_counts
 from keras_trees.losses.leaf_variance import leaf_variance_from_moments
 from keras_trees.ops import polytope as poly
 
 
-def _softplus_inverse(y):
+def softplus_inverse(y):
     y = np.maximum(np.asarray(y, dtype=np.float64), 1e-12)
     return np.where(y > 30, y, np.log(np.expm1(np.minimum(y, 30.0))))
 
@@ -60,42 +62,6 @@ def print_msg(message):
         from absl import logging
 
         logging.info(message)
-
-
-# --------------------------------------------------------------- weights
-def sample_weights(y, sample_weight=None, class_weight=None, num_classes=None, where="fit"):
-    """Per-sample weights ``(n,)`` (float64) as ``keras.Model.fit`` forms them.
-
-    ``class_weight`` maps a class id to a weight (classes not in the dict weigh
-    1) and multiplies ``sample_weight`` (default: ones). Only classification
-    takes ``class_weight``; ``y`` holds class ids then.
-    """
-    n = len(y)
-    if sample_weight is None:
-        w = np.ones(n)
-    else:
-        w = np.asarray(sample_weight, dtype=np.float64)
-        if w.ndim > 1 and w.size == n:
-            w = w.reshape(n)
-        if w.shape != (n,):
-            raise ValueError(f"{where}: sample_weight must have shape ({n},) (one weight per sample), "
-                             f"got {np.shape(sample_weight)}")
-    if class_weight is not None:
-        if num_classes is None:
-            raise ValueError(f"{where}: class_weight needs a classification tree (num_classes)")
-        if not isinstance(class_weight, dict):
-            raise TypeError(f"{where}: class_weight must be a dict {{class: weight}}, got {type(class_weight).__name__}")
-        table = np.ones(num_classes)
-        for k, v in class_weight.items():
-            if not 0 <= int(k) < num_classes:
-                raise ValueError(f"{where}: class_weight has class {k!r} outside [0, {num_classes})")
-            table[int(k)] = float(v)
-        w = w * table[np.asarray(y, dtype=np.int64).reshape(n)]
-    if not np.all(np.isfinite(w)) or np.any(w < 0):
-        raise ValueError(f"{where}: sample weights must be finite and >= 0")
-    if n and not w.sum() > 0:
-        raise ValueError(f"{where}: all sample weights are 0")
-    return w
 
 
 # --------------------------------------------------------------- thresholds
@@ -398,60 +364,25 @@ def fit_greedy(layer, x, y, validation_data=None, max_depth=None, epochs=20, bat
     targets, _ = _targets(layer, y, w)
     weights32 = w.astype(np.float32)
     positive = w > 0
-    I, K = layer.num_internal, layer.num_experts
-    state = topology.root_leaf(1, layer.max_depth)
-    layer.node_state.assign(state)
-    layer.trained_splits.assign(np.zeros((1, I), np.float32))
+    # Level growth (keras_trees.layers._level_growth): the engine routes,
+    # counts, commits and puts fresh stumps (the layer's _init_stump) on the
+    # leaves that may split; the thresholds come from the layer's _judge_stumps.
+    growth = LevelGrowth(
+        layer, x, y, w, min_samples_split=max(int(min_samples_split), 2 * int(min_samples_leaf)),
+        count_samples=True, max_depth=depth_limit,
+        options={"min_samples_leaf": int(min_samples_leaf), "min_gain": min_gain},
+    )
+    growth.start()
     history = {"levels": [], "validation": {}}
     rng = numpy_generator(layer.seed)
     batch = None
     inverse_weight = np.asarray(1.0 / total_weight, np.float32)
     for level in range(depth_limit):
-        node = layer._route_numpy(x)
-        candidates = []
-        for leaf in topology.leaves(state, 0):
-            if topology.position_depth(leaf) != level:
-                continue
-            at = (node == leaf) & positive
-            count = int(at.sum())
-            if count < min_samples_split or count < 2 * min_samples_leaf:
-                continue
-            if layer.is_classifier and len(np.unique(y[at])) < 2:
-                continue
-            if not layer.is_classifier and np.all(y[at].std(0) == 0):
-                continue
-            candidates.append(int(leaf))
-        if not candidates:
+        mask = np.asarray(ops.convert_to_numpy(layer.trained_splits)) > 0  # this level's stumps
+        candidates = np.flatnonzero(mask[0])
+        if not candidates.size:
             break
-        # Fresh stumps: random polytopes around each node's samples.
-        kernel = np.array(ops.convert_to_numpy(layer.expert_kernel))
-        bias = np.array(ops.convert_to_numpy(layer.expert_bias))
-        log_r = np.array(ops.convert_to_numpy(layer.log_expert_weight))
-        p0 = np.array(ops.convert_to_numpy(layer.p0_logit))
-        for c in candidates:
-            at = (node == c) & positive
-            xc, wc = x[at], w[at]
-            mean = np.average(xc, axis=0, weights=wc)
-            std = np.sqrt(np.average((xc - mean) ** 2, axis=0, weights=wc))
-            k, b = layer._draw_experts(1, mean, np.maximum(std, 1e-3))
-            kernel[0, c], bias[0, c] = k[0], b[0]
-            # r_k = 1/K scaled so the rate S spreads by about one unit over the
-            # node's samples (a usable slope of f_lambda at lambda ~ 1), and S0
-            # at the median rate (half of the samples on each side).
-            rate = np.logaddexp(0.0, xc @ k[0].T + b[0]).mean(-1)
-            rate_mean = np.average(rate, weights=wc)
-            rate_std = math.sqrt(float(np.average((rate - rate_mean) ** 2, weights=wc)))
-            scale = 1.0 / max(rate_std, 1e-6)
-            log_scale = float(np.clip(np.log(scale), -9.0, 9.0))
-            log_r[0, c] = log_scale - math.log(K)
-            p0[0, c] = _softplus_inverse(_weighted_median(rate, wc) * math.exp(log_scale))
-        layer.expert_kernel.assign(kernel)
-        layer.expert_bias.assign(bias)
-        layer.log_expert_weight.assign(log_r)
-        layer.p0_logit.assign(p0)
-        mask = np.zeros((1, I), bool)
-        mask[0, candidates] = True
-        layer.trained_splits.assign(mask.astype(np.float32))
+        node = growth.stops[:, 0]  # each sample's leaf: its stump
         idx = np.flatnonzero(np.isin(node, candidates) & positive)
         if batch is None:  # the root's samples: every level's batches have this size
             batch = min(int(batch_size), len(idx))
@@ -467,25 +398,11 @@ def fit_greedy(layer, x, y, validation_data=None, max_depth=None, epochs=20, bat
                 total += float(loss) * wsum
                 mass += wsum
             losses.append(total / max(mass, 1e-300))
-        # Deterministic split: the best threshold on each stump's split function.
-        rate_all = layer._split_values_numpy(x[idx])
-        thr = np.array(ops.convert_to_numpy(layer.threshold))
-        committed = []
-        for c in candidates:
-            at = node[idx] == c
-            t, gain, _ = best_threshold(rate_all[at, c], y[idx][at], layer.num_classes, int(min_samples_leaf),
-                                        sample_weight=w[idx][at])
-            if t is None or gain <= min_gain:
-                continue
-            thr[0, c] = t
-            state = topology.split_leaf(state, 0, c)
-            committed.append(c)
-        layer.threshold.assign(thr)
-        layer.node_state.assign(state)
-        layer.trained_splits.assign(np.zeros((1, I), np.float32))
+        # Deterministic splits: the best threshold on each stump's split function.
+        stumps, committed = growth.end_round()
         layer.set_leaves_from_data(x, y, sample_weight=w)
-        record = {"level": level, "candidates": len(candidates), "splits": len(committed),
-                  "depth": layer.depth(), "leaves": int(topology.num_leaves(state)[0]),
+        record = {"level": level, "candidates": len(stumps), "splits": len(committed),
+                  "depth": layer.depth(), "leaves": layer.num_leaves(),
                   "loss": losses[-1] if losses else None}
         if val is not None:
             record["val_score"] = _score(layer, *val)
@@ -498,8 +415,6 @@ def fit_greedy(layer, x, y, validation_data=None, max_depth=None, epochs=20, bat
             if val is not None:
                 line += f" - {_score_name(layer)}: {_shown_score(layer, record['val_score']):.4f}"
             print_msg(line)
-        if not committed:
-            break
     layer.set_leaves_from_data(x, y, sample_weight=w)
     if val is not None:
         history["validation"] = select_depth(layer, *val)
@@ -514,7 +429,7 @@ def fit_greedy(layer, x, y, validation_data=None, max_depth=None, epochs=20, bat
     return history
 
 
-def _weighted_median(values, weights):
+def weighted_median(values, weights):
     if np.all(weights == weights[0]):
         return float(np.median(values))
     order = np.argsort(values, kind="stable")
@@ -565,7 +480,7 @@ def refine(layer, x, y, validation_data=None, epochs=10, batch_size=512, learnin
     w = sample_weights(y, sample_weight, class_weight, layer.num_classes, "refine")
     val = _validation(layer, validation_data, "refine")
     state = np.asarray(ops.convert_to_numpy(layer.node_state))
-    is_split = state[:, : layer.num_internal] == topology.SPLIT
+    is_split = topology.is_split_mask(state)
     if not is_split.any() or epochs == 0:
         return {"losses": [], "kept": False}
     backup = [np.array(ops.convert_to_numpy(v)) for v in layer.weights]
@@ -574,7 +489,7 @@ def refine(layer, x, y, validation_data=None, epochs=10, batch_size=512, learnin
         before = _score(layer, *val)
     thr = np.asarray(ops.convert_to_numpy(layer.threshold), dtype=np.float64)
     p0 = np.array(ops.convert_to_numpy(layer.p0_logit))
-    p0[is_split] = _softplus_inverse(thr[is_split])
+    p0[is_split] = softplus_inverse(thr[is_split])
     layer.p0_logit.assign(p0)
     layer.trained_splits.assign(is_split.astype(np.float32))
     lam0 = float(np.asarray(ops.convert_to_numpy(layer.steepness))[is_split].max()) if start_steepness is None else float(start_steepness)

@@ -11,12 +11,12 @@ from keras_trees.api_export import keras_trees_export
 from keras_trees.constraints import ClipValues
 from keras_trees.forest import Forest
 from keras_trees.layers import _gradient_step, _polytope_training, _validation
-from keras_trees.layers._forest_layer import ForestLayer, numpy
-from keras_trees.layers._heap import HeapTreeMixin
-from keras_trees.layers._end_to_end import _const
+from keras_trees.forest import node_sums
+from keras_trees.layers._forest_layer import numpy
+from keras_trees.layers._heap import HeapTreeLayer, const as _const
 from keras_trees.layers._random import numpy_generator
 from keras_trees.losses.gamma_process_prior import GammaProcessPrior
-from keras_trees.ops import _library, hard_routing, pruned_routing
+from keras_trees.ops import _library, pruned_routing
 from keras_trees.ops import polytope as poly
 from keras_trees.layers._xla import XLACompatibility
 
@@ -28,13 +28,8 @@ MIN_LOG_EXPERT_WEIGHT = -10.0
 MAX_LOG_EXPERT_WEIGHT = 10.0
 
 
-def _softplus_inverse(y):
-    y = np.maximum(np.asarray(y, dtype=np.float64), 1e-12)
-    return np.where(y > 30, y, np.log(np.expm1(np.minimum(y, 30))))
-
-
 @keras_trees_export("keras_trees.layers")
-class ConvexPolytopeTree(XLACompatibility, HeapTreeMixin, ForestLayer, keras.layers.Layer):
+class ConvexPolytopeTree(XLACompatibility, HeapTreeLayer):
     """A decision tree whose splits are noisy-ORs of ``K`` linear experts (convex polytopes).
 
     Node ``v`` sends ``x`` right with probability ``f(x) = 1 - exp(-S(x))``,
@@ -122,6 +117,7 @@ class ConvexPolytopeTree(XLACompatibility, HeapTreeMixin, ForestLayer, keras.lay
     (400, 2)
     """
 
+    single_tree = True
 
     def __init__(
         self,
@@ -226,26 +222,15 @@ class ConvexPolytopeTree(XLACompatibility, HeapTreeMixin, ForestLayer, keras.lay
         return ops.softplus(self.p0_logit)
 
     # ------------------------------------------------------------ routing
-    def features(self, inputs):
-        """Inputs flattened to ``(batch, d)`` in the variables' dtype (float32)."""
-        x = ops.cast(ops.convert_to_tensor(inputs), self.variable_dtype)
-        return ops.reshape(x, (-1, self.feature_dim))
-
     def split_values(self, inputs):
         """``(batch, 2**D - 1)`` rates ``S(x)`` of every node (dense, for analysis)."""
         x = self.features(inputs)
         z = ops.einsum("bd,ikd->bik", x, self.expert_kernel[0]) + self.expert_bias[0][None]
         return poly.noisy_or_rate(z, self.expert_weights()[0][None])
 
-    def route(self, inputs):
-        """``(batch,)`` heap position of the leaf each sample reaches (deterministic)."""
-        x = self.features(inputs)
-        is_split = ops.equal(self.node_state[:, : self.num_internal], topology.SPLIT)
-        node, _ = hard_routing.hard_route(
-            x, self.expert_kernel, self.expert_bias, is_split, with_path_values=False,
-            expert_weights=self.expert_weights(), threshold=self.threshold,
-        )
-        return node[:, 0]
+    def _routing_parameters(self):
+        return self.expert_kernel, self.expert_bias, dict(
+            expert_weights=self.expert_weights(), threshold=self.threshold)
 
     def leaf_log_probabilities(self, inputs):
         """``(batch, 2**(D+1) - 1)`` log path probabilities (Eq. 7) of the
@@ -311,8 +296,7 @@ class ConvexPolytopeTree(XLACompatibility, HeapTreeMixin, ForestLayer, keras.lay
         return self.prune_threshold > 0 and _library.custom_ops_available()
 
     def _pruned_args(self):
-        is_split = ops.equal(self.node_state[:, : self.num_internal], topology.SPLIT)
-        return (self.expert_kernel, self.expert_bias, self.steepness, is_split), dict(
+        return (self.expert_kernel, self.expert_bias, self.steepness, self.is_split()), dict(
             prune_threshold=self.prune_threshold, expert_weights=self.expert_weights(), rate0=self.rate0(),
             annealed=self.annealing)
 
@@ -337,7 +321,7 @@ class ConvexPolytopeTree(XLACompatibility, HeapTreeMixin, ForestLayer, keras.lay
             p = ops.exp(self.leaf_log_probabilities(inputs))
             out = ops.matmul(p, ops.cast(self.leaf_values[0], p.dtype))
         else:
-            out = ops.take(self.leaf_values[0], self.route(inputs), axis=0)
+            out = ops.take(self.leaf_values[0], self.route(inputs)[:, 0], axis=0)
         return ops.cast(out, self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
@@ -347,17 +331,11 @@ class ConvexPolytopeTree(XLACompatibility, HeapTreeMixin, ForestLayer, keras.lay
     def _leaf_statistics(self, node, y, sample_weight=None):
         """Per-position weighted sums (subtree totals for internal positions):
         class weights ``(N, C)`` or ``(mass (N,), sum w y (N, units))``."""
-        N = self.num_positions
-        w = np.ones(len(node)) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
         if self.is_classifier:
-            stats = np.zeros((N, self.num_classes))
-            np.add.at(stats, (node, y), w)
+            values = np.eye(self.num_classes)[y]
         else:
-            stats = np.zeros((N, self.units + 1))
-            np.add.at(stats, node, w[:, None] * np.concatenate([np.ones((len(y), 1)), y.reshape(len(y), -1)], 1))
-        for i in range(self.num_internal - 1, -1, -1):  # children before parents
-            stats[i] += stats[2 * i + 1] + stats[2 * i + 2]
-        return stats
+            values = np.concatenate([np.ones((len(y), 1)), y.reshape(len(y), -1)], 1)
+        return node_sums(node, values, self.num_positions, sample_weight, subtrees=True)
 
     def _values_from_stats(self, stats, old):
         if self.is_classifier:
@@ -376,7 +354,7 @@ class ConvexPolytopeTree(XLACompatibility, HeapTreeMixin, ForestLayer, keras.lay
         statistics. Returns the (weighted) number of samples per position."""
         self._ensure_built(x)
         x, y = self._check_xy(x, y, "set_leaves_from_data")
-        w = _polytope_training.sample_weights(y, sample_weight, class_weight, self.num_classes, "set_leaves_from_data")
+        w = _validation.sample_weights(y, sample_weight, class_weight, self.num_classes, "set_leaves_from_data")
         node = self._route_numpy(x, batch_size)
         stats = self._leaf_statistics(node, y, w)
         old = np.asarray(ops.convert_to_numpy(self.leaf_values))[0].astype(np.float64)
@@ -432,35 +410,73 @@ class ConvexPolytopeTree(XLACompatibility, HeapTreeMixin, ForestLayer, keras.lay
         return cache[name]
 
     def _map_numpy(self, name, x, batch_size):
-        """``self.<name>`` over ``x`` in batches, as NumPy. On JAX batches are
-        padded to a power of two, at least 1024 rows (few shapes, few
-        compilations)."""
-        fn = self._host_fn(name)
-        pad = keras.backend.backend() == "jax"
-        out = []
-        for i in range(0, len(x), batch_size):
-            xb = x[i: i + batch_size]
-            n = len(xb)
-            size = max(1024, 1 << (n - 1).bit_length())
-            if pad and n < size:
-                xb = np.concatenate([xb, np.repeat(xb[:1], size - n, axis=0)])
-            out.append(np.asarray(ops.convert_to_numpy(fn(xb)))[:n])
-        return out
+        """``self.<name>`` over ``x`` in batches, as NumPy (``_map_rows``)."""
+        return self._map_rows(self._host_fn(name), x, batch_size)
 
     def _route_numpy(self, x, batch_size=4096):
-        return np.concatenate(self._map_numpy("route", x, batch_size)).astype(np.int64)
+        """``(n,)`` heap position of the leaf each row of ``x`` reaches (the one tree)."""
+        return self.route_rows(x, batch_size=batch_size)[:, 0]
 
     def _split_values_numpy(self, x, batch_size=4096):
         out = self._map_numpy("split_values", x, batch_size)
         return np.concatenate(out).astype(np.float64) if out else np.zeros((0, self.num_internal))
 
+    # ------------------------------------------------------------ growth
+    # Hooks of the level-growth engine (keras_trees.layers._level_growth),
+    # driven by fit_greedy (keras_trees.layers._polytope_training).
+    def _read_growth(self):
+        get = lambda v: np.array(ops.convert_to_numpy(v))  # noqa: E731
+        return {"state": get(self.node_state), "candidate": get(self.trained_splits),
+                "kernel": get(self.expert_kernel), "bias": get(self.expert_bias),
+                "log_r": get(self.log_expert_weight), "p0": get(self.p0_logit), "threshold": get(self.threshold)}
+
+    def _write_growth(self, a):
+        for var, key in ((self.node_state, "state"), (self.trained_splits, "candidate"),
+                         (self.expert_kernel, "kernel"), (self.expert_bias, "bias"),
+                         (self.log_expert_weight, "log_r"), (self.p0_logit, "p0"), (self.threshold, "threshold")):
+            var.assign(a[key].astype(var.dtype))
+
+    def _init_stump(self, growth, a, t, n, nodes):
+        """A fresh stump: a random polytope around the node's samples."""
+        at = growth.rows(t, nodes)
+        xc, wc = growth.feats[at], growth.weights[at]
+        mean = np.average(xc, axis=0, weights=wc)
+        std = np.sqrt(np.average((xc - mean) ** 2, axis=0, weights=wc))
+        k, b = self._draw_experts(1, mean, np.maximum(std, 1e-3))
+        a["kernel"][t, n], a["bias"][t, n] = k[0], b[0]
+        # r_k = 1/K scaled so the rate S spreads by about one unit over the
+        # node's samples (a usable slope of f_lambda at lambda ~ 1), and S0
+        # at the median rate (half of the samples on each side).
+        rate = np.logaddexp(0.0, xc @ k[0].T + b[0]).mean(-1)
+        rate_mean = np.average(rate, weights=wc)
+        rate_std = math.sqrt(float(np.average((rate - rate_mean) ** 2, weights=wc)))
+        scale = 1.0 / max(rate_std, 1e-6)
+        log_scale = float(np.clip(np.log(scale), -9.0, 9.0))
+        a["log_r"][t, n] = log_scale - math.log(self.num_experts)
+        a["p0"][t, n] = _polytope_training.softplus_inverse(_polytope_training.weighted_median(rate, wc) * math.exp(log_scale))
+
+    def _judge_stumps(self, growth, a, stumps):
+        """The threshold on each trained stump's split function with the
+        largest information gain (variance reduction) on its samples becomes
+        the deterministic split; a stump fails without a cut of gain above
+        ``min_gain``."""
+        stop = growth.stops[:, 0]
+        idx = np.flatnonzero(np.isin((stop - 1) // 2, [n for _, n in stumps]) & (stop > 0) & (growth.weights > 0))
+        rate = self._split_values_numpy(growth.feats[idx])
+        parent = (stop[idx] - 1) // 2
+        results = {}
+        for t, n in stumps:
+            at = parent == n
+            threshold, gain, _ = _polytope_training.best_threshold(
+                rate[at, n], growth.targets[idx][at], self.num_classes, growth.options["min_samples_leaf"],
+                sample_weight=growth.weights[idx][at])
+            ok = threshold is not None and gain > growth.options["min_gain"]
+            if ok:
+                a["threshold"][t, n] = threshold
+            results[(t, n)] = gain if ok else None
+        return results, True
+
     # ------------------------------------------------------- interpretation
-    def num_leaves(self):
-        return int(topology.num_leaves(ops.convert_to_numpy(self.node_state))[0])
-
-    def depth(self):
-        return topology.tree_depth(ops.convert_to_numpy(self.node_state), 0)
-
     def polytopes(self):
         """One dict per split node: the active facets and Theorem 1's inequalities.
 
@@ -526,10 +542,6 @@ class ConvexPolytopeTree(XLACompatibility, HeapTreeMixin, ForestLayer, keras.lay
             num_classes=self.num_classes,
             extra={"probability_right": "1 - exp(-sum_k r_k softplus(<w_k, x> + b_k))"},
         )
-
-    def forest_features(self, inputs):
-        """The rows the forest's splits read: the inputs flattened per sample (:meth:`features`)."""
-        return numpy(self.features(inputs))
 
     # ------------------------------------------------------------ config
     def get_config(self):

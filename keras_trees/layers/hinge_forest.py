@@ -12,6 +12,7 @@ from keras_trees.api_export import keras_trees_export
 from keras_trees.forest import Forest, heap_leaves
 from keras_trees.layers import _validation
 from keras_trees.layers._forest_layer import ForestLayer, numpy
+from keras_trees.layers._heap import deprecated_count
 from keras_trees.layers._random import numpy_generator
 from keras_trees.layers._xla import XLACompatibility
 
@@ -103,9 +104,9 @@ class _HingeEnsemble(XLACompatibility, ForestLayer, keras.layers.Layer):
         """Decisions per tree: ``2**max_depth - 1`` for a tree, ``max_depth`` for a fern."""
         return self.depth if self._fern else 2**self.depth - 1
 
-    @property
-    def num_leaves(self):
-        return 2**self.depth
+    # ``num_leaves()``: leaves per tree, ``2**depth`` (``layer.num_leaves``
+    # without the call is deprecated).
+    num_leaves = deprecated_count("num_leaves", lambda self: 2**self.depth)
 
     def build(self, input_shape):
         name = type(self).__name__
@@ -121,7 +122,7 @@ class _HingeEnsemble(XLACompatibility, ForestLayer, keras.layers.Layer):
             )
         itemsize = 8 if keras.backend.standardize_dtype(self.variable_dtype) == "float64" else 4
         _validation.check_parameter_memory(
-            self.num_trees * (self.num_vertices * 2 + self.num_leaves * self.units),
+            self.num_trees * (self.num_vertices * 2 + self.num_leaves() * self.units),
             itemsize,
             f"{name}(num_trees={self.num_trees}, max_depth={self.max_depth}, units={self.units})",
             "use a smaller max_depth, fewer trees or fewer units.",
@@ -148,7 +149,7 @@ class _HingeEnsemble(XLACompatibility, ForestLayer, keras.layers.Layer):
         self.leaf_weights = self.add_weight(
             name="leaf_weights",
             autocast=False,
-            shape=(self.num_trees, self.num_leaves, self.units),
+            shape=(self.num_trees, self.num_leaves(), self.units),
             initializer=self.leaf_initializer,
             regularizer=self.leaf_regularizer,
             constraint=self.leaf_constraint,

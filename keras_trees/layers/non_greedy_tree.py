@@ -1,6 +1,8 @@
 """Non-greedy oblique decision trees (Norouzi, Collins, Johnson, Fleet & Kohli,
 *Efficient Non-greedy Optimization of Decision Trees*, NIPS 2015)."""
 
+import warnings
+
 import keras
 import numpy as np
 from keras import ops
@@ -8,25 +10,16 @@ from keras import ops
 from keras_trees import _deprecation, topology
 from keras_trees.api_export import keras_trees_export
 from keras_trees.constraints import RowNorm
-from keras_trees.forest import Forest, heap_leaves
+from keras_trees.forest import Forest, heap_leaves, node_sums
 from keras_trees.layers import _validation
-from keras_trees.layers._forest_layer import ForestLayer, numpy
-from keras_trees.layers._heap import HeapTreeMixin
+from keras_trees.layers._forest_layer import numpy
+from keras_trees.layers._heap import CallableInt, HeapTreeLayer, const as _const, deprecated_count
 from keras_trees.layers._random import numpy_generator
 from keras_trees.ops import loss_augmented
-from keras_trees.ops.hard_routing import hard_route
 from keras_trees.layers._xla import XLACompatibility
 
 MAX_DEPTH = 20
 INFERENCES = ("fast", "exact")
-
-
-def _const(value):
-    def init(shape, dtype=None):
-        arr = np.broadcast_to(np.asarray(value), shape)
-        return ops.convert_to_tensor(np.array(arr), dtype=dtype)
-
-    return init
 
 
 def _scale_loss_for_replicas(value):
@@ -42,7 +35,7 @@ def _scale_loss_for_replicas(value):
 
 
 @keras_trees_export("keras_trees.layers")
-class NonGreedyTree(XLACompatibility, HeapTreeMixin, ForestLayer, keras.Model):
+class NonGreedyTree(XLACompatibility, HeapTreeLayer, keras.Model):
     """A perfect oblique decision tree trained jointly by SGD on the convex-concave
     upper bound of its empirical loss.
 
@@ -126,6 +119,7 @@ class NonGreedyTree(XLACompatibility, HeapTreeMixin, ForestLayer, keras.Model):
     (400, 2)
     """
 
+    single_tree = True
 
     def __init__(self, max_depth=6, num_classes=None, units=None, nu=1.0, inference="fast", seed=None,
                  **kwargs):
@@ -144,16 +138,30 @@ class NonGreedyTree(XLACompatibility, HeapTreeMixin, ForestLayer, keras.Model):
 
     # ------------------------------------------------------------------ sizes
     @property
+    def depth(self):
+        """The tree's depth ``d``: the constructor argument, and (the tree being
+        perfect) also what ``depth()`` returns, as for every heap layer."""
+        return CallableInt(self._depth)
+
+    @depth.setter
+    def depth(self, value):
+        self._depth = int(value)
+
+    @property
     def max_depth(self):  # a perfect tree: its depth is its maximum depth
-        return self.depth
+        return int(self.depth)
+
+    @property
+    def feature_dim(self):
+        """The features the splits read (``input_dim``, known once built)."""
+        return self.input_dim
 
     @property
     def loss_name(self):
         return "log" if self.is_classifier else "squared"
 
-    @property
-    def num_leaves(self):
-        return self.num_internal + 1
+    # ``num_leaves()``: ``2**depth`` (``layer.num_leaves`` without the call is deprecated).
+    num_leaves = deprecated_count("num_leaves", lambda self: self.num_internal + 1)
 
     # ------------------------------------------------------------------ dtypes
     @property
@@ -170,7 +178,7 @@ class NonGreedyTree(XLACompatibility, HeapTreeMixin, ForestLayer, keras.Model):
             raise ValueError(f"NonGreedyTree expects inputs of shape (batch, features), got {input_shape}")
         p = int(input_shape[-1])
         self.input_dim = p
-        I, L, K = self.num_internal, self.num_leaves, self.output_dim
+        I, L, K = self.num_internal, self.num_leaves(), self.output_dim
         _validation.check_parameter_memory(
             3 * I * (p + 1) + L * K, 4, f"NonGreedyTree(max_depth={self.depth}) over {p} features",
             "use a smaller max_depth.",
@@ -201,24 +209,40 @@ class NonGreedyTree(XLACompatibility, HeapTreeMixin, ForestLayer, keras.Model):
         return rows[:, : self.input_dim], rows[:, self.input_dim]
 
     def _inputs(self, x):
+        """Checked inputs as :meth:`features` (builds the model on first use)."""
         x = ops.convert_to_tensor(x)
         if not self.built:
             self.build(tuple(x.shape))
-        if keras.backend.standardize_dtype(x.dtype) != self.variable_dtype:
-            x = ops.cast(x, self.variable_dtype)
         if len(x.shape) != 2 or x.shape[1] != self.input_dim:
             raise ValueError(f"expected inputs of shape (batch, {self.input_dim}), got {tuple(x.shape)}")
-        return x
+        return self.features(x)
 
-    def route(self, x, rows=None):
-        """``(batch,)`` leaf index (``0 .. 2**max_depth - 1``) of every sample (hard-routing op)."""
-        x = self._inputs(x)
+    def _routing_parameters(self, rows=None, dtype=None):
         rows = ops.stop_gradient(ops.convert_to_tensor(self.split_weights if rows is None else rows))
-        w, b = self._split(rows)
-        is_split = ops.equal(self.node_state[:, : self.num_internal], topology.SPLIT)
-        node, _ = hard_route(x, ops.cast(w[None], x.dtype), ops.cast(b[None], x.dtype), is_split,
-                             with_path_values=False)
-        return node[:, 0] - self.num_internal
+        w, b = self._split(ops.cast(rows, dtype or self.variable_dtype))
+        return w[None], b[None], {}
+
+    def _leaf_index(self, x, rows=None):
+        """``(batch,)`` leaf index (``0 .. 2**max_depth - 1``) of rows ``x`` that are :meth:`features`."""
+        return self._route_features(x, self._routing_parameters(rows, x.dtype))[:, 0] - self.num_internal
+
+    def route(self, x, rows=None, leaf_index=False):
+        """``(batch, 1)`` int32 heap position of the leaf every sample reaches
+        (hard-routing op), as for every heap layer; leaf ``j`` (left to right)
+        is position ``2**max_depth - 1 + j``. ``rows``: split rows to route by
+        instead of ``split_weights`` (e.g. ``assignment_weights``).
+
+        ``leaf_index=True`` returns the former result, ``(batch,)`` leaf
+        indices, with a ``FutureWarning``: use ``route(x)[:, 0] - (2**max_depth - 1)``."""
+        x = self._inputs(x)
+        if leaf_index:
+            warnings.warn(
+                "NonGreedyTree.route(x, leaf_index=True) is deprecated: route(x) returns (batch, 1) heap "
+                "positions like every heap layer; the leaf index is route(x)[:, 0] - (2**max_depth - 1)",
+                FutureWarning, stacklevel=2,
+            )
+            return self._leaf_index(x, rows)
+        return self._route_features(x, self._routing_parameters(rows, x.dtype))
 
     def leaf_output(self, leaf, dtype):
         """Prediction of the leaves ``leaf``: ``softmax(Theta[leaf])`` or ``Theta[leaf]``, computed in
@@ -228,7 +252,7 @@ class NonGreedyTree(XLACompatibility, HeapTreeMixin, ForestLayer, keras.Model):
 
     def call(self, inputs, training=None):
         x = self._inputs(inputs)
-        return ops.cast(self.leaf_output(self.route(x), x.dtype), self.compute_dtype)
+        return ops.cast(self.leaf_output(self._leaf_index(x), x.dtype), self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
         return (input_shape[0], self.output_dim)
@@ -292,7 +316,7 @@ class NonGreedyTree(XLACompatibility, HeapTreeMixin, ForestLayer, keras.Model):
         if training:
             # Stable SGD: h is constrained to the frozen assignment a(x) (Eq. 14);
             # plain SGD uses a(x) = f(sgn(Wx)), for which the extra term is 0.
-            frozen = self.route(x, self.assignment_weights)
+            frozen = self._leaf_index(x, self.assignment_weights)
             assigned = ops.where(ops.convert_to_tensor(self.stable) > 0, frozen, h_leaf)
             per_sample = self.bound(x, labels, g_leaf, assigned_leaf=assigned)
         else:
@@ -384,38 +408,24 @@ class NonGreedyTree(XLACompatibility, HeapTreeMixin, ForestLayer, keras.Model):
                 ``sample_weight``.
 
         Returns the number of leaves refitted."""
-        leaf = np.asarray(ops.convert_to_numpy(self.route(x))).astype(np.int64)
+        leaf = numpy(self.route(x))[:, 0].astype(np.int64) - self.num_internal
         n = leaf.shape[0]
-        weight = np.ones(n) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64).reshape(-1)
-        if weight.shape != (n,):
-            raise ValueError(f"sample_weight must have shape ({n},), got {np.shape(sample_weight)}")
-        if not np.all(np.isfinite(weight)) or np.any(weight < 0):
-            raise ValueError("sample_weight must be finite and >= 0")
+        if len(y) != n:
+            raise ValueError(f"refit_leaves: x has {n} samples but y has {len(y)}")
+        if self.is_classifier:
+            y = _validation.class_labels(y, self.num_classes, "refit_leaves")
+        weight = _validation.sample_weights(y, sample_weight, class_weight, self.num_classes, "refit_leaves")
         values = np.array(ops.convert_to_numpy(self.leaf_values), dtype=np.float64)
         if self.is_classifier:
-            y = np.asarray(y).reshape(-1)
-            if y.shape != (n,):
-                raise ValueError(f"y must hold {n} class ids, got shape {np.shape(y)}")
-            y = np.round(y).astype(np.int64)
-            if y.size and (y.min() < 0 or y.max() >= self.num_classes):
-                raise ValueError(f"labels must lie in [0, {self.num_classes}), got [{y.min()}, {y.max()}]")
-            if class_weight is not None:
-                weight = weight * np.array([float(class_weight.get(int(c), 1.0)) for c in y], dtype=np.float64)
-        elif class_weight is not None:
-            raise ValueError("class_weight is only for classification (num_classes); use sample_weight")
-        totals = np.bincount(leaf, weights=weight, minlength=self.num_leaves)
-        filled = totals > 0
-        if self.is_classifier:
-            hist = np.zeros((self.num_leaves, self.num_classes))
-            np.add.at(hist, (leaf, y), weight)
-            prob = hist / np.where(filled, totals, 1.0)[:, None]
-            eps = 1e-2 * float(leaf_smoothing)
-            new = np.log((prob + eps / self.num_classes) / (1.0 + eps))
+            sums = node_sums(leaf, np.eye(self.num_classes)[y], self.num_leaves(), weight)
         else:
-            y = np.asarray(y, dtype=np.float64).reshape(n, -1)
-            new = np.zeros_like(values)
-            np.add.at(new, leaf, y * weight[:, None])
-            new /= np.where(filled, totals, 1.0)[:, None]
+            sums = node_sums(leaf, np.asarray(y, dtype=np.float64).reshape(n, -1), self.num_leaves(), weight)
+        totals = np.bincount(leaf, weights=weight, minlength=self.num_leaves())
+        filled = totals > 0
+        new = sums / np.where(filled, totals, 1.0)[:, None]
+        if self.is_classifier:
+            eps = 1e-2 * float(leaf_smoothing)
+            new = np.log((new + eps / self.num_classes) / (1.0 + eps))
         values[filled] = new[filled]
         self.leaf_values.assign(values.astype(self.leaf_values.dtype))
         return int(filled.sum())
@@ -423,8 +433,7 @@ class NonGreedyTree(XLACompatibility, HeapTreeMixin, ForestLayer, keras.Model):
     # ------------------------------------------------------------ statistics
     def active_leaves(self, x):
         """Number of leaves that receive at least one sample of ``x`` (Fig. 3)."""
-        leaf = np.asarray(ops.convert_to_numpy(self.route(x)))
-        return int(np.unique(leaf).size)
+        return int(np.unique(numpy(self.route(x))).size)
 
     def _forest(self):
         rows = numpy(self.split_weights)
@@ -435,7 +444,7 @@ class NonGreedyTree(XLACompatibility, HeapTreeMixin, ForestLayer, keras.Model):
             split_kind="linear",
             weights=rows[None, :, :p],
             bias=rows[None, :, p],
-            leaves=heap_leaves(numpy(self.leaf_output(ops.arange(self.num_leaves), self.variable_dtype))[None]),
+            leaves=heap_leaves(numpy(self.leaf_output(ops.arange(self.num_leaves()), self.variable_dtype))[None]),
             aggregation="mean",
             leaf_output="class distribution (softmax of the leaf parameters)" if self.is_classifier
             else "regression value",

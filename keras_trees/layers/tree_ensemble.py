@@ -10,6 +10,7 @@ from keras_trees.api_export import keras_trees_export
 from keras_trees.forest import Forest, heap_leaves
 from keras_trees.layers import _validation
 from keras_trees.layers._forest_layer import ForestLayer, numpy
+from keras_trees.layers._heap import deprecated_count
 from keras_trees.layers._xla import XLACompatibility
 
 MAX_DEPTH = 24
@@ -159,9 +160,9 @@ class TreeEnsembleLayer(XLACompatibility, ForestLayer, keras.layers.Layer):
     def num_internal_nodes(self):
         return 2**self.depth - 1
 
-    @property
-    def num_leaves(self):
-        return 2**self.depth
+    # ``num_leaves()``: leaves per tree, ``2**depth`` (``layer.num_leaves``
+    # without the call is deprecated).
+    num_leaves = deprecated_count("num_leaves", lambda self: 2**self.depth)
 
     def build(self, input_shape):
         input_dim = input_shape[-1]
@@ -172,7 +173,7 @@ class TreeEnsembleLayer(XLACompatibility, ForestLayer, keras.layers.Layer):
             )
         itemsize = 8 if keras.backend.standardize_dtype(self.variable_dtype) == "float64" else 4
         _validation.check_parameter_memory(
-            self.num_trees * (self.num_internal_nodes * (input_dim + 1) + self.num_leaves * self.units),
+            self.num_trees * (self.num_internal_nodes * (input_dim + 1) + self.num_leaves() * self.units),
             itemsize,
             f"TreeEnsembleLayer(num_trees={self.num_trees}, max_depth={self.max_depth}) over "
             f"{input_dim} inputs",
@@ -200,7 +201,7 @@ class TreeEnsembleLayer(XLACompatibility, ForestLayer, keras.layers.Layer):
         self.leaf_weights = self.add_weight(
             name="leaf_weights",
             autocast=False,
-            shape=(self.num_trees, self.num_leaves, self.units),
+            shape=(self.num_trees, self.num_leaves(), self.units),
             initializer=self.leaf_initializer,
             regularizer=self.leaf_regularizer,
             constraint=self.leaf_constraint,

@@ -4,6 +4,7 @@ kernels loaded."""
 
 import jax.numpy as jnp
 
+from keras_trees import topology
 from keras_trees.ops import _jax_common as common
 
 
@@ -14,7 +15,7 @@ def _route(target, x, arrays, is_split, with_path_values):
     x, *arrays = common.no_gradient(*common.cast(dtype, x, *arrays))
     (is_split,) = common.no_gradient(jnp.asarray(is_split).astype(bool))
     trees, internal = is_split.shape
-    depth = (int(internal) + 1).bit_length() - 1
+    depth = topology.max_depth_from_internal(internal)
     batch = x.shape[0]
     levels = depth if with_path_values else 0
     node, path = common.call(

@@ -16,6 +16,7 @@ bias, nonnegative per-expert weights ``r`` and a per-node ``threshold``):
 
 from keras import ops
 
+from keras_trees import topology
 from keras_trees.api_export import keras_trees_export
 from keras_trees.ops import _library
 
@@ -119,7 +120,7 @@ def hard_route_reference(x, split_weights, split_bias, is_split, expert_weights=
 def _walk(values, is_split):
     """Follows ``values`` (``(batch, num_trees, internal)``, right iff > 0) down the heap."""
     internal = values.shape[-1]
-    depth = (internal + 1).bit_length() - 1
+    depth = topology.max_depth_from_internal(internal)
     mask = ops.broadcast_to(ops.cast(is_split, "bool")[None], ops.shape(values))
     node = ops.zeros(ops.shape(values)[:2], dtype="int32")
     path = []
@@ -194,6 +195,24 @@ def hard_route(x, split_weights, split_bias, is_split, with_path_values=True, ex
     if not with_path_values:
         path = path[..., :0]
     return node, path
+
+
+def split_mask(node_state):
+    """``(num_trees, 2**depth - 1)`` booleans ``node_state == SPLIT`` over the
+    internal positions: the ``is_split`` argument of :func:`hard_route` (tensor
+    version of :func:`keras_trees.topology.is_split_mask`)."""
+    node_state = ops.convert_to_tensor(node_state)
+    internal = topology.num_internal(topology.max_depth_from_positions(node_state.shape[1]))
+    return ops.equal(node_state[:, :internal], topology.SPLIT)
+
+
+def route_to_leaves(x, split_weights, split_bias, node_state, expert_weights=None, threshold=None):
+    """``(batch, num_trees)`` int32 heap position of the leaf every sample
+    reaches in trees of topology ``node_state`` (:func:`hard_route` through the
+    present splits, without path values): the routing of every heap layer."""
+    node, _ = hard_route(x, split_weights, split_bias, split_mask(node_state), with_path_values=False,
+                         expert_weights=expert_weights, threshold=threshold)
+    return node
 
 
 @keras_trees_export("keras_trees.ops")

@@ -23,6 +23,7 @@ leaf ``f(h)``, ``h = sgn(v)`` (right iff ``v_i > 0``).
 import numpy as np
 from keras import ops
 
+from keras_trees import topology
 from keras_trees.api_export import keras_trees_export
 from keras_trees.ops import _library
 
@@ -124,7 +125,7 @@ def loss_augmented_inference_reference(x, split_weights, split_bias, leaf_values
     labels = ops.convert_to_tensor(labels)
     _validate(x, split_weights, split_bias, leaf_values, labels, loss)
     internal = split_weights.shape[0]
-    depth = (internal + 1).bit_length() - 1
+    depth = topology.max_depth_from_internal(internal)
     v = ops.matmul(ops.cast(x, split_weights.dtype), ops.transpose(split_weights)) + split_bias[None]
     margin = ops.zeros_like(v[:, :1])
     flips = ops.zeros_like(v[:, :1])
@@ -233,7 +234,7 @@ def surrogate(x, split_weights, split_bias, leaf_values, labels, g_leaf, loss="l
     ``path_margin(assigned_leaf) <= 0``. Gradients: ``(g - h) x^T`` for the split
     rows on the two paths, ``d loss / d Theta`` at ``Theta[g_leaf]`` (Algorithm 1).
     """
-    depth = (split_weights.shape[0] + 1).bit_length() - 1
+    depth = topology.max_depth_from_internal(split_weights.shape[0])
     value = path_margin(x, split_weights, split_bias, g_leaf, depth)
     value = value + selected_leaf_loss(leaf_values, g_leaf, labels, loss)
     if assigned_leaf is not None:

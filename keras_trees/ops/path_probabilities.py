@@ -17,7 +17,7 @@ from keras_trees.api_export import keras_trees_export
 
 def _tree_sizes(split_weights):
     trees, internal, _ = split_weights.shape
-    depth = (internal + 1).bit_length() - 1
+    depth = topology.max_depth_from_internal(internal)
     return trees, internal, 2 * internal + 1, depth
 
 
@@ -109,13 +109,11 @@ def frontier(x, split_weights, split_bias, gamma, node_state, candidate):
     Returns:
         ``(node, is_stump, right_prob)``, each ``(batch, num_trees)``.
     """
-    from keras_trees.ops.hard_routing import hard_route
+    from keras_trees.ops.hard_routing import route_to_leaves
 
     x = ops.convert_to_tensor(x)
     trees, internal, positions, _ = _tree_sizes(split_weights)
-    state = ops.cast(node_state, "int32")
-    is_split = ops.equal(state[:, :internal], topology.SPLIT)
-    node, _ = hard_route(x, split_weights, split_bias, is_split, with_path_values=False)
+    node = route_to_leaves(x, split_weights, split_bias, ops.cast(node_state, "int32"))
     at = ops.minimum(node, internal - 1)
     flat = at + ops.arange(trees, dtype="int32")[None] * internal  # (batch, trees)
     cand = ops.take(ops.reshape(ops.cast(candidate, "bool"), (-1,)), flat)

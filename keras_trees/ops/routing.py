@@ -11,6 +11,7 @@ ordered left to right.
 
 from keras import ops
 
+from keras_trees import topology
 from keras_trees.api_export import keras_trees_export
 
 
@@ -56,11 +57,9 @@ def get_activation(name):
 
 @keras_trees_export("keras_trees.ops")
 def depth_from_internal_nodes(num_internal):
-    """Depth ``d`` of a perfect tree with ``num_internal == 2**d - 1`` nodes."""
-    leaves = int(num_internal) + 1
-    if num_internal < 1 or leaves & (leaves - 1):
-        raise ValueError(f"a perfect tree has 2**depth - 1 internal nodes, got {num_internal}")
-    return leaves.bit_length() - 1
+    """Depth ``d`` of a perfect tree with ``num_internal == 2**d - 1`` nodes
+    (:func:`keras_trees.topology.max_depth_from_internal`)."""
+    return topology.max_depth_from_internal(num_internal)
 
 
 @keras_trees_export("keras_trees.ops")

@@ -326,7 +326,7 @@ def test_mixed_precision_trains_like_float32(policy, reference):
         points = np.random.default_rng(5).uniform(-1, 1, size=(20000, 2)).astype("float32")
         rate = as_numpy(tree.split_values(points))[:, 0]
         near = points[np.argsort(np.abs(rate - as_numpy(tree.threshold)[0, 0]))[:256]]
-        want = as_numpy(tree.leaf_values)[0][as_numpy(tree.route(near))].astype(tree.compute_dtype)
+        want = as_numpy(tree.leaf_values)[0][as_numpy(tree.route(near))[:, 0]].astype(tree.compute_dtype)
         np.testing.assert_array_equal(predict(model, near), want)
     finally:
         keras.mixed_precision.set_dtype_policy("float32")

@@ -28,7 +28,7 @@ def test_greedy_growth_learns_a_polytope_and_sets_empirical_leaves():
     topology.validate(state, 3)
     assert history["leaves"] == tree.num_leaves() == int(topology.num_leaves(state)[0])
     # leaves hold the empirical class distribution of the training data routed there
-    node = np.asarray(tree.route(x))
+    node = np.asarray(tree.route(x))[:, 0]
     values = np.asarray(tree.leaf_values)[0]
     for leaf in topology.leaves(state, 0):
         at = node == leaf

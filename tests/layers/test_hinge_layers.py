@@ -27,7 +27,7 @@ def built(cls, input_dim=6, **kwargs):
 def test_weights_layout_and_algorithm_1_initialization(cls):
     layer = built(cls, input_dim=50, num_trees=200, max_depth=6, units=3)
     n = 6 if cls is HingeFern else 63
-    assert layer.num_vertices == n and layer.num_leaves == 64
+    assert layer.num_vertices == n and layer.num_leaves() == 64
     assert tuple(layer.feature_indices.shape) == (200, n)
     assert keras.backend.standardize_dtype(layer.feature_indices.dtype) == "int32"
     assert not layer.feature_indices.trainable

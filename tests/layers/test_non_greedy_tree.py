@@ -102,7 +102,7 @@ def test_stable_bound_uses_frozen_assignments():
     w = np.asarray(model.split_weights)
     model.update_assignments()
     model.split_weights.assign(w + np.random.default_rng(0).normal(size=w.shape).astype("float32") * 0.3)
-    frozen = np.asarray(model.route(x, np.asarray(model.assignment_weights)))
+    frozen = np.asarray(model.route(x, np.asarray(model.assignment_weights)))[:, 0] - model.num_internal
     g, h, score = (np.asarray(t) for t in model.loss_augmented_inference(x, y))
     stable = np.asarray(model.bound(x, y, g, assigned_leaf=frozen))
     assert np.all(stable >= score - 1e-5) and np.any(frozen != h)

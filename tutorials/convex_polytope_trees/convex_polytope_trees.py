@@ -83,7 +83,7 @@ def main():
     rates = np.asarray(tree.split_values(grid))
     nodes = tree.polytopes()
     fig, axes = plt.subplots(1, len(nodes) + 1, figsize=(5 * (len(nodes) + 1), 4.6))
-    route = np.asarray(tree.route(split.x_train))
+    route = np.asarray(tree.route(split.x_train))[:, 0]
     for ax, p in zip(axes, nodes):
         n = p["node"]
         f = -np.expm1(-rates[:, n]).reshape(gx.shape)  # noisy-OR probability of going right

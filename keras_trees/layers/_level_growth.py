@@ -1,0 +1,250 @@
+"""One level-growth engine for the heap tree layers (:mod:`keras_trees.layers._heap`).
+
+Greedy growth of end-to-end trees (:class:`keras_trees.callbacks.GreedyLevelGrowth`,
+Hehn et al. 2019, Section 2.5) and of convex polytope trees
+(:meth:`ConvexPolytopeTree.fit_greedy`, Armandpour & Zhou 2021, Section 3.3.2)
+is the same procedure with a different objective:
+
+1. every leaf that may still split holds a *candidate stump* (a split being
+   trained at that leaf, marked in the layer's ``candidate`` state);
+2. a driver trains the stumps, each on the samples routed to it (Keras ``fit``
+   for end-to-end trees, the layer's own steps for polytope trees);
+3. :meth:`LevelGrowth.end_round` routes the training data with the stumps
+   acting as splits, asks the layer to judge every stump with its objective
+   (``_judge_stumps``), retries failed stumps (up to ``max_attempts``),
+   commits the others (level by level, or best gain first) and puts fresh
+   stumps on the new leaves that may still split (``_init_stump``).
+
+The engine owns routing the data, the node statistics, the eligibility of a
+leaf and the topology edits; all state lives in the layer's variables (read
+and written through ``_read_growth`` / ``_write_growth``: NumPy arrays with at
+least ``"state"`` (``node_state``) and ``"candidate"`` (``(num_trees,
+2**max_depth - 1)`` 0/1), and optionally ``"attempts"`` and ``"gain"``,
+persisted where the layer keeps them). Nothing is added during training.
+
+Layer hooks (the family's objective and split proposal):
+
+* ``_init_stump(growth, arrays, t, n, nodes)``: a fresh stump at leaf ``n`` of
+  tree ``t`` (writes its split parameters into ``arrays``); its samples are
+  those that stop at the heap positions ``nodes`` under the current routing
+  (:meth:`LevelGrowth.rows`, :meth:`LevelGrowth.center`).
+* ``_judge_stumps(growth, arrays, stumps)``: ``({(t, n): gain or None}, moved)``
+  for the trained stumps: None where the stump failed, else its gain (used
+  by best-first growth); ``moved`` when the test changed split parameters
+  (then the data is routed again before the children are looked at).
+"""
+
+import numpy as np
+
+from keras_trees import topology
+from keras_trees.forest import node_sums
+
+# Growth phases of layers grown inside ``fit`` (their ``growth_phase`` variable).
+PHASE_IDLE, PHASE_GROWING, PHASE_FINETUNING, PHASE_DONE = 0, 1, 2, 3
+
+
+class LevelGrowth:
+    """The growth engine for one layer and one training set (see the module docs).
+
+    Args:
+        layer: a heap tree layer implementing the hooks.
+        feats: ``(n, feature_dim)`` NumPy rows the splits read.
+        targets: ``(n,)`` class ids (classification) or ``(n, units)`` targets.
+        weights: ``(n,)`` sample weights.
+        min_samples_split: leaves with less stay leaves.
+        count_samples: count samples of positive weight (True) or the weight
+            (False; an integer weight equals repeating the sample).
+        max_depth: deepest level a split may sit on, minus one (default: the
+            layer's ``max_depth``).
+        max_leaves: optional leaf budget per tree.
+        max_attempts: tries per stump.
+        best_first: commit the stump of largest gain, one per tree and round.
+        batch_size: rows per routing batch.
+        options: the family's own settings, for its hooks.
+    """
+
+    def __init__(self, layer, feats, targets, weights, min_samples_split=2, count_samples=False,
+                 max_depth=None, max_leaves=None, max_attempts=1, best_first=False, batch_size=4096, options=None):
+        self.layer = layer
+        self.feats, self.targets = feats, targets
+        self.weights = np.asarray(weights, np.float64)
+        self.min_samples_split = min_samples_split
+        self.count_samples = count_samples
+        self.max_depth = layer.max_depth if max_depth is None else int(max_depth)
+        self.max_leaves = max_leaves
+        self.max_attempts = max_attempts
+        self.best_first = best_first
+        self.batch_size = batch_size
+        self.options = dict(options or {})
+        self.stops = self.stats = None
+        self._feature_sums = None
+
+    # ------------------------------------------------------------- data
+    def route(self, is_split=None):
+        """Routes the data (``is_split``: the positions acting as splits) and
+        computes the node statistics of where it stops."""
+        if is_split is None:
+            self.stops = np.zeros((len(self.weights), self.layer.num_trees), np.int64)
+        else:
+            self.stops = self.layer.route_rows(self.feats, is_split, self.batch_size)
+        self.stats = self._statistics(self.stops)
+        self._feature_sums = None
+
+    def _statistics(self, stops):
+        """Per position (where samples stop): weighted class counts ``(T, N, K)``
+        or mass ``(T, N, 1)`` with target sums ``(T, N, U)`` and squared sums
+        ``(T, N)``, and the samples of positive weight ``(T, N)``."""
+        layer, N = self.layer, self.layer.num_positions
+        w, y = self.weights, self.targets
+        samples = node_sums(stops, w > 0, N)[..., 0]
+        if layer.is_classifier:
+            return {"counts": node_sums(stops, np.eye(layer.num_classes)[y], N, w), "reg": None, "samples": samples}
+        moments = node_sums(stops, np.concatenate([np.ones((len(y), 1)), y, (y * y).sum(1, keepdims=True)], 1), N, w)
+        return {"counts": moments[..., :1], "reg": (moments[..., 1:-1], moments[..., -1]), "samples": samples}
+
+    def rows(self, t, nodes):
+        """Indices of the samples of positive weight stopping at ``nodes`` of tree ``t``."""
+        return np.flatnonzero(np.isin(self.stops[:, t], nodes) & (self.weights > 0))
+
+    def center(self, t, nodes):
+        """Weighted mean of the rows stopping at ``nodes`` of tree ``t`` (of all
+        rows when they hold none)."""
+        if self._feature_sums is None:
+            self._feature_sums = node_sums(self.stops, self.feats, self.layer.num_positions, self.weights)
+        sizes = self.stats["counts"].sum(-1)
+        total = sum(sizes[t, c] for c in nodes)
+        if total > 0 and list(nodes) != [0]:
+            return sum(self._feature_sums[t, c] for c in nodes) / total
+        return np.average(self.feats, axis=0, weights=self.weights)
+
+    def node_value(self, t, n, fallback):
+        """Class distribution (mean target) of the samples at ``n``, or ``fallback``."""
+        counts = self.stats["counts"]
+        total = counts[t, n].sum()
+        if total == 0:
+            return fallback
+        return counts[t, n] / total if self.layer.is_classifier else self.stats["reg"][0][t, n] / total
+
+    # ------------------------------------------------------------- rules
+    def splittable(self, state, t, n):
+        """Whether leaf ``n`` of tree ``t`` may get a stump: inside the depth
+        limit, enough samples, not pure (classes) or constant (targets), and
+        leaf budget left."""
+        if n >= self.layer.num_internal or topology.position_depth(n) >= self.max_depth:
+            return False
+        counts = self.stats["counts"]
+        total = counts[t, n].sum()
+        if (self.stats["samples"][t, n] if self.count_samples else total) < self.min_samples_split:
+            return False
+        if self.layer.is_classifier:
+            if np.count_nonzero(counts[t, n]) <= 1:
+                return False  # pure
+        else:
+            sums, sq = self.stats["reg"]
+            var = sq[t, n] / total - (sums[t, n] ** 2).sum() / total ** 2
+            if var <= 1e-12 * max(1.0, sq[t, n] / total):
+                return False
+        if self.max_leaves is not None and topology.num_leaves(state)[t] >= self.max_leaves:
+            return False
+        return True
+
+    # ------------------------------------------------------------ rounds
+    def _arrays(self):
+        a = self.layer._read_growth()
+        shape = a["candidate"].shape
+        a.setdefault("attempts", np.zeros(shape, np.int32))
+        a.setdefault("gain", np.full(shape, -np.inf))
+        return a
+
+    def _stump(self, a, t, n, nodes):
+        self.layer._init_stump(self, a, t, n, nodes)
+        a["candidate"][t, n] = 1
+        a["gain"][t, n] = -np.inf
+
+    def start(self, arrays=None, before_stumps=None):
+        """Root leaves everywhere, with a stump where the root may split.
+        ``before_stumps(growth, arrays)`` runs once the root statistics are
+        known (e.g. to set the root's leaf value). Returns the arrays written."""
+        a = self._arrays() if arrays is None else arrays
+        T = a["state"].shape[0]
+        a["state"] = topology.root_leaf(T, self.layer.max_depth)
+        for key in ("candidate", "attempts"):
+            a[key][:] = 0
+        a["gain"][:] = -np.inf
+        self.route(None)
+        if before_stumps is not None:
+            before_stumps(self, a)
+        for t in range(T):
+            if self.splittable(a["state"], t, 0):
+                self._stump(a, t, 0, [0])
+        self.layer._write_growth(a)
+        return a
+
+    def end_round(self):
+        """Judges the trained stumps, retries or commits them and puts stumps
+        on the new leaves that may split. Returns ``(stumps, committed)``:
+        the ``(tree, node)`` pairs judged and those that became splits."""
+        a = self._arrays()
+        state, I = a["state"], self.layer.num_internal
+        leaf = state[:, :I] == topology.LEAF
+        training = (a["candidate"] == 1) & leaf
+        # Best-first: stumps that succeeded in earlier rounds but were not
+        # committed yet wait (finite gain, no longer trained).
+        waiting = leaf & np.isfinite(a["gain"]) & ~training
+        # Routed with the stumps acting as splits, the statistics at their
+        # children are the data each child would receive.
+        mask = topology.is_split_mask(state) | training | waiting
+        self.route(mask)
+        stumps = [(int(t), int(n)) for t, n in zip(*np.nonzero(training))]
+        results, moved = self.layer._judge_stumps(self, a, stumps)
+        passed = []
+        for t, n in stumps:
+            a["candidate"][t, n] = 0
+            gain = results[(t, n)]
+            if gain is None:  # failed
+                a["attempts"][t, n] += 1
+                if a["attempts"][t, n] < self.max_attempts:
+                    self._stump(a, t, n, [2 * n + 1, 2 * n + 2])
+                continue
+            if self.best_first:
+                a["gain"][t, n] = gain
+            else:
+                passed.append((t, n))
+        if moved:  # the judge moved splits: route again for the children
+            self.layer._write_growth(a)
+            self.route(mask)
+        committed = []
+
+        def commit(t, n):
+            if self.max_leaves is not None and topology.num_leaves(a["state"])[t] >= self.max_leaves:
+                return  # leaf budget used up: the node stays a leaf
+            a["state"] = topology.split_leaf(a["state"], t, n)
+            a["gain"][t, n] = -np.inf
+            committed.append((t, n))
+            for c in (2 * n + 1, 2 * n + 2):  # new candidates: the children of the split
+                if c < I and a["attempts"][t, c] == 0 and self.splittable(a["state"], t, c):
+                    self._stump(a, t, c, [c])
+
+        def best_waiting(t):
+            if topology.num_leaves(a["state"])[t] >= self.max_leaves:
+                return None
+            gains = np.where(a["state"][t, :I] == topology.LEAF, a["gain"][t], -np.inf)
+            return int(np.argmax(gains)) if np.isfinite(gains.max()) else None
+
+        for t, n in passed:
+            commit(t, n)
+        if self.best_first:
+            for t in range(state.shape[0]):
+                # One commit per round; while the tree has no stump to train, the
+                # next best already-trained stump is committed right away (a round
+                # training nothing would only waste epochs, and stopping would
+                # leave trained stumps and leaf budget unused).
+                n = best_waiting(t)
+                while n is not None:
+                    commit(t, n)
+                    if (a["candidate"][t] == 1).any():
+                        break
+                    n = best_waiting(t)
+        topology.validate(a["state"])
+        self.layer._write_growth(a)
+        return stumps, committed
