@@ -83,7 +83,8 @@ def max_depth_from_internal(num_internal):
     layers that know only their number of split positions call this)."""
     n = int(num_internal)
     if n < 1 or (n + 1) & n:
-        raise ValueError(f"a heap of maximum depth D has 2**D - 1 internal positions, got {num_internal}")
+        raise ValueError(f"a perfect tree has 2**depth - 1 internal nodes (heap positions that can hold a split), "
+                         f"got {num_internal}")
     return max_depth_from_positions(2 * n + 1)
 
 

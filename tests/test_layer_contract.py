@@ -332,7 +332,7 @@ def test_non_greedy_old_route_convention_warns():
     x, _ = sample(case)
     tree = case.make()
     node = keras.ops.convert_to_numpy(tree.route(x))
-    with pytest.warns(FutureWarning, match=r"route\(x\)\[:, 0\] - \(2\*\*depth - 1\)"):
+    with pytest.warns(FutureWarning, match=r"route\(x\)\[:, 0\] - \(2\*\*max_depth - 1\)"):
         old = keras.ops.convert_to_numpy(tree.route(x, leaf_index=True))
     np.testing.assert_array_equal(old, node[:, 0] - (2**tree.depth - 1))
     assert tree.depth == 2 and tree.depth() == 2 and type(tree.depth()) is int

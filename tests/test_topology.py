@@ -94,5 +94,5 @@ def test_depth_from_sizes_is_one_inverse(depth):
     assert topology.max_depth_from_internal(topology.num_internal(depth)) == depth
     assert depth_from_internal_nodes(topology.num_internal(depth)) == depth
     assert topology.max_depth_from_positions(topology.num_positions(depth)) == depth
-    with pytest.raises(ValueError, match="internal positions"):
+    with pytest.raises(ValueError, match="2\\*\\*depth - 1 internal nodes"):
         topology.max_depth_from_internal(topology.num_internal(depth) + 1)
