@@ -28,7 +28,9 @@ class HingeBatchNormalization(keras.layers.Layer):
     exponential moving average. The first training call therefore uses the
     initial statistics (mean 0, variance 1) and replaces them by its batch's.
     Batches of a single sample leave the statistics unchanged, and so does a
-    frozen layer (``trainable = False``), as with Keras' batch normalization.
+    frozen layer (``trainable = False``), as with Keras' batch normalization,
+    and a batch holding NaN or Inf (its outputs are NaN or Inf; the running
+    statistics stay finite for the calls that follow).
 
     No learned scale or offset: the trees' thresholds and leaf weights already
     provide both.
@@ -126,12 +128,15 @@ class HingeBatchNormalization(keras.layers.Layer):
         old_mean = ops.cast(self.moving_mean, x.dtype)
         old_var = ops.cast(self.moving_variance, x.dtype)
         # A single value has no variance (and an empty batch no mean): no update.
-        valid = count >= 2.0
+        # Nor does a batch with NaN or Inf on this path: one such batch would
+        # poison the running statistics of every later call.
+        finite = ops.all(ops.isfinite(batch_var))
+        valid = ops.logical_and(count >= 2.0, finite)
         new_mean = ops.where(valid, alpha * old_mean + (1.0 - alpha) * batch_mean, old_mean)
         new_var = ops.where(valid, alpha * old_var + (1.0 - alpha) * batch_var, old_var)
         self.moving_mean.assign(ops.cast(new_mean, self.moving_mean.dtype))
         self.moving_variance.assign(ops.cast(new_var, self.moving_variance.dtype))
-        step = ops.cast(count >= 2.0, "int32")
+        step = ops.cast(valid, "int32")
         self.num_updates.assign(ops.minimum(self.num_updates + step, 2**30))
 
     def compute_output_shape(self, input_shape):

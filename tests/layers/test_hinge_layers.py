@@ -340,6 +340,25 @@ def test_batch_norm_axis_and_degenerate_batches(rng):
     assert int(single.num_updates.numpy()) == 0
 
 
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+@pytest.mark.parametrize("compiled", [False, True])
+def test_batch_norm_statistics_survive_a_non_finite_batch(rng, bad, compiled):
+    x = rng.normal(1.0, 2.0, size=(64, 3)).astype("float32")
+    bn = HingeBatchNormalization()
+    call = tf.function(lambda v: bn(v, training=True)) if compiled else (lambda v: bn(v, training=True))
+    call(x)
+    mean, var = bn.moving_mean.numpy().copy(), bn.moving_variance.numpy().copy()
+    poisoned = x.copy()
+    poisoned[5, 1] = bad
+    call(poisoned)
+    np.testing.assert_array_equal(bn.moving_mean.numpy(), mean)
+    np.testing.assert_array_equal(bn.moving_variance.numpy(), var)
+    assert int(bn.num_updates.numpy()) == 1
+    call(x)  # later batches update as before
+    assert int(bn.num_updates.numpy()) == 2 and np.all(np.isfinite(bn.moving_mean.numpy()))
+    assert np.all(np.isfinite(bn(x, training=False).numpy()))
+
+
 @pytest.mark.parametrize(
     "kwargs, error, message",
     [
