@@ -56,7 +56,7 @@ def main():
     forest.gamma.assign((1.0 + 0.1 * epochs).astype("float32"))  # SteepnessAnnealing(0.1) at finetune start
     x, y = split.x_fit.astype("float32"), split.y_fit.astype("int32")
     kernel, bias, steepness = forest.effective_kernel(), forest.split_bias, forest.gamma
-    is_split, leaves = forest._is_split(), ops.cast(forest.leaf_values, "float32")
+    is_split, leaves = forest.is_split(), ops.cast(forest.leaf_values, "float32")
     threshold = forest.prune_threshold
     trees, classes = forest.num_trees, forest.num_classes
     batches = [slice(i, i + 4096) for i in range(0, len(x), 4096)]

@@ -91,7 +91,7 @@ def finetune(path, threshold, epochs, seed):
                      callbacks=[Timer(), EMLeafUpdate(x, y), SteepnessAnnealing(0.1)])
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     pred = model.predict(split.x_test, batch_size=4096, verbose=0)
-    is_split = forest._is_split()
+    is_split = forest.is_split()
     _, kept, evals, dropped = pruned_routing.pruned_route(
         x[:4000], forest.effective_kernel(), forest.split_bias, forest.gamma, is_split, forest.leaf_values,
         forest.prune_threshold, with_statistics=True)

@@ -371,9 +371,6 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeLayer):
     def _dense_soft(self):
         return self.num_positions <= self.DENSE_POSITIONS
 
-    def _is_split(self):
-        return self.is_split()
-
     def _routing_parameters(self):
         return self.effective_kernel(), self.split_bias, {}
 
@@ -388,7 +385,7 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeLayer):
         """``(batch, num_trees, K)`` per-tree outputs of pruned routing."""
         leaves = self._leaves() if leaves is None else leaves
         return pruned_routing.pruned_route(
-            feats, self.effective_kernel(), self.split_bias, self.gamma, self._is_split(),
+            feats, self.effective_kernel(), self.split_bias, self.gamma, self.is_split(),
             ops.cast(leaves, feats.dtype), self.prune_threshold,
         )
 
@@ -509,7 +506,7 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeLayer):
             # leaves between p(y) and the counts.
             weight = None if sample_weight is None else ops.reshape(ops.cast(sample_weight, feats.dtype), (-1,))
             counts = pruned_routing.pruned_em_statistics(
-                feats, self.effective_kernel(), self.split_bias, self.gamma, self._is_split(),
+                feats, self.effective_kernel(), self.split_bias, self.gamma, self.is_split(),
                 ops.cast(self._leaves(), feats.dtype), y, weight, self.prune_threshold,
             )
             return ops.reshape(counts, (total, self.num_classes))

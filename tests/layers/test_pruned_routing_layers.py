@@ -35,7 +35,7 @@ def forest_for(rng, threshold, trees=3, depth=4, classes=3, dim=3, n=40):
 def oracle_posterior(layer, x):
     out, _, _, _ = pruned_outputs(
         x, np.asarray(layer.effective_kernel()), np.asarray(layer.split_bias), np.asarray(layer.gamma),
-        np.asarray(layer._is_split()), layer.leaves_numpy(), layer.prune_threshold)
+        np.asarray(layer.is_split()), layer.leaves_numpy(), layer.prune_threshold)
     return out.mean(1)
 
 
@@ -56,10 +56,10 @@ def test_forest_posterior_matches_the_oracle_on_every_path(rng, threshold):
     if threshold > 0:  # something was dropped, and the outputs moved by less than the dropped mass
         exact, _, _, dropped = pruned_outputs(
             x, np.asarray(layer.effective_kernel()), np.asarray(layer.split_bias), np.asarray(layer.gamma),
-            np.asarray(layer._is_split()), layer.leaves_numpy(), 0.0)
+            np.asarray(layer.is_split()), layer.leaves_numpy(), 0.0)
         _, _, _, dropped = pruned_outputs(
             x, np.asarray(layer.effective_kernel()), np.asarray(layer.split_bias), np.asarray(layer.gamma),
-            np.asarray(layer._is_split()), layer.leaves_numpy(), layer.prune_threshold)
+            np.asarray(layer.is_split()), layer.leaves_numpy(), layer.prune_threshold)
         gap = np.abs(expected - exact.mean(1))
         assert gap.max() > 1e-4 and (gap <= dropped.mean(1, keepdims=True) + 1e-6).all()
 
@@ -77,7 +77,7 @@ def test_em_statistics_equal_the_closed_form_over_the_kept_leaves(rng, threshold
     layer, model, x, y = forest_for(rng, threshold, trees=2)
     right, fav = split_probabilities(x, np.asarray(layer.effective_kernel()), np.asarray(layer.split_bias),
                                      np.asarray(layer.gamma))
-    mu, _, _, _ = pruned_walk(right, fav, np.asarray(layer._is_split()), layer.prune_threshold)
+    mu, _, _, _ = pruned_walk(right, fav, np.asarray(layer.is_split()), layer.prune_threshold)
     pi = layer.leaves_numpy()
     h = mu * np.transpose(pi[:, :, y], (2, 0, 1))  # (n, T, N): mu_l pi_l[y]
     h /= h.sum((1, 2), keepdims=True)  # Eq. 10 over the forest's leaves
