@@ -355,11 +355,18 @@ def pruned_leaf_statistics(x, split_weights, split_bias, gamma, is_split, weight
                                             expert_weights, rate0, annealed)
 
 
-def _check_em_inputs(x, split_weights, leaf_values, labels, sample_weight):
-    """Shapes of the E-step's own inputs; their values too when eager."""
+def _prepare_em(x, split_weights, split_bias, gamma, is_split, leaf_values, labels, sample_weight, prune_threshold):
+    """Checks of :func:`pruned_em_statistics` (shapes; values too when eager),
+    once for both paths: ``(threshold, x, split_weights, split_bias, gamma,
+    is_split, leaf_values, labels, sample_weight)`` as tensors."""
+    split_weights = ops.convert_to_tensor(split_weights)
     if len(split_weights.shape) != 3:
         raise ValueError("pruned_em_statistics takes oblique splits: split_weights of shape "
                          f"(num_trees, 2**depth - 1, input_dim), got {_shape(split_weights)}")
+    threshold, _, args = _prepare(x, split_weights, split_bias, gamma, is_split, None, None, True, prune_threshold)
+    x, split_weights, split_bias, gamma, is_split, _, _ = args
+    leaf_values, labels = ops.convert_to_tensor(leaf_values), ops.convert_to_tensor(labels)
+    sample_weight = None if sample_weight is None else ops.convert_to_tensor(sample_weight)
     _check_leaf_values(leaf_values, split_weights)
     batch = x.shape[0]
     for name, t in (("labels", labels), ("sample_weight", sample_weight)):
@@ -379,17 +386,12 @@ def _check_em_inputs(x, split_weights, leaf_values, labels, sample_weight):
         wv = _eager_numpy(sample_weight)
         if wv is not None and not np.all(np.isfinite(wv) & (wv >= 0)):
             raise ValueError("sample_weight must be finite and >= 0")
+    _check_values_eager(x, None)
+    return (threshold, x, split_weights, split_bias, gamma, is_split, leaf_values, labels, sample_weight)
 
 
-@keras_trees_export("keras_trees.ops")
-def pruned_em_statistics_reference(x, split_weights, split_bias, gamma, is_split, leaf_values, labels,
-                                   sample_weight=None, prune_threshold=DEFAULT_PRUNE_THRESHOLD):
-    """Dense ``keras.ops`` reference of :func:`pruned_em_statistics` (same arguments and result)."""
-    mu, _, _, _ = pruned_leaf_probabilities(x, split_weights, split_bias, gamma, is_split, prune_threshold)
-    leaf_values, labels = ops.convert_to_tensor(leaf_values), ops.convert_to_tensor(labels)
-    sample_weight = None if sample_weight is None else ops.convert_to_tensor(sample_weight)
-    _check_em_inputs(ops.convert_to_tensor(x), ops.convert_to_tensor(split_weights), leaf_values, labels,
-                     sample_weight)
+def _em_reference(threshold, x, split_weights, split_bias, gamma, is_split, leaf_values, labels, sample_weight):
+    mu, _, _, _ = pruned_leaf_probabilities(x, split_weights, split_bias, gamma, is_split, threshold)
     values = ops.cast(leaf_values, mu.dtype)
     trees = float(values.shape[0])
     onehot = ops.one_hot(ops.cast(labels, "int32"), values.shape[2], dtype=mu.dtype)
@@ -400,6 +402,14 @@ def pruned_em_statistics_reference(x, split_weights, split_bias, gamma, is_split
         scale = scale * ops.cast(sample_weight, mu.dtype)
     h = mu * pi_y * scale[:, None, None]
     return ops.stop_gradient(ops.einsum("btn,bk->tnk", h, onehot))
+
+
+@keras_trees_export("keras_trees.ops")
+def pruned_em_statistics_reference(x, split_weights, split_bias, gamma, is_split, leaf_values, labels,
+                                   sample_weight=None, prune_threshold=DEFAULT_PRUNE_THRESHOLD):
+    """Dense ``keras.ops`` reference of :func:`pruned_em_statistics` (same arguments and result)."""
+    return _em_reference(*_prepare_em(x, split_weights, split_bias, gamma, is_split, leaf_values, labels,
+                                      sample_weight, prune_threshold))
 
 
 @keras_trees_export("keras_trees.ops")
@@ -439,20 +449,13 @@ def pruned_em_statistics(x, split_weights, split_bias, gamma, is_split, leaf_val
     >>> np.round(np.asarray(c, float)[0, 1:3], 4).tolist()  # counts of leaves 1 and 2: 0.5 pi[y] / p(y)
     [[0.8182, 0.1111], [0.1818, 0.8889]]
     """
-    if len(ops.convert_to_tensor(split_weights).shape) != 3:
-        raise ValueError("pruned_em_statistics takes oblique splits: split_weights of shape "
-                         f"(num_trees, 2**depth - 1, input_dim), got {_shape(ops.convert_to_tensor(split_weights))}")
-    threshold, _, args = _prepare(x, split_weights, split_bias, gamma, is_split, None, None, True, prune_threshold)
-    x, split_weights, split_bias, gamma, is_split, _, _ = args
-    leaf_values, labels = ops.convert_to_tensor(leaf_values), ops.convert_to_tensor(labels)
-    sample_weight = None if sample_weight is None else ops.convert_to_tensor(sample_weight)
-    _check_em_inputs(x, split_weights, leaf_values, labels, sample_weight)
-    _check_values_eager(x, None)
+    prepared = _prepare_em(x, split_weights, split_bias, gamma, is_split, leaf_values, labels, sample_weight,
+                           prune_threshold)
+    threshold, x, split_weights, split_bias, gamma, is_split, leaf_values, labels, sample_weight = prepared
     if _library.custom_ops_available():
         if sample_weight is None:
             sample_weight = ops.ones(ops.shape(labels), dtype=x.dtype if "float" in str(x.dtype) else "float32")
         kernels = _library.binding("pruned_routing")
         return kernels.pruned_em_statistics(x, split_weights, split_bias, gamma, is_split, leaf_values, labels,
                                             sample_weight, threshold)
-    return pruned_em_statistics_reference(x, split_weights, split_bias, gamma, is_split, leaf_values, labels,
-                                          sample_weight, threshold)
+    return _em_reference(*prepared)

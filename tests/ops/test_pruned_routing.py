@@ -270,11 +270,14 @@ def test_em_statistics_edge_cases_and_no_gradient(rng):
     assert tape.gradient(loss, w) is None
 
 
-def test_em_statistics_reject_bad_inputs(rng):
+@pytest.mark.parametrize("reference", [False, True], ids=["compiled", "reference"])
+def test_em_statistics_reject_bad_inputs(rng, reference):
+    # The compiled op and the keras.ops reference reject the same inputs with the same words.
     args, labels, weights = em_args(rng, batch=6, depth=3)
 
     def call(labels=labels, weights=weights, **kw):
-        return em(pr.pruned_em_statistics, {**args, **kw}, labels, weights, 0.01)
+        with tree_ops.reference_only(reference):
+            return em(pr.pruned_em_statistics, {**args, **kw}, labels, weights, 0.01)
 
     for kw, error, match in (
         ({"labels": np.array([0, 1, 2, 3, 4, 0], "int32")}, ValueError, r"labels must be class ids in \[0, 4\)"),
@@ -286,9 +289,11 @@ def test_em_statistics_reject_bad_inputs(rng):
         with pytest.raises(error, match=match):
             call(**kw)
     experts, _ = make(rng, "experts", depth=3)
-    with pytest.raises(ValueError, match="oblique splits"):
+    with tree_ops.reference_only(reference), pytest.raises(ValueError, match="oblique splits"):
         pr.pruned_em_statistics(experts["x"], experts["split_weights"], experts["split_bias"], experts["gamma"],
                                 experts["is_split"], experts["leaf_values"], np.zeros(23, "int32"))
+    if reference:
+        return
     # The raw op checks the values too (graph callers bypass the Python checks).
     raw = [args[k] for k in ("x", "split_weights", "split_bias", "gamma", "is_split", "leaf_values")]
     op = _library.module().keras_trees_pruned_em_statistics
