@@ -1,32 +1,11 @@
 """Argument checks shared by the tree layers: clear errors before any C++ runs."""
 
-import math
-import numbers
 import os
 
 import numpy as np
 
 from keras_trees.forest import class_ids
-
-
-def positive_int(name, value, maximum=None):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an integer, got {value!r}")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}")
-    if maximum is not None and value > maximum:
-        raise ValueError(f"{name} must be <= {maximum}, got {value}")
-    return int(value)
-
-
-def positive_float(name, value):
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name} must be a number, got {value!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be a finite number > 0, got {value}")
-    return value
+from keras_trees.validation.arguments import positive_float, positive_int, task  # noqa: F401 (re-exported)
 
 
 def available_memory_bytes():
@@ -49,24 +28,6 @@ def check_parameter_memory(num_values, itemsize, what, hint):
             f"{what} would need about {needed / 2**30:.1f} GiB to train "
             f"(this machine has {limit / 2**30:.1f} GiB); {hint}"
         )
-
-
-def task(num_classes, units):
-    """``(num_classes, units)`` of a tree layer: exactly one is given.
-
-    ``num_classes`` (>= 2) makes a classifier, ``units`` (>= 1) a regressor.
-    """
-    if (num_classes is None) == (units is None):
-        raise ValueError(
-            "pass exactly one of num_classes (classification) or units (regression), "
-            f"got num_classes={num_classes!r}, units={units!r}"
-        )
-    if num_classes is not None:
-        num_classes = positive_int("num_classes", num_classes)
-        if num_classes < 2:
-            raise ValueError(f"num_classes must be >= 2, got {num_classes}")
-        return num_classes, None
-    return None, positive_int("units", units)
 
 
 def class_labels(y, num_classes, where):

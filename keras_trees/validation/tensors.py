@@ -1,0 +1,218 @@
+"""Runtime checks of tensor values, written once for every backend and mode.
+
+Each check takes the tensor and the argument's name and returns the tensor
+(converted where the check says so). The rule for where a check runs:
+
+- concrete values (NumPy, eager TensorFlow, eager JAX, PyTorch): the condition
+  is evaluated at once and a ``ValueError``/``TypeError`` is raised;
+- inside ``tf.function``: a ``tf.debugging.Assert`` op (stateful, so
+  ``tf.function`` always runs it) fails with ``InvalidArgumentError`` carrying
+  the same message;
+- inside ``jax.jit``/``jax.grad`` tracing: a ``jax.debug.callback`` on the
+  reduced condition (one boolean per check crosses to the host) raises the
+  message when the compiled function runs (``JaxRuntimeError``);
+- symbolic Keras tensors (functional model construction) have no values: only
+  dtype and shape checks apply.
+
+Under XLA compilation of TensorFlow graphs (``jit_compile=True``) assertions
+are dropped by XLA itself; the compiled kernels keep their own checks.
+"""
+
+import numpy as np
+import keras
+from keras import ops
+
+_FLOAT_KINDS = ("float16", "bfloat16", "float32", "float64")
+
+
+def backend():
+    return keras.backend.backend()
+
+
+def is_keras_symbolic(x):
+    return keras.backend.is_keras_tensor(x) or isinstance(x, keras.KerasTensor)
+
+
+def _tf_graph(x):
+    if backend() != "tensorflow":
+        return False
+    import tensorflow as tf
+
+    return not tf.executing_eagerly() or (tf.is_tensor(x) and not hasattr(x, "numpy"))
+
+
+def _jax_traced(x):
+    if backend() != "jax":
+        return False
+    import jax
+
+    return isinstance(x, jax.core.Tracer)
+
+
+def _raise_if_false(ok, message, error):
+    if not bool(np.asarray(ok)):
+        raise error(message)
+
+
+def require(ok, message, error=ValueError):
+    """Fails with ``message`` unless the scalar boolean ``ok`` is true.
+
+    ``ok`` is a Python bool or a scalar boolean tensor of the active backend
+    (computed from the tensor being checked, so its kind tells the mode).
+    """
+    if isinstance(ok, (bool, np.bool_)):
+        if not ok:
+            raise error(message)
+        return
+    if is_keras_symbolic(ok):
+        return
+    if _tf_graph(ok):
+        import tensorflow as tf
+
+        tf.debugging.Assert(ok, [message], name="keras_trees_check")
+        return
+    if _jax_traced(ok):
+        import jax
+
+        jax.debug.callback(_raise_if_false, ok, message, error)
+        return
+    _raise_if_false(ops.convert_to_numpy(ok), message, error)
+
+
+def dtype_name(x):
+    return keras.backend.standardize_dtype(x.dtype)
+
+
+def as_tensor(x, name):
+    """``x`` as a tensor of the active backend; strings and objects are refused
+    with a ``TypeError`` naming ``name`` (not a backend's cast error)."""
+    if isinstance(x, str) or (isinstance(x, np.ndarray) and x.dtype.kind in "USOV"):
+        raise TypeError(f"{name} must be numeric, got {_describe(x)}")
+    if is_keras_symbolic(x):
+        return x
+    try:
+        t = ops.convert_to_tensor(x)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name} must be a numeric array, got {_describe(x)} ({exc})") from None
+    dtype = getattr(t, "dtype", None)
+    if dtype is not None and "string" in str(dtype):
+        raise TypeError(f"{name} must be numeric, got a string tensor")
+    return t
+
+
+def _describe(x):
+    if isinstance(x, str):
+        return f"the string {x!r}"
+    dtype = getattr(x, "dtype", None)
+    return f"{type(x).__name__} of dtype {dtype}" if dtype is not None else type(x).__name__
+
+
+def floating(x, name, dtype=None):
+    """``x`` as a floating tensor: floating inputs keep their dtype (or are cast
+    to ``dtype``); integer and boolean inputs are cast to ``dtype`` or floatx;
+    strings and complex numbers are refused with a ``TypeError``."""
+    x = as_tensor(x, name)
+    kind = dtype_name(x)
+    if kind.startswith("complex") or kind == "string":
+        raise TypeError(f"{name} must be real numbers, got dtype {kind}")
+    target = dtype or (kind if kind in _FLOAT_KINDS else keras.config.floatx())
+    return x if kind == target else ops.cast(x, target)
+
+
+def rank(x, expected, name, layout=""):
+    """Static rank check (``expected`` an int or a tuple of allowed ranks)."""
+    allowed = (expected,) if isinstance(expected, int) else tuple(expected)
+    shape = getattr(x, "shape", None)
+    if shape is None or len(shape) not in allowed:
+        want = " or ".join(str(r) for r in allowed)
+        got = "unknown rank" if shape is None else f"shape {tuple(shape)}"
+        raise ValueError(f"{name} must have rank {want}{' ' + layout if layout else ''}, got {got}")
+    return x
+
+
+def finite(x, name, hint=""):
+    """Fails unless every value of floating ``x`` is finite."""
+    if is_keras_symbolic(x) or not _is_floating(x):
+        return x
+    require(ops.all(ops.isfinite(x)), f"{name} contains NaN or Inf{'; ' + hint if hint else ''}")
+    return x
+
+
+def nonnegative(x, name, hint=""):
+    """Fails unless every value is finite and >= 0."""
+    if is_keras_symbolic(x):
+        return x
+    ok = ops.all(x >= 0)
+    if _is_floating(x):
+        ok = ops.logical_and(ok, ops.all(ops.isfinite(x)))
+    require(ok, f"{name} must be finite and >= 0{'; ' + hint if hint else ''}")
+    return x
+
+
+def positive_scalar(value, name):
+    """A scalar that must be finite and > 0 (e.g. a steepness or a width):
+    Python numbers are checked at once, tensors (variables) at run time."""
+    if value is None:
+        raise TypeError(f"{name} must be a finite number > 0, got None")
+    if isinstance(value, (bool, np.bool_)) or isinstance(value, str):
+        raise TypeError(f"{name} must be a finite number > 0, got {value!r}")
+    if isinstance(value, (int, float, np.number)):
+        if not (np.isfinite(value) and value > 0):
+            raise ValueError(f"{name} must be a finite number > 0, got {value}")
+        return value
+    t = as_tensor(value, name)
+    if is_keras_symbolic(t):
+        return value
+    if len(t.shape) != 0:
+        raise ValueError(f"{name} must be a scalar, got shape {tuple(t.shape)}")
+    if _is_floating(t):
+        require(ops.logical_and(ops.isfinite(t), t > 0), f"{name} must be a finite number > 0")
+    else:
+        require(t > 0, f"{name} must be a finite number > 0")
+    return value
+
+
+def indices(x, name, upper, lower=0, dtype="int32"):
+    """Integer ids in ``[lower, upper)`` as ``dtype``; checked *before* the cast,
+    so int64 values beyond int32 and fractional floats are refused, never
+    wrapped or truncated. ``upper`` may be None (only the lower bound)."""
+    if not _is_backend_tensor(x):
+        # NumPy and Python values are checked as they are: converting first could
+        # wrap int64 ids (JAX without x64) before the check sees them.
+        _numpy_indices(x, name, upper, lower)
+    x = as_tensor(x, name)
+    if is_keras_symbolic(x):
+        return ops.cast(x, dtype) if dtype_name(x) != dtype else x
+    kind = dtype_name(x)
+    if kind == "bool" or kind.startswith("complex"):
+        raise TypeError(f"{name} must be integer ids, got dtype {kind}")
+    span = f"[{lower}, {upper})" if upper is not None else f">= {lower}"
+    if _is_floating(x):
+        ok = ops.logical_and(ops.all(ops.isfinite(x)), ops.all(ops.equal(x, ops.floor(x))))
+        require(ok, f"{name} must hold integer ids (whole numbers), got fractional, NaN or Inf values")
+    ok = ops.all(x >= lower)
+    if upper is not None:
+        ok = ops.logical_and(ok, ops.all(x < upper))
+    require(ok, f"{name} must lie in {span}")
+    return ops.cast(x, dtype) if dtype_name(x) != dtype else x
+
+
+def _is_backend_tensor(x):
+    return hasattr(x, "dtype") and not isinstance(x, (np.ndarray, np.generic))
+
+
+def _numpy_indices(x, name, upper, lower):
+    if isinstance(x, str):
+        raise TypeError(f"{name} must be integer ids, got the string {x!r}")
+    a = np.asarray(x)
+    if a.dtype.kind not in "iuf":
+        raise TypeError(f"{name} must be integer ids, got dtype {a.dtype}")
+    if a.dtype.kind == "f" and not (np.all(np.isfinite(a)) and np.all(a == np.floor(a))):
+        raise ValueError(f"{name} must hold integer ids (whole numbers), got fractional, NaN or Inf values")
+    span = f"[{lower}, {upper})" if upper is not None else f">= {lower}"
+    if a.size and (a.min() < lower or (upper is not None and a.max() >= upper)):
+        raise ValueError(f"{name} must lie in {span}, got values in [{a.min()}, {a.max()}]")
+
+
+def _is_floating(x):
+    return dtype_name(x) in _FLOAT_KINDS
