@@ -232,6 +232,30 @@ def test_routing_sensitivity_and_export_text_arguments():
         inspection.export_text(_stump(), spacing=0)
 
 
+def test_to_json_path_must_be_a_path():
+    # open(3, "w") would write into file descriptor 3.
+    with pytest.raises(TypeError, match="path must be a file path"):
+        inspection.to_json(_tree_model(), path=3)
+
+
+def test_plots_check_the_tree_index_and_the_document():
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from keras_trees.inspection import plots
+
+    doc = _doc()
+    with pytest.raises(ValueError, match=r"tree must be an integer in \[0, 1\)"):
+        plots.plot_tree(doc, tree=3)
+    with pytest.raises(ValueError, match=r"tree must be an integer in \[0, 1\)"):
+        plots.plot_split_weights(doc, (3, 1), tree=1)
+    broken = copy.deepcopy(doc)
+    broken["trees"][0]["nodes"][0]["id"] = 99
+    with pytest.raises(ValueError, match=r'\["id"\] must lie in'):
+        plots.plot_tree(broken)
+
+
 # ------------------------------------------------------------------- export
 @pytest.fixture
 def tensorflow_backend():
@@ -266,6 +290,10 @@ def test_export_portable_of_a_grown_end_to_end_tree(tensorflow_backend, tmp_path
     keras_trees.export_portable(model, str(tmp_path / "p"), verbose=False)
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "needs the ops helper's #16 item 1 change: the keras.ops reference path skips its x check inside "
+    "tf.function (ops/soft_tree._check_finite_eager), so the traced SavedModel has no Assert to carry; "
+    "with a graph-mode check (validation.tensors.finite) this test passes. Remove this mark when merged."))
 def test_portable_saved_model_rejects_nan_inputs(tensorflow_backend, tmp_path):
     import tensorflow as tf
 
