@@ -632,7 +632,9 @@ class Forest:
     def from_dict(cls, doc):
         """The :class:`Forest` of a :meth:`to_dict` / :func:`~keras_trees.inspection.export_trees`
         dict (also one parsed from JSON, and documents written before this class
-        existed). Arrays come back as float64; node statistics are not kept."""
+        existed). Arrays come back as float64; node statistics are not kept.
+        The document's structure is checked first (:func:`check_document`):
+        a missing or malformed field is a ``ValueError`` naming it."""
         kind, experts = check_document(doc)
         T, D, p, K = (int(doc[k]) for k in ("num_trees", "max_depth", "input_dim", "output_dim"))
         I, N = topology.num_internal(D), topology.num_positions(D)

@@ -67,7 +67,11 @@ def from_sklearn(estimator, max_depth=None, dtype="float32"):
             (single output for classifiers), or its ``tree_``.
         max_depth: depth of the heap; default the tree's own depth. A deeper
             tree is truncated: its nodes on level ``max_depth`` become leaves
-            holding the node's (class distribution / mean) value.
+            holding the node's (class distribution / mean) value. The heap
+            holds ``2**(max_depth + 1) - 1`` positions: a depth whose arrays
+            would take more than a quarter of this machine's memory is refused
+            (``ValueError`` saying how much it would need and the largest depth
+            that fits) before anything is allocated.
         dtype: ``"float32"`` or ``"float64"`` for the thresholds and values.
 
     Returns:
