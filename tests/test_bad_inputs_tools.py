@@ -369,3 +369,34 @@ def test_hypermodel_arguments():
         TreeEnsembleHyperModel(3, num_classes=2)
     with pytest.raises(TypeError, match="batch_sizes must be an integer"):
         TreeEnsembleHyperModel((3,), num_classes=2, batch_sizes=(64.5,))
+
+
+# ------------------------------------------------------------------ losses
+@pytest.mark.parametrize("labels", [np.array([0, 2]), np.array([-1, 0]), np.array([0.5, 1.0]),
+                                    np.array([0, 2**32 + 1], np.int64)],
+                         ids=["too_large", "negative", "fractional", "int64_beyond_int32"])
+def test_conditional_entropy_refuses_labels_out_of_range(labels):
+    from keras_trees.losses import conditional_entropy
+
+    with pytest.raises(ValueError, match="y_true must"):
+        conditional_entropy(labels, np.array([[1.0, 0.0], [0.0, 1.0]]), 2)
+
+
+def test_conditional_entropy_checks_labels_inside_a_compiled_training_step():
+    from keras_trees.losses import ConditionalEntropy
+
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, activation="softmax")])
+    model.compile("sgd", ConditionalEntropy(num_classes=2))
+    with pytest.raises(Exception, match=r"y_true must lie in \[0, 2\)"):
+        model.fit(X, Y + 1, epochs=1, batch_size=24, verbose=0)
+
+
+def test_loss_arguments():
+    from keras_trees.losses import ConditionalEntropy, GammaProcessPrior
+
+    with pytest.raises(TypeError, match="num_classes must be an integer"):
+        ConditionalEntropy(num_classes=2.5)
+    with pytest.raises(TypeError, match="gamma0 must be a number"):
+        GammaProcessPrior(gamma0="one")
+    with pytest.raises(ValueError, match="weight must be a finite number >= 0"):
+        GammaProcessPrior(weight=-1.0)
