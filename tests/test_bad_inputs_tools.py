@@ -314,6 +314,7 @@ def test_portable_saved_model_rejects_nan_inputs(tensorflow_backend, tmp_path):
     (lambda: GreedyLevelGrowth(X, Y, best_first="yes", max_leaves=4), TypeError, "best_first must be True or"),
     (lambda: GreedyLevelGrowth(X, Y, layers=3), TypeError, "layers must be None, a layer name"),
     (lambda: EMLeafUpdate(X, Y, batch_size="big"), TypeError, "batch_size must be an integer"),
+    (lambda: EMLeafUpdate(X, 1), ValueError, "EMLeafUpdate: y must hold one entry per training sample"),
     (lambda: SteepnessAnnealing(increment="fast"), TypeError, "increment must be a number"),
     (lambda: SteepnessAnnealing(increment=None), TypeError, "increment must be a number"),
     (lambda: SteepnessAnnealing(max_steepness="high"), TypeError, "max_steepness must be a number"),
@@ -326,6 +327,13 @@ def test_portable_saved_model_rejects_nan_inputs(tensorflow_backend, tmp_path):
 def test_callback_arguments(make, error, message):
     with pytest.raises(error, match=message):
         make()
+
+
+def test_stable_sgd_names_a_monitor_missing_from_the_logs():
+    callback = StableSGD(monitor="val_bound")
+    callback._best, callback._wait, callback._round_epochs = np.inf, 0, 0
+    with pytest.raises(ValueError, match="StableSGD: monitor='val_bound' is not in the logs"):
+        callback.on_epoch_end(0, {"loss": 1.0})
 
 
 def test_em_leaf_update_refuses_class_weight_of_unknown_classes():

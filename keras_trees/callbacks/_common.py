@@ -73,6 +73,9 @@ def ensure_built(model, layers, x):
 def check_data(x, y, name):
     if x is None or y is None:
         raise ValueError(f"{name} needs the training data: pass x and y")
+    for arg, value in (("x", x), ("y", y)):
+        if not hasattr(value, "__len__") or np.ndim(value) == 0:
+            raise ValueError(f"{name}: {arg} must hold one entry per training sample, got {type(value).__name__}")
     n = len(x)
     if len(y) != n:
         raise ValueError(f"{name}: x has {n} samples but y has {len(y)}")

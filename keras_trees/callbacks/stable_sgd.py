@@ -74,7 +74,8 @@ class StableSGD(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         value = (logs or {}).get(self.monitor)
         if value is None:
-            raise KeyError(f"StableSGD monitors {self.monitor!r}, which is not in the logs {sorted(logs or {})}")
+            raise ValueError(f"StableSGD: monitor={self.monitor!r} is not in the logs {sorted(logs or {})}; "
+                             "pass the name of a logged quantity")
         self._round_epochs += 1
         if value < self._best - self.min_delta * abs(self._best if math.isfinite(self._best) else value):
             self._best = value
