@@ -219,11 +219,16 @@ class NonGreedyTree(CheckedLoading, CheckedInputs, XLACompatibility, HeapTreeLay
         x = ops.convert_to_tensor(static_input(x, "x", self))
         if not self.built:
             self.build(tuple(x.shape))
-        if len(x.shape) != 2 or x.shape[1] != self.input_dim:
+        if len(x.shape) != 2:
             raise ValueError(
                 f"NonGreedyTree: x must have rank 2, shape (batch, {self.input_dim}), got shape "
                 f"{tuple(x.shape)} (a single tree over (samples, features) rows: flatten or reshape "
                 "other inputs first)"
+            )
+        if x.shape[1] != self.input_dim:
+            raise ValueError(
+                f"NonGreedyTree: x must have {self.input_dim} features, shape (batch, {self.input_dim}), "
+                f"got shape {tuple(x.shape)}"
             )
         return self.features(x)
 
