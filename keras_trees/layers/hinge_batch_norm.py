@@ -7,7 +7,7 @@ from keras import ops
 
 from keras_trees.api_export import keras_trees_export
 from keras_trees.layers import _validation
-from keras_trees.validation import tensors
+from keras_trees.validation import batched, tensors
 from keras_trees.validation.layer_inputs import CheckedInputs
 from keras_trees.validation.variables import CheckedLoading
 
@@ -113,7 +113,10 @@ class HingeBatchNormalization(CheckedLoading, CheckedInputs, keras.layers.Layer)
         return ops.reshape(stat, shape)
 
     def call(self, inputs, training=None):
-        inputs = tensors.finite(ops.convert_to_tensor(inputs), "x")
+        inputs = ops.convert_to_tensor(inputs)
+        if keras.backend.is_float_dtype(inputs.dtype) and not tensors.is_keras_symbolic(inputs):
+            # One check, no host trip under jax.jit unless it fails.
+            batched.require_all([(ops.all(ops.isfinite(inputs)), "x contains NaN or Inf")])
         dtype = keras.backend.standardize_dtype(inputs.dtype)
         if not keras.backend.is_float_dtype(dtype):
             dtype = self.compute_dtype

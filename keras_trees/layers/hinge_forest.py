@@ -13,7 +13,7 @@ from keras_trees.layers._forest_layer import ForestLayer, numpy
 from keras_trees.layers._heap import deprecated_count
 from keras_trees.layers._random import check_seed, numpy_generator
 from keras_trees.layers._xla import XLACompatibility
-from keras_trees.validation import tensors, variables
+from keras_trees.validation import batched, tensors, variables
 from keras_trees.validation.layer_inputs import CheckedInputs
 from keras_trees.validation.variables import CheckedLoading
 
@@ -171,9 +171,7 @@ class _HingeEnsemble(CheckedLoading, CheckedInputs, XLACompatibility, ForestLaye
         thresholds and (with ``leaves``) the leaf weights are finite; the
         message names the layer and the variable. (The feature indices are
         checked by the ops, which read them.)"""
-        variables.finite(self, self.thresholds)
-        if leaves:
-            variables.finite(self, self.leaf_weights)
+        batched.finite_variables(self, [self.thresholds] + ([self.leaf_weights] if leaves else []))
 
     def _flatten(self, inputs):
         # Margins and leaf sums in the variable dtype (float32 under mixed precision).

@@ -17,7 +17,7 @@ from keras_trees.layers._heap import CallableInt, HeapTreeLayer, const as _const
 from keras_trees.layers._random import check_seed, numpy_generator
 from keras_trees.ops import loss_augmented
 from keras_trees.layers._xla import XLACompatibility
-from keras_trees.validation import tensors, variables
+from keras_trees.validation import batched, tensors, variables
 from keras_trees.validation.layer_inputs import CheckedInputs, static_input
 from keras_trees.validation.variables import CheckedLoading
 
@@ -246,14 +246,13 @@ class NonGreedyTree(CheckedLoading, CheckedInputs, XLACompatibility, HeapTreeLay
         ``2**max_depth - 1``, so any other valid topology would index wrong
         leaves. One comparison per call instead of the topology rules."""
         checked = (self.split_weights, self.leaf_values) + ((self.assignment_weights,) if training else ())
-        for v in checked:
-            variables.finite(self, v)
         state = ops.convert_to_tensor(self.node_state)
-        tensors.require(
-            ops.all(ops.equal(state, ops.convert_to_tensor(topology.perfect(1, self.depth), state.dtype))),
+        perfect = ops.all(ops.equal(state, ops.convert_to_tensor(topology.perfect(1, self.depth), state.dtype)))
+        batched.finite_variables(self, checked, more=[(
+            perfect,
             f"{variables.label(self, 'node_state')} must be the perfect tree of depth {int(self.depth)} "
             "(every leaf on the last level)",
-        )
+        )])
 
     def load_own_variables(self, store):
         """Loads the weights (``CheckedLoading``: finite floats, a valid

@@ -12,7 +12,7 @@ from keras_trees.layers import _validation
 from keras_trees.layers._forest_layer import ForestLayer, numpy
 from keras_trees.layers._heap import deprecated_count
 from keras_trees.layers._xla import XLACompatibility
-from keras_trees.validation import tensors, variables
+from keras_trees.validation import batched, tensors, variables
 from keras_trees.validation.layer_inputs import CheckedInputs
 from keras_trees.validation.variables import CheckedLoading
 
@@ -224,12 +224,13 @@ class TreeEnsembleLayer(CheckedLoading, CheckedInputs, XLACompatibility, ForestL
         the transition width is a finite number > 0; the message names the
         layer and the variable. The compiled kernels would otherwise route a
         NaN split one way and return finite outputs."""
-        variables.finite(self, self.node_weights)
-        if self.node_bias is not None:
-            variables.finite(self, self.node_bias)
-        if leaves:
-            variables.finite(self, self.leaf_weights)
-        tensors.positive_scalar(ops.convert_to_tensor(self.gamma), variables.label(self, "gamma"))
+        checked = [self.node_weights] + ([self.node_bias] if self.node_bias is not None else [])
+        checked += [self.leaf_weights] if leaves else []
+        gamma = ops.convert_to_tensor(self.gamma)
+        width_ok = ops.logical_and(ops.isfinite(gamma), gamma > 0)
+        batched.finite_variables(
+            self, checked, more=[(width_ok, f"{variables.label(self, 'gamma')} must be a finite number > 0")]
+        )
 
     def _left_splits(self):
         """``(weights, bias)`` in the convention of :mod:`keras_trees.ops` (the
