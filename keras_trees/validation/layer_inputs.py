@@ -28,16 +28,16 @@ def _dtype_name(x):
 
 
 def _is_real_dtype(name):
+    """Backend dtype names: everything but strings, objects and complex numbers
+    (bfloat16 and float8 types included, which NumPy knows only as kind "V")."""
     if name is None:
         return True
-    if "string" in name or "complex" in name or name in ("object", "str"):
-        return False
-    try:
-        return np.dtype(name).kind in _REAL_KINDS
-    except TypeError:
-        # Backend dtype names NumPy does not know (bfloat16, float8, ...): real
-        # unless they name one of the refused kinds above.
-        return True
+    name = str(name).lower()
+    return not any(kind in name for kind in ("str", "complex", "object", "unicode", "bytes"))
+
+
+def _is_real_numpy(dtype):
+    return dtype.kind in _REAL_KINDS or (dtype.kind == "V" and "float" in dtype.name)
 
 
 def _describe(x, dtype_name):
@@ -64,12 +64,12 @@ def static_input(x, name="x", layer=None, axis=-1):
             kind = np.asarray(x).dtype
         except (TypeError, ValueError):  # ragged nesting: Keras reports it
             return x
-        if kind.kind not in _REAL_KINDS:
+        if not _is_real_numpy(kind):
             raise TypeError(f"{owner}{name} must be real numbers, got a {type(x).__name__} of {kind} values")
         return x
     dtype = _dtype_name(x)
     if isinstance(x, np.ndarray):
-        if x.dtype.kind not in _REAL_KINDS:
+        if not _is_real_numpy(x.dtype):
             raise TypeError(f"{owner}{name} must be real numbers, got {_describe(x, x.dtype)}")
         return x
     if not _is_real_dtype(dtype):

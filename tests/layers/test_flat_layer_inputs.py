@@ -336,6 +336,14 @@ def test_integer_and_bool_inputs_are_cast(name):
     layer(x.astype(bool))
 
 
+@pytest.mark.parametrize("name", ["tel", "hinge_forest", "hbn"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "int64", "bool"])
+def test_every_real_dtype_is_accepted_symbolically(name, dtype):
+    """bfloat16 is NumPy kind "V" (ml_dtypes): still real numbers."""
+    inputs = keras.Input((DIM,), dtype=dtype)
+    assert make(name)(inputs).shape[0] is None
+
+
 BAD_NUMBERS = [None, 0, -1, math.nan, math.inf, "3", 2.5, True]
 
 
