@@ -166,12 +166,17 @@ class _HingeEnsemble(CheckedLoading, CheckedInputs, XLACompatibility, ForestLaye
             upper=self.input_dim,
         )
 
-    def _check_variables(self, leaves=True):
+    def _check_variables(self):
         """Fails (eagerly, in ``tf.function`` and under ``jax.jit``) unless the
-        thresholds and (with ``leaves``) the leaf weights are finite; the
-        message names the layer and the variable. (The feature indices are
-        checked by the ops, which read them.)"""
-        batched.finite_variables(self, [self.thresholds] + ([self.leaf_weights] if leaves else []))
+        thresholds are finite; the message names the layer and the variable.
+        (The feature indices are checked by the ops, which read them.)
+
+        Leaves are checked through the call's output
+        (:func:`keras_trees.validation.batched.reached_leaves`: one value per
+        sample and tree or unit, where reading every leaf of a depth-10 forest
+        costs more than the kernel's own work); a file's leaves are checked on
+        loading."""
+        batched.finite_variables(self, [self.thresholds])
 
     def _flatten(self, inputs):
         # Margins and leaf sums in the variable dtype (float32 under mixed precision).
@@ -181,17 +186,19 @@ class _HingeEnsemble(CheckedLoading, CheckedInputs, XLACompatibility, ForestLaye
 
     def call(self, inputs):
         x, lead = self._flatten(inputs)
-        self._check_variables()
+        self._check_variables()  # before the kernel, which checks thresholds in its own words
         out = tree_ops.hinge_forest(
             x, self.thresholds, self.feature_indices, self.leaf_weights, fern=self._fern
         )
         if self.reduction == "mean":
-            out = ops.reshape(ops.mean(out, axis=1), (*lead, self.units))
+            out = ops.mean(out, axis=1)
         elif self.reduction == "sum":
-            out = ops.reshape(ops.sum(out, axis=1), (*lead, self.units))
-        else:
-            out = ops.reshape(out, (*lead, self.num_trees, self.units))
-        return ops.cast(out, self.compute_dtype)
+            out = ops.sum(out, axis=1)
+        # A sum or mean is NaN or Inf exactly when one of its terms is (or it overflows).
+        batched.require_all([batched.reached_leaves(self, "leaf_weights", out)])
+        if self.reduction == "none":
+            return ops.cast(ops.reshape(out, (*lead, self.num_trees, self.units)), self.compute_dtype)
+        return ops.cast(ops.reshape(out, (*lead, self.units)), self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
         if self.reduction == "none":
@@ -206,7 +213,7 @@ class _HingeEnsemble(CheckedLoading, CheckedInputs, XLACompatibility, ForestLaye
         vertex ``v*`` (heap index for trees, level for ferns).
         """
         x, lead = self._flatten(inputs)
-        self._check_variables(leaves=False)
+        self._check_variables()
         leaf, margin, vertex = tree_ops.hinge_forest_traversal(
             x, self.thresholds, self.feature_indices, fern=self._fern
         )

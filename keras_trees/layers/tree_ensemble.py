@@ -218,19 +218,20 @@ class TreeEnsembleLayer(CheckedLoading, CheckedInputs, XLACompatibility, ForestL
         )
         self.input_spec = keras.layers.InputSpec(min_ndim=2, axes={-1: input_dim})
 
-    def _check_variables(self, leaves=True):
+    def _check_variables(self):
         """Fails (eagerly, in ``tf.function`` and under ``jax.jit``) unless the
-        split weights, biases and (with ``leaves``) leaf weights are finite and
-        the transition width is a finite number > 0; the message names the
-        layer and the variable. The compiled kernels would otherwise route a
-        NaN split one way and return finite outputs."""
+        split weights and biases are finite and the transition width is a
+        finite number > 0; the message names the layer and the variable. The
+        compiled kernels would otherwise route a NaN split one way and return
+        finite outputs. Leaves are checked through the call's output
+        (:func:`keras_trees.validation.batched.reached_leaves`, the batch's
+        size, not the forest's); a file's leaves are checked on loading."""
         checked = [self.node_weights] + ([self.node_bias] if self.node_bias is not None else [])
-        checked += [self.leaf_weights] if leaves else []
         gamma = ops.convert_to_tensor(self.gamma)
-        width_ok = ops.logical_and(ops.isfinite(gamma), gamma > 0)
-        batched.finite_variables(
-            self, checked, more=[(width_ok, f"{variables.label(self, 'gamma')} must be a finite number > 0")]
-        )
+        batched.finite_variables(self, checked, more=[(
+            ops.logical_and(ops.isfinite(gamma), gamma > 0),
+            f"{variables.label(self, 'gamma')} must be a finite number > 0",
+        )])
 
     def _left_splits(self):
         """``(weights, bias)`` in the convention of :mod:`keras_trees.ops` (the
@@ -275,6 +276,7 @@ class TreeEnsembleLayer(CheckedLoading, CheckedInputs, XLACompatibility, ForestL
             activation=self.activation,
             training=bool(training),
         )
+        batched.require_all([batched.reached_leaves(self, "leaf_weights", out)])
         return ops.cast(ops.reshape(out, (*lead, self.units)), self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
@@ -284,7 +286,7 @@ class TreeEnsembleLayer(CheckedLoading, CheckedInputs, XLACompatibility, ForestL
         """``(batch, num_trees, 2**max_depth)`` probability of each sample reaching each leaf."""
         x, _ = self._flatten(inputs)
         tensors.finite(x, "x")
-        self._check_variables(leaves=False)
+        self._check_variables()
         weights, bias = self._left_splits()
         return tree_ops.soft_tree_leaf_probabilities(x, weights, bias, self.gamma, self.activation)
 
@@ -296,7 +298,7 @@ class TreeEnsembleLayer(CheckedLoading, CheckedInputs, XLACompatibility, ForestL
         """
         x, _ = self._flatten(inputs)
         tensors.finite(x, "x")
-        self._check_variables(leaves=False)
+        self._check_variables()
         weights, bias = self._left_splits()
         return float(
             ops.convert_to_numpy(

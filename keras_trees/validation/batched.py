@@ -49,6 +49,23 @@ def require_all(checks, error=ValueError):
     jax.lax.cond(jnp.all(oks), lambda oks: None, fail, oks)
 
 
+def reached_leaves(layer, variable, output):
+    """``(ok, message)`` for :func:`require_all`: the layer's ``output`` is finite.
+
+    A tree layer's output is a sum of the leaf values its samples reach; x and
+    the splits having passed their checks, a NaN or Inf there comes from a
+    reached leaf of ``variable``. This costs one pass over the output instead of
+    one over every leaf (for a hinge forest of depth 10 the leaves are 10x the
+    work of the kernel itself). A leaf that no sample of the batch reaches
+    does not change the output; it is rejected when the file is loaded.
+    """
+    return (
+        ops.all(ops.isfinite(output)),
+        f"{variables.label(layer, variable)} contains NaN or Inf (a leaf this batch reaches; "
+        "the output is NaN or Inf), or x does, or the output overflowed",
+    )
+
+
 def finite_variables(layer, variables_to_check, more=()):
     """Fails (every path, at most one host trip under ``jax.jit``) unless every
     floating variable in ``variables_to_check`` is finite; the message names the

@@ -63,10 +63,18 @@ def built(name):
     return layer
 
 
+LEAF_VARIABLES = ("leaf_weights", "leaf_values")
+
+
 def poison(layer, variable, value=np.nan):
+    """One bad split value; bad leaves everywhere (leaves are checked through
+    the output: a bad leaf must be one the batch reaches)."""
     v = getattr(layer, variable)
     a = np.array(keras.ops.convert_to_numpy(v))
-    a.reshape(-1)[a.size // 2] = value
+    if variable in LEAF_VARIABLES:
+        a[...] = value
+    else:
+        a.reshape(-1)[a.size // 2] = value
     v.assign(a)
 
 
@@ -132,6 +140,33 @@ def test_tree_ensemble_probabilistic_methods_check_weights_and_x():
         layer.leaf_probabilities(x_data())
     with pytest.raises(ValueError, match=variable_message("tel", "node_weights")):
         layer.mean_reachable_leaves(x_data())
+
+
+@pytest.mark.parametrize("name", ["tel", "hinge_forest"])
+def test_a_bad_leaf_no_sample_reaches_leaves_the_output_unchanged_and_fails_on_loading(name, tmp_path):
+    """Leaves are checked through the output: a NaN leaf that the batch does not
+    reach changes nothing, and a saved file holding it does not load."""
+    layer = make(name) if name == "hinge_forest" else TreeEnsembleLayer(
+        num_trees=1, max_depth=4, units=1, transition_width=1e-3, name="tel")
+    x = x_data(n=3)
+    layer(x)
+    model = keras.Sequential([keras.Input((DIM,)), layer])
+    before = model.predict(x, verbose=0)
+    if name == "hinge_forest":
+        reached = np.unique(keras.ops.convert_to_numpy(layer.traverse(x)["leaf"])[:, 0])
+    else:
+        reached = np.flatnonzero(keras.ops.convert_to_numpy(layer.leaf_probabilities(x))[:, 0].max(0) > 0)
+    unreached = sorted(set(range(layer.num_leaves())) - set(reached.tolist()))
+    if not unreached:
+        pytest.skip("every leaf of tree 0 is reached by this batch")
+    value = np.array(keras.ops.convert_to_numpy(layer.leaf_weights))
+    value[0, unreached[0]] = np.nan
+    layer.leaf_weights.assign(value)
+    np.testing.assert_allclose(model.predict(x, verbose=0), before, rtol=1e-6)
+    path = str(tmp_path / "model.keras")
+    model.save(path)
+    with pytest.raises(ValueError, match="variable leaf_weights loaded from the file contains NaN or Inf"):
+        keras.models.load_model(path)
 
 
 def test_hinge_traverse_checks_thresholds():
