@@ -382,14 +382,6 @@ def test_every_real_dtype_is_accepted_symbolically(name, dtype):
 BAD_NUMBERS = [None, 0, -1, math.nan, math.inf, "3", 2.5, True]
 
 
-def _bad(value, allow_zero=False, allow_float=False):
-    if value == 0 and allow_zero:
-        return False
-    if value == 2.5 and allow_float:
-        return False
-    return True
-
-
 @pytest.mark.parametrize("value", BAD_NUMBERS)
 @pytest.mark.parametrize(
     "factory, argument, floating",
