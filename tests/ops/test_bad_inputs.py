@@ -184,6 +184,13 @@ OPS = {
 }
 
 
+def skip_unjittable(op, mode):
+    """``soft_leaf_log_probabilities`` gathers the present leaves: its output
+    shape depends on ``node_state``'s values, which ``jax.jit`` cannot trace."""
+    if BACKEND == "jax" and mode == "graph" and op == "soft_leaf_log_probabilities":
+        pytest.skip("data-dependent output shape: not traceable by jax.jit")
+
+
 def _set(name, fn):
     """A change of argument ``name``: ``fn(value) -> bad value``."""
     return name, fn
@@ -303,6 +310,7 @@ def _case_id(case):
 @pytest.mark.parametrize("case", CASES, ids=[_case_id(c) for c in CASES])
 def test_bad_input_is_rejected_naming_the_argument(case, path, mode):
     op, (name, change), error, message = case
+    skip_unjittable(op, mode)
     fn, build, names = OPS[op]
     args = build()
     i = names.index(name)
@@ -320,6 +328,7 @@ def test_bad_input_is_rejected_naming_the_argument(case, path, mode):
 def test_integer_and_boolean_x_give_floating_outputs(op, kind, path, mode):
     """Integer and boolean features are cast to floatx: the float math never
     comes back as int or bool, and equals the call on the floated features."""
+    skip_unjittable(op, mode)
     fn, build, _ = OPS[op]
     args = build()
     x = (args[0] > 0) if kind == "bool" else np.round(args[0] * 3)
