@@ -60,6 +60,15 @@ inline std::string PerfectDepth(int64_t num_internal, const char* axis, int* dep
   return "";
 }
 
+// A parameter (weights, biases, thresholds, leaf values) must be finite:
+// NaN would otherwise route silently one way (NaN > 0 is false) and give a
+// finite output. A linear scan of the parameters, which the walks read anyway.
+template <typename T>
+std::string Finite(const T* data, int64_t n, const char* name) {
+  if (data == nullptr || AllFinite(data, n)) return "";
+  return Message(name, " contains NaN or Inf (did training diverge?)");
+}
+
 }  // namespace checks_internal
 
 // Returns the first non-empty message of a sequence of checks.
@@ -101,7 +110,9 @@ inline std::string CheckSoftTreeEnsembleShapes(const Shape& x, const Shape& w, c
 }
 
 template <typename T>
-std::string CheckSoftTreeEnsembleValues(const SoftTreeDims& d, const T* x, T gamma) {
+std::string CheckSoftTreeEnsembleValues(const SoftTreeDims& d, const T* x, const T* node_weights,
+                                        const T* node_bias, const T* leaf_weights, T gamma) {
+  using checks_internal::Finite;
   using checks_internal::Message;
   if (!(std::isfinite(gamma) && gamma > T(0))) {
     return Message("gamma must be a finite number > 0, got ", gamma);
@@ -109,7 +120,9 @@ std::string CheckSoftTreeEnsembleValues(const SoftTreeDims& d, const T* x, T gam
   if (!AllFinite(x, d.batch * d.input_dim)) {
     return "x contains NaN or Inf; the tree ensemble needs finite inputs";
   }
-  return "";
+  KT_RETURN_IF_ERROR(Finite(node_weights, d.trees * d.num_internal * d.input_dim, "node_weights"));
+  KT_RETURN_IF_ERROR(Finite(node_bias, d.trees * d.num_internal, "node_bias"));
+  return Finite(leaf_weights, d.trees * (d.num_internal + 1) * d.units, "leaf_weights");
 }
 
 // Hinge trees and ferns: x [batch, features], thresholds and feature_indices
@@ -141,7 +154,7 @@ inline std::string CheckHingeShapes(bool fern, const Shape& x, const Shape& t, c
 
 template <typename T>
 std::string CheckHingeValues(const HingeDims& d, const T* x, const T* thresholds,
-                             const int32_t* feature_indices) {
+                             const int32_t* feature_indices, const T* leaf_weights) {
   using checks_internal::Message;
   const int64_t n = d.trees * d.vertices;
   for (int64_t i = 0; i < n; ++i) {
@@ -154,7 +167,7 @@ std::string CheckHingeValues(const HingeDims& d, const T* x, const T* thresholds
   }
   if (!AllFinite(x, d.batch * d.features)) return "x contains NaN or Inf; hinge trees need finite inputs";
   if (!AllFinite(thresholds, n)) return "thresholds contain NaN or Inf (did training diverge?)";
-  return "";
+  return checks_internal::Finite(leaf_weights, d.trees * d.leaves * d.units, "leaf_weights");
 }
 
 // Hard routing: x [batch, input_dim]; split_weights [trees, 2**depth - 1,
@@ -194,10 +207,19 @@ inline std::string CheckRoutingShapes(bool experts, const Shape& x, const Shape&
   return Exact(c, {d->trees, d->num_internal}, threshold_name);
 }
 
+// split_weights and split_bias always; expert_weights and threshold (named
+// `threshold_name`) with noisy-OR splits, else null.
 template <typename T>
-std::string CheckRoutingValues(const RoutingDims& d, const T* x, const T* expert_weights) {
+std::string CheckRoutingValues(const RoutingDims& d, const T* x, const T* split_weights, const T* split_bias,
+                               const T* expert_weights, const T* threshold,
+                               const char* threshold_name = "threshold") {
+  using checks_internal::Finite;
   using checks_internal::Message;
   if (!AllFinite(x, d.batch * d.input_dim)) return "x contains NaN or Inf; hard routing needs finite inputs";
+  const int64_t splits = d.trees * d.num_internal;
+  KT_RETURN_IF_ERROR(Finite(split_weights, splits * d.experts * d.input_dim, "split_weights"));
+  KT_RETURN_IF_ERROR(Finite(split_bias, splits * d.experts, "split_bias"));
+  KT_RETURN_IF_ERROR(Finite(threshold, splits, threshold_name));
   if (expert_weights != nullptr) {
     const int64_t n = d.trees * d.num_internal * d.experts;
     for (int64_t i = 0; i < n; ++i) {
@@ -259,7 +281,7 @@ std::string CheckLossAugmentedValues(const LossAugmentedDims& d, bool log_loss, 
     for (int64_t i = 0; i < d.batch; ++i) {
       const int64_t label = static_cast<int64_t>(y[i]);
       if (label < 0 || label >= d.classes) {
-        return Message("labels[", i, "] = ", label, " is outside [0, ", d.classes, ")");
+        return Message("labels must lie in [0, ", d.classes, "), got labels[", i, "] = ", label);
       }
     }
   } else if (!AllFinite(y, d.batch * d.classes)) {
@@ -306,6 +328,12 @@ inline std::string CheckPrunedLeafValues(const Shape& v, PrunedRoutingDims* d) {
   return "";
 }
 
+// The values of leaf_values (after CheckPrunedLeafValues set d.units).
+template <typename T>
+std::string CheckPrunedLeafValueData(const PrunedRoutingDims& d, const T* leaf_values) {
+  return checks_internal::Finite(leaf_values, d.trees * (2 * d.num_internal + 1) * d.units, "leaf_values");
+}
+
 // A [batch, trees, units] input (grad_output, weights); units < 0: any. Sets d->units.
 inline std::string CheckPerPair(const Shape& t, const char* name, PrunedRoutingDims* d) {
   using namespace checks_internal;
@@ -318,14 +346,28 @@ inline std::string CheckPerPair(const Shape& t, const char* name, PrunedRoutingD
   return "";
 }
 
+// `splits` holds the split inputs in the order of CheckPrunedRoutingShapes
+// (oblique: weights, bias, gamma; experts: weights, bias, expert_weights,
+// rate0, steepness); each must be finite, expert_weights also >= 0.
 template <typename T>
-std::string CheckPrunedRoutingValues(const PrunedRoutingDims& d, const T* x, const T* expert_weights,
-                                     double threshold) {
+std::string CheckPrunedRoutingValues(const PrunedRoutingDims& d, const T* x, bool experts,
+                                     const T* const* splits, double threshold) {
+  using checks_internal::Finite;
   using checks_internal::Message;
   if (!(std::isfinite(threshold) && threshold >= 0.0 && threshold < 1.0)) {
     return Message("threshold must be in [0, 1), got ", threshold);
   }
   if (!AllFinite(x, d.batch * d.input_dim)) return "x contains NaN or Inf; pruned routing needs finite inputs";
+  const int64_t nodes = d.trees * d.num_internal;
+  KT_RETURN_IF_ERROR(Finite(splits[0], nodes * d.experts * d.input_dim, "split_weights"));
+  KT_RETURN_IF_ERROR(Finite(splits[1], nodes * d.experts, "split_bias"));
+  if (experts) {
+    KT_RETURN_IF_ERROR(Finite(splits[3], nodes, "rate0"));
+    KT_RETURN_IF_ERROR(Finite(splits[4], nodes, "steepness"));
+  } else {
+    KT_RETURN_IF_ERROR(Finite(splits[2], nodes, "gamma"));
+  }
+  const T* expert_weights = experts ? splits[2] : nullptr;
   if (expert_weights != nullptr) {
     const int64_t n = d.trees * d.num_internal * d.experts;
     for (int64_t i = 0; i < n; ++i) {
@@ -358,7 +400,8 @@ std::string CheckEmInputs(const Shape& leaf_values, const Shape& labels, const S
   }
   for (int64_t i = 0; i < d->batch; ++i) {
     if (label_values[i] < 0 || label_values[i] >= d->units) {
-      return Message("labels[", i, "] = ", label_values[i], " is outside [0, ", d->units, ") (the classes of leaf_values)");
+      return Message("labels must lie in [0, ", d->units, ") (the classes of leaf_values), got labels[", i, "] = ",
+                     label_values[i]);
     }
   }
   for (int64_t i = 0; i < d->batch; ++i) {

@@ -48,7 +48,8 @@ class HardRoutingOp : public OpKernel {
     RoutingDims d;
     KT_OP_REQUIRES_CHECK(ctx, CheckRoutingShapes(false, ShapeOf(x), ShapeOf(w), ShapeOf(b),
                                                  ShapeOf(m), {}, {}, &d));
-    KT_OP_REQUIRES_CHECK(ctx, CheckRoutingValues<T>(d, x.flat<T>().data(), nullptr));
+    KT_OP_REQUIRES_CHECK(ctx, CheckRoutingValues<T>(d, x.flat<T>().data(), w.flat<T>().data(),
+                                                 b.flat<T>().data(), nullptr, nullptr));
     int32_t* node = nullptr;
     T* path_values = nullptr;
     if (!AllocateRoutingOutputs<T>(ctx, with_path_values_, d, &node, &path_values)) {
@@ -82,7 +83,8 @@ class HardRoutingExpertsOp : public OpKernel {
     KT_OP_REQUIRES_CHECK(ctx, CheckRoutingShapes(true, ShapeOf(x), ShapeOf(w), ShapeOf(b), ShapeOf(m),
                                                  ShapeOf(r), ShapeOf(c), &d));
     const T* rd = r.flat<T>().data();
-    KT_OP_REQUIRES_CHECK(ctx, CheckRoutingValues<T>(d, x.flat<T>().data(), rd));
+    KT_OP_REQUIRES_CHECK(ctx, CheckRoutingValues<T>(d, x.flat<T>().data(), w.flat<T>().data(),
+                                                 b.flat<T>().data(), rd, c.flat<T>().data()));
     int32_t* node = nullptr;
     T* path_values = nullptr;
     if (!AllocateRoutingOutputs<T>(ctx, with_path_values_, d, &node, &path_values)) {

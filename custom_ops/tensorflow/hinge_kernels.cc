@@ -29,7 +29,7 @@ class HingeForestOp : public OpKernel {
     KT_OP_REQUIRES_CHECK(ctx, CheckHingeShapes(fern_, ShapeOf(x), ShapeOf(t), ShapeOf(f), ShapeOf(w), &d));
     const T* xd = x.flat<T>().data();
     const T* td = t.flat<T>().data();
-    KT_OP_REQUIRES_CHECK(ctx, CheckHingeValues<T>(d, xd, td, f.flat<int32_t>().data()));
+    KT_OP_REQUIRES_CHECK(ctx, CheckHingeValues<T>(d, xd, td, f.flat<int32_t>().data(), w.flat<T>().data()));
 
     Tensor *out = nullptr, *leaf = nullptr, *margin = nullptr, *vertex = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({d.batch, d.trees, d.units}), &out));

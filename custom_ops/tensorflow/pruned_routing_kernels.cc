@@ -34,8 +34,9 @@ bool CheckInputs(OpKernelContext* ctx, int first, bool experts, PrunedRoutingDim
                                                  ShapeOf(ctx->input(first + splits + 1)), d);
   if (message.empty()) {
     // The threshold attribute is checked at construction.
-    message = CheckPrunedRoutingValues<T>(*d, ctx->input(first).flat<T>().data(),
-                                          experts ? ctx->input(first + 3).flat<T>().data() : nullptr, 0.0);
+    const T* split_data[5] = {};
+    for (int i = 0; i < splits; ++i) split_data[i] = ctx->input(first + 1 + i).flat<T>().data();
+    message = CheckPrunedRoutingValues<T>(*d, ctx->input(first).flat<T>().data(), experts, split_data, 0.0);
   }
   if (!message.empty()) ctx->CtxFailure(InvalidArgument(message));
   return message.empty();
@@ -133,6 +134,8 @@ class PrunedRoutingOp : public OpKernel, PrunedRoutingAttrs {
     typename Inputs::Splits splits;
     if (!Inputs::Read(ctx, 0, annealed_, &d, &splits)) return;
     if (!ReadLeafValues(ctx, ctx->input(Inputs::kInputs), &d)) return;
+    const Tensor& values = ctx->input(Inputs::kInputs);
+    KT_OP_REQUIRES_CHECK(ctx, CheckPrunedLeafValueData<T>(d, values.flat<T>().data()));
     Tensor *out = nullptr, *kept = nullptr, *evals = nullptr, *dropped = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({d.batch, d.trees, d.units}), &out));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({d.batch, d.trees}), &kept));

@@ -49,7 +49,8 @@ class SoftTreeEnsembleOp : public OpKernel {
                                                           ShapeOf(o), ShapeOf(g), &d));
     const T gamma = g.scalar<T>()();
     const T* xd = x.flat<T>().data();
-    KT_OP_REQUIRES_CHECK(ctx, CheckSoftTreeEnsembleValues<T>(d, xd, gamma));
+    KT_OP_REQUIRES_CHECK(ctx, CheckSoftTreeEnsembleValues<T>(d, xd, w.flat<T>().data(), b.flat<T>().data(),
+                                                          o.flat<T>().data(), gamma));
 
     Tensor* out = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({d.batch, d.units}), &out));

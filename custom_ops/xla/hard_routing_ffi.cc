@@ -28,7 +28,7 @@ ffi::Error Route(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::
     if (auto m = CheckSameType<T>({{"split_weights", &w}, {"split_bias", &b}}); !m.empty()) {
       return InvalidArgument(m);
     }
-    if (auto m = CheckRoutingValues<T>(d, Data<T>(x), nullptr); !m.empty()) return InvalidArgument(m);
+    if (auto m = CheckRoutingValues<T>(d, Data<T>(x), Data<T>(w), Data<T>(b), nullptr, nullptr); !m.empty()) return InvalidArgument(m);
     HardRoute<T>(d, Data<T>(x), Data<T>(w), Data<T>(b), Data<bool>(is_split),
                  Data<int32_t>(node), with_path_values ? Data<T>(path_values) : nullptr,
                  XlaParallelFor(pool));
@@ -56,7 +56,7 @@ ffi::Error RouteExperts(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer w
         !m.empty()) {
       return InvalidArgument(m);
     }
-    if (auto m = CheckRoutingValues<T>(d, Data<T>(x), Data<T>(r)); !m.empty()) {
+    if (auto m = CheckRoutingValues<T>(d, Data<T>(x), Data<T>(w), Data<T>(b), Data<T>(r), Data<T>(c)); !m.empty()) {
       return InvalidArgument(m);
     }
     HardRouteExperts<T>(d, Data<T>(x), Data<T>(w), Data<T>(b), Data<T>(r), Data<T>(c),

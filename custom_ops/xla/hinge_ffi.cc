@@ -31,7 +31,7 @@ ffi::Error Forward(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer t, ffi
       return InvalidArgument(m);
     }
     const int32_t* fd = Data<int32_t>(f);
-    if (auto m = CheckHingeValues<T>(d, Data<T>(x), Data<T>(t), fd); !m.empty()) {
+    if (auto m = CheckHingeValues<T>(d, Data<T>(x), Data<T>(t), fd, Data<T>(w)); !m.empty()) {
       return InvalidArgument(m);
     }
     HingeForestForward<T>(d, fern, Data<T>(x), Data<T>(t), fd, Data<T>(w), Data<T>(out),

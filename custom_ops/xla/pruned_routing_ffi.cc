@@ -60,7 +60,7 @@ std::string Read(const std::vector<ffi::AnyBuffer>& args, bool experts, bool ann
   } else {
     in->oblique = ObliqueSplits<T>{p[0], p[1], p[2]};
   }
-  return CheckPrunedRoutingValues<T>(*d, Data<T>(args[0]), experts ? p[2] : nullptr, threshold);
+  return CheckPrunedRoutingValues<T>(*d, Data<T>(args[0]), experts, p, threshold);
 }
 
 std::vector<ffi::AnyBuffer> Buffers(const ffi::RemainingArgs& args, size_t from = 0) {
@@ -90,6 +90,7 @@ ffi::Error Forward(ffi::ThreadPool pool, ffi::RemainingArgs args, ffi::Remaining
     const ffi::AnyBuffer& v = in.extra(0);
     if (auto m = CheckPrunedLeafValues(ShapeOf(v), &d); !m.empty()) return InvalidArgument(m);
     if (!HasType<T>(v)) return InvalidArgument("leaf_values must have the dtype of x");
+    if (auto m = CheckPrunedLeafValueData<T>(d, Data<T>(v)); !m.empty()) return InvalidArgument(m);
     auto run = [&](const auto& splits) {
       PrunedRoutingForward<T>(d, Data<T>(in.x()), splits, Data<bool>(in.is_split()), Data<T>(v), T(threshold),
                               Data<T>(out[0]), Data<int32_t>(out[1]), Data<int32_t>(out[2]), Data<T>(out[3]),

@@ -34,7 +34,8 @@ ffi::Error Forward(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer w, ffi
       return InvalidArgument(m);
     }
     const T gamma = *Data<T>(g);
-    if (auto m = CheckSoftTreeEnsembleValues<T>(d, Data<T>(x), gamma); !m.empty()) {
+    if (auto m = CheckSoftTreeEnsembleValues<T>(d, Data<T>(x), Data<T>(w), Data<T>(b), Data<T>(o), gamma);
+        !m.empty()) {
       return InvalidArgument(m);
     }
     SoftTreeEnsembleForward<T>(d, Data<T>(x), Data<T>(w), Data<T>(b), Data<T>(o), gamma,
@@ -60,7 +61,8 @@ ffi::Error Backward(ffi::ThreadPool pool, ffi::AnyBuffer gy, ffi::AnyBuffer x, f
       return InvalidArgument(m);
     }
     const T gamma = *Data<T>(g);
-    if (auto m = CheckSoftTreeEnsembleValues<T>(d, Data<T>(x), gamma); !m.empty()) {
+    if (auto m = CheckSoftTreeEnsembleValues<T>(d, Data<T>(x), Data<T>(w), Data<T>(b), Data<T>(o), gamma);
+        !m.empty()) {
       return InvalidArgument(m);
     }
     const ParallelFor parallel_for = XlaParallelFor(pool);

@@ -9,6 +9,7 @@ The PyTorch backend runs the ``keras.ops`` reference path.
 
 import contextlib
 import os
+import re
 import threading
 import warnings
 
@@ -175,7 +176,56 @@ def binding(family):
     prefix = _BINDINGS[keras.backend.backend()]
     # The builtin __import__, not importlib: AutoGraph (inside tf.function)
     # leaves builtins alone but warns that it cannot convert importlib.
-    return __import__(f"keras_trees.ops._{prefix}_{family}", fromlist=["_"])
+    return _Binding(__import__(f"keras_trees.ops._{prefix}_{family}", fromlist=["_"]))
+
+
+class _Binding:
+    """A wrapper module whose functions raise ``ValueError`` when an eager call
+    is rejected by the kernels' input checks (``core/checks.h``), as the
+    ``keras.ops`` path does: the kernels fail with ``InvalidArgumentError``
+    (TensorFlow) or ``JaxRuntimeError`` (JAX), which inside ``tf.function``
+    and ``jax.jit`` stay as they are (the values are only known when the
+    graph runs)."""
+
+    def __init__(self, module):
+        self._module = module
+
+    def __getattr__(self, name):
+        attr = getattr(self._module, name)
+        if name.startswith("_") or not callable(attr):
+            return attr
+
+        def call(*args, **kwargs):
+            return _eager_value_errors(attr, args, kwargs)
+
+        return call
+
+
+_TF_NOISE = re.compile(r"^\{\{function_node [^}]*\}\}\s*|\s*\[Op:[^\]]*\].*$", re.DOTALL)
+
+
+def _eager_value_errors(fn, args, kwargs):
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        if not tf.executing_eagerly():
+            return fn(*args, **kwargs)
+        try:
+            return fn(*args, **kwargs)
+        except tf.errors.InvalidArgumentError as exc:
+            raise ValueError(_TF_NOISE.sub("", exc.message).strip()) from None
+    import jax
+
+    if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves((args, kwargs))):
+        return fn(*args, **kwargs)
+    try:
+        return jax.block_until_ready(fn(*args, **kwargs))
+    except jax.errors.JaxRuntimeError as exc:
+        message = str(exc)
+        if "INVALID_ARGUMENT" not in message:
+            raise
+        raise ValueError(message.split("INVALID_ARGUMENT:", 1)[-1].strip()) from None
 
 
 def _jax_on_cpu():

@@ -19,6 +19,7 @@ from keras import ops
 from keras_trees import topology
 from keras_trees.api_export import keras_trees_export
 from keras_trees.ops import _library
+from keras_trees.validation import tensors
 
 
 def _validate_experts(x, split_weights, split_bias, is_split, expert_weights, threshold):
@@ -67,26 +68,49 @@ def _validate(x, split_weights, split_bias, is_split):
             raise ValueError(f"{name} must have shape ({trees}, {internal}), got {tuple(t.shape)}")
 
 
-def _check_finite_eager(x):
-    try:
-        xv = ops.convert_to_numpy(x)
-    except Exception:  # symbolic: the op checks
-        return
-    import numpy as np
+def _inputs(x, split_weights, split_bias, is_split, expert_weights=None, threshold=None):
+    """Converts and checks what is known without the values: ``x`` as
+    floating features (integers and booleans cast to floatx), the split
+    parameters in ``x``'s dtype (so mixed float32/float64 inputs compute in
+    ``x``'s, on both paths), ``is_split`` as booleans, and the shapes."""
+    x = tensors.features(x, "x")
+    dtype = tensors.dtype_name(x)
+    split_weights = tensors.floating(split_weights, "split_weights", dtype)
+    split_bias = tensors.floating(split_bias, "split_bias", dtype)
+    is_split = split_flags(is_split)
+    if len(split_weights.shape) == 4:
+        expert_weights = None if expert_weights is None else tensors.floating(expert_weights, "expert_weights", dtype)
+        threshold = None if threshold is None else tensors.floating(threshold, "threshold", dtype)
+        _validate_experts(x, split_weights, split_bias, is_split, expert_weights, threshold)
+    else:
+        if expert_weights is not None or threshold is not None:
+            raise ValueError("expert_weights and threshold need rank-4 split_weights (noisy-OR splits)")
+        _validate(x, split_weights, split_bias, is_split)
+    return x, split_weights, split_bias, is_split, expert_weights, threshold
 
-    if not np.all(np.isfinite(xv)):
-        raise ValueError("x contains NaN or Inf; hard routing needs finite inputs")
+
+def split_flags(is_split, name="is_split"):
+    """``is_split`` as booleans: boolean tensors as they are; integer or float
+    flags must be 0 or 1 (a topology value like 2 or 7 is refused, not read as
+    True)."""
+    is_split = tensors.as_tensor(is_split, name)
+    if tensors.dtype_name(is_split) == "bool" or tensors.is_keras_symbolic(is_split):
+        return ops.cast(is_split, "bool")
+    tensors.require(ops.all(ops.logical_or(ops.equal(is_split, 0), ops.equal(is_split, 1))),
+                    f"{name} must hold booleans (0 or 1): node_state == SPLIT over the internal positions")
+    return ops.cast(is_split, "bool")
 
 
-def _check_nonnegative_eager(r):
-    try:
-        rv = ops.convert_to_numpy(r)
-    except Exception:  # symbolic: the op checks
-        return
-    import numpy as np
-
-    if np.any(rv < 0):
-        raise ValueError("expert_weights must be >= 0 (noisy-OR rates r_k)")
+def _check_values(x, split_weights, split_bias, expert_weights=None, threshold=None):
+    """Value checks of the ``keras.ops`` path (the compiled kernels make the
+    same ones): eager, inside ``tf.function`` and under ``jax.jit``."""
+    tensors.finite(x, "x", "hard routing needs finite inputs")
+    tensors.finite(split_weights, "split_weights", "did training diverge?")
+    tensors.finite(split_bias, "split_bias", "did training diverge?")
+    if threshold is not None:
+        tensors.finite(threshold, "threshold", "did training diverge?")
+    if expert_weights is not None:
+        tensors.nonnegative(expert_weights, "expert_weights", "noisy-OR rates r_k")
 
 
 @keras_trees_export("keras_trees.ops")
@@ -101,18 +125,13 @@ def hard_route_reference(x, split_weights, split_bias, is_split, expert_weights=
         each sample stops, and ``(batch, num_trees, depth)`` split values along
         the path (0 after its end).
     """
-    x = ops.convert_to_tensor(x)
-    split_weights = ops.convert_to_tensor(split_weights)
-    split_bias = ops.convert_to_tensor(split_bias, dtype=split_weights.dtype)
-    is_split = ops.convert_to_tensor(is_split)
+    x, split_weights, split_bias, is_split, expert_weights, threshold = _inputs(
+        x, split_weights, split_bias, is_split, expert_weights, threshold)
+    _check_values(x, split_weights, split_bias, expert_weights, threshold)
     if len(split_weights.shape) == 4:
-        expert_weights = None if expert_weights is None else ops.convert_to_tensor(expert_weights, split_weights.dtype)
-        threshold = None if threshold is None else ops.convert_to_tensor(threshold, split_weights.dtype)
-        _validate_experts(x, split_weights, split_bias, is_split, expert_weights, threshold)
         z = ops.einsum("bp,tikp->btik", x, split_weights) + split_bias[None]
         values = ops.sum(expert_weights[None] * ops.softplus(z), axis=-1) - threshold[None]
     else:
-        _validate(x, split_weights, split_bias, is_split)
         values = ops.einsum("bp,tip->bti", x, split_weights) + split_bias[None]
     return _walk(values, is_split)
 
@@ -165,33 +184,16 @@ def hard_route(x, split_weights, split_bias, is_split, with_path_values=True, ex
     >>> np.asarray(node).ravel().tolist()
     [1, 2]
     """
-    x = ops.convert_to_tensor(x)
-    split_weights = ops.convert_to_tensor(split_weights)
-    split_bias = ops.convert_to_tensor(split_bias)
-    is_split = ops.convert_to_tensor(is_split)
-    if len(split_weights.shape) == 4:
-        expert_weights = None if expert_weights is None else ops.convert_to_tensor(expert_weights)
-        threshold = None if threshold is None else ops.convert_to_tensor(threshold)
-        _validate_experts(x, split_weights, split_bias, is_split, expert_weights, threshold)
-        _check_nonnegative_eager(expert_weights)
-        if _library.custom_ops_available():
-            kernels = _library.binding("hard_routing")
+    x, split_weights, split_bias, is_split, expert_weights, threshold = _inputs(
+        x, split_weights, split_bias, is_split, expert_weights, threshold)
+    if _library.custom_ops_available():  # the kernels check the values
+        kernels = _library.binding("hard_routing")
+        if expert_weights is not None:
             return kernels.hard_route_experts(
                 x, split_weights, split_bias, expert_weights, threshold, is_split, with_path_values
             )
-        _check_finite_eager(x)
-        node, path = hard_route_reference(x, split_weights, split_bias, is_split, expert_weights, threshold)
-        if not with_path_values:
-            path = path[..., :0]
-        return node, path
-    if expert_weights is not None or threshold is not None:
-        raise ValueError("expert_weights and threshold need rank-4 split_weights (noisy-OR splits)")
-    _validate(x, split_weights, split_bias, is_split)
-    if _library.custom_ops_available():
-        kernels = _library.binding("hard_routing")
         return kernels.hard_route(x, split_weights, split_bias, is_split, with_path_values)
-    _check_finite_eager(x)
-    node, path = hard_route_reference(x, split_weights, split_bias, is_split)
+    node, path = hard_route_reference(x, split_weights, split_bias, is_split, expert_weights, threshold)
     if not with_path_values:
         path = path[..., :0]
     return node, path

@@ -28,6 +28,7 @@ from keras import ops
 from keras_trees.api_export import keras_trees_export
 from keras_trees.ops import _library
 from keras_trees.ops.routing import depth_from_internal_nodes
+from keras_trees.validation import tensors
 
 MAX_DEPTH = 24  # kMaxDepth of the kernels
 
@@ -76,34 +77,33 @@ def _validate_shapes(x, thresholds, feature_indices, leaf_weights, fern):
     return depth
 
 
-def _check_eager(x, thresholds, feature_indices):
-    """Value checks the reference path can make when the tensors are concrete."""
-    try:
-        xv = ops.convert_to_numpy(x)
-        tv = ops.convert_to_numpy(thresholds)
-        fv = ops.convert_to_numpy(feature_indices)
-    except Exception:  # symbolic tensors (graph mode): nothing to check here
-        return
-    import numpy as np
-
-    if not np.all(np.isfinite(xv)):
-        raise ValueError("x contains NaN or Inf; hinge trees need finite inputs")
-    if not np.all(np.isfinite(tv)):
-        raise ValueError("thresholds contain NaN or Inf (did training diverge?)")
-    if fv.size and (fv.min() < 0 or fv.max() >= xv.shape[1]):
-        bad = np.argwhere((fv < 0) | (fv >= xv.shape[1]))[0]
-        raise ValueError(
-            f"feature_indices[{bad[0]}, {bad[1]}] = {fv[tuple(bad)]} is out of range: x has "
-            f"{xv.shape[1]} features"
-        )
-
-
-def _convert(x, thresholds, feature_indices, leaf_weights):
-    x = ops.convert_to_tensor(x)
-    thresholds = ops.convert_to_tensor(thresholds)
-    feature_indices = ops.cast(feature_indices, "int32")
+def _check_values(x, thresholds, leaf_weights):
+    """Value checks of the ``keras.ops`` path (the compiled kernels make the
+    same ones): eager, inside ``tf.function`` and under ``jax.jit``."""
+    tensors.finite(x, "x", "hinge trees need finite inputs")
+    tensors.finite(thresholds, "thresholds", "did training diverge?")
     if leaf_weights is not None:
-        leaf_weights = ops.convert_to_tensor(leaf_weights)
+        tensors.finite(leaf_weights, "leaf_weights", "did training diverge?")
+
+
+def _is_int32_tensor(t):
+    """int32 ids (NumPy or backend): the kernels check their range themselves."""
+    return hasattr(t, "dtype") and tensors.dtype_name(t) == "int32"
+
+
+def _convert(x, thresholds, feature_indices, leaf_weights, compiled=False):
+    """Tensors in ``x``'s floating dtype (integer and boolean ``x`` cast to
+    floatx) and int32 ``feature_indices`` checked in ``[0, num_features)``
+    before the cast (int64 ids beyond int32 and fractional floats are refused,
+    not wrapped or truncated). The compiled kernels check int32 ids
+    themselves, so ``compiled`` skips that one runtime check."""
+    x = tensors.features(x, "x", layout="(batch, num_features)")
+    dtype = tensors.dtype_name(x)
+    thresholds = tensors.floating(thresholds, "thresholds", dtype)
+    if not (compiled and _is_int32_tensor(feature_indices)):
+        feature_indices = tensors.indices(feature_indices, "feature_indices", upper=x.shape[1])
+    if leaf_weights is not None:
+        leaf_weights = tensors.floating(leaf_weights, "leaf_weights", dtype)
     return x, thresholds, feature_indices, leaf_weights
 
 
@@ -119,6 +119,7 @@ def hinge_traversal_reference(x, thresholds, feature_indices, fern=False):
     """
     x, thresholds, feature_indices, _ = _convert(x, thresholds, feature_indices, None)
     depth = _validate_shapes(x, thresholds, feature_indices, None, fern)
+    _check_values(x, thresholds, None)
     trees, vertices = thresholds.shape
     f_flat = ops.reshape(feature_indices, (-1,))
     t_flat = ops.reshape(thresholds, (-1,))
@@ -166,6 +167,7 @@ def hinge_forest_reference(x, thresholds, feature_indices, leaf_weights, fern=Fa
         x, thresholds, feature_indices, leaf_weights
     )
     depth = _validate_shapes(x, thresholds, feature_indices, leaf_weights, fern)
+    tensors.finite(leaf_weights, "leaf_weights", "did training diverge?")
     leaf, margin, _ = hinge_traversal_reference(x, thresholds, feature_indices, fern)
     trees, leaves, units = leaf_weights.shape
     flat = ops.reshape(leaf_weights, (trees * leaves, units))
@@ -186,6 +188,7 @@ def hinge_forest_dense(x, thresholds, feature_indices, leaf_weights, fern=False)
         x, thresholds, feature_indices, leaf_weights
     )
     depth = _validate_shapes(x, thresholds, feature_indices, leaf_weights, fern)
+    _check_values(x, thresholds, leaf_weights)
     trees = thresholds.shape[0]
     batch = ops.shape(x)[0]
     r = ops.take(x, feature_indices, axis=1) - thresholds[None]  # (batch, trees, vertices)
@@ -211,14 +214,14 @@ def hinge_forest(x, thresholds, feature_indices, leaf_weights, fern=False):
     TensorFlow backend and the custom ops loaded, runs the compiled
     multi-threaded traversal and its sparse backward pass.
     """
-    x, thresholds, feature_indices, leaf_weights = _convert(
-        x, thresholds, feature_indices, leaf_weights
-    )
-    _validate_shapes(x, thresholds, feature_indices, leaf_weights, fern)
     if _library.custom_ops_available():
+        # The kernel checks the values (x, thresholds, leaf_weights, int32 ids).
+        x, thresholds, feature_indices, leaf_weights = _convert(
+            x, thresholds, feature_indices, leaf_weights, compiled=True
+        )
+        _validate_shapes(x, thresholds, feature_indices, leaf_weights, fern)
         kernels = _library.binding("hinge")
         return kernels.hinge_forest(x, thresholds, feature_indices, leaf_weights, fern)
-    _check_eager(x, thresholds, feature_indices)
     return hinge_forest_reference(x, thresholds, feature_indices, leaf_weights, fern)
 
 
@@ -229,14 +232,13 @@ def hinge_forest_traversal(x, thresholds, feature_indices, fern=False):
     See :func:`hinge_traversal_reference`; dispatches to the compiled op where
     available.
     """
-    x, thresholds, feature_indices, _ = _convert(x, thresholds, feature_indices, None)
-    depth = _validate_shapes(x, thresholds, feature_indices, None, fern)
     if _library.custom_ops_available():
+        x, thresholds, feature_indices, _ = _convert(x, thresholds, feature_indices, None, compiled=True)
+        depth = _validate_shapes(x, thresholds, feature_indices, None, fern)
         kernels = _library.binding("hinge")
         no_units = ops.zeros((thresholds.shape[0], 2**depth, 0), dtype=x.dtype)
         _, leaf, margin, vertex = kernels.hinge_forest_traversal(
             x, thresholds, feature_indices, no_units, fern
         )
         return leaf, margin, vertex
-    _check_eager(x, thresholds, feature_indices)
     return hinge_traversal_reference(x, thresholds, feature_indices, fern)

@@ -26,6 +26,7 @@ from keras import ops
 from keras_trees import topology
 from keras_trees.api_export import keras_trees_export
 from keras_trees.ops import _library
+from keras_trees.validation import tensors
 
 LOSSES = ("log", "squared")
 
@@ -64,18 +65,43 @@ def _validate(x, split_weights, split_bias, leaf_values, labels, loss):
         raise ValueError(f"x has {x.shape[0]} samples but labels has {labels.shape[0]}")
 
 
-def _check_eager(x, leaf_values, labels, loss):
-    try:
-        xv, yv = ops.convert_to_numpy(x), ops.convert_to_numpy(labels)
-        tv = ops.convert_to_numpy(leaf_values)
-    except Exception:  # symbolic: the op checks
-        return
-    if not np.all(np.isfinite(xv)):
-        raise ValueError("x contains NaN or Inf; loss-augmented inference needs finite inputs")
-    if loss == "log" and yv.size and (yv.min() < 0 or yv.max() >= tv.shape[1]):
-        raise ValueError(f"labels must lie in [0, {tv.shape[1]}), got values in [{yv.min()}, {yv.max()}]")
-    if loss == "squared" and not np.all(np.isfinite(yv)):
-        raise ValueError("targets contain NaN or Inf")
+def _inputs(x, split_weights, split_bias, leaf_values, labels, loss, compiled=False):
+    """Converts and checks what is known without the values: ``x`` as
+    floating features (integers and booleans cast to floatx), the parameters
+    in ``x``'s dtype, shapes, and the labels: class ids (log loss) checked in
+    ``[0, K)`` before their cast to int32 (int64 ids beyond int32 and
+    fractional floats refused; the compiled kernel checks int32 ids itself,
+    so ``compiled`` skips that one runtime check), or floating targets."""
+    if loss not in LOSSES:
+        raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
+    x = tensors.features(x, "x")
+    dtype = tensors.dtype_name(x)
+    split_weights = tensors.floating(split_weights, "split_weights", dtype)
+    split_bias = tensors.floating(split_bias, "split_bias", dtype)
+    leaf_values = tensors.floating(leaf_values, "leaf_values", dtype)
+    if labels is None:
+        raise TypeError("labels must be class ids (loss='log') or targets (loss='squared'), got None")
+    if loss == "log":
+        classes = leaf_values.shape[-1] if len(leaf_values.shape) == 2 else None
+        int32_tensor = hasattr(labels, "dtype") and tensors.dtype_name(labels) == "int32"
+        if not (compiled and int32_tensor):
+            labels = tensors.indices(labels, "labels", upper=classes)
+        labels = tensors.as_tensor(labels, "labels")
+    else:
+        labels = tensors.floating(labels, "labels", dtype)
+    _validate(x, split_weights, split_bias, leaf_values, labels, loss)
+    return x, split_weights, split_bias, leaf_values, labels
+
+
+def _check_values(x, split_weights, split_bias, leaf_values, labels, loss):
+    """Value checks of the ``keras.ops`` path (the compiled kernel makes the
+    same ones): eager, inside ``tf.function`` and under ``jax.jit``."""
+    tensors.finite(x, "x", "loss-augmented inference needs finite inputs")
+    tensors.finite(split_weights, "split_weights", "did training diverge?")
+    tensors.finite(split_bias, "split_bias", "did training diverge?")
+    tensors.finite(leaf_values, "leaf_values", "did training diverge?")
+    if loss == "squared":
+        tensors.finite(labels, "labels", "the regression targets must be finite")
 
 
 def leaf_losses(leaf_values, labels, loss):
@@ -118,15 +144,13 @@ def loss_augmented_inference_reference(x, split_weights, split_bias, leaf_values
         ``(g_leaf, h_leaf, score)`` as the compiled op (see
         :func:`loss_augmented_inference`).
     """
-    x = ops.convert_to_tensor(x)
-    split_weights = ops.convert_to_tensor(split_weights)
-    split_bias = ops.convert_to_tensor(split_bias, dtype=split_weights.dtype)
-    leaf_values = ops.convert_to_tensor(leaf_values, dtype=split_weights.dtype)
-    labels = ops.convert_to_tensor(labels)
-    _validate(x, split_weights, split_bias, leaf_values, labels, loss)
+    x, split_weights, split_bias, leaf_values, labels = _inputs(
+        x, split_weights, split_bias, leaf_values, labels, loss)
+    _check_values(x, split_weights, split_bias, leaf_values, labels, loss)
     internal = split_weights.shape[0]
     depth = topology.max_depth_from_internal(internal)
-    v = ops.matmul(ops.cast(x, split_weights.dtype), ops.transpose(split_weights)) + split_bias[None]
+    v = ops.matmul(x, ops.transpose(split_weights)) + split_bias[None]
+    batch = ops.shape(v)[0]
     margin = ops.zeros_like(v[:, :1])
     flips = ops.zeros_like(v[:, :1])
     for level in range(depth):
@@ -134,14 +158,14 @@ def loss_augmented_inference_reference(x, split_weights, split_bias, leaf_values
         left, right = -vl - ops.abs(vl), vl - ops.abs(vl)
         right_h = ops.cast(vl > 0, v.dtype)
         # children in heap order: interleave left/right of each node
-        margin = ops.reshape(ops.stack([margin + left, margin + right], axis=-1), (-1, 2 ** (level + 1)))
-        flips = ops.reshape(ops.stack([flips + right_h, flips + 1.0 - right_h], axis=-1), (-1, 2 ** (level + 1)))
+        margin = ops.reshape(ops.stack([margin + left, margin + right], axis=-1), (batch, 2 ** (level + 1)))
+        flips = ops.reshape(ops.stack([flips + right_h, flips + 1.0 - right_h], axis=-1), (batch, 2 ** (level + 1)))
     scores = margin + leaf_losses(leaf_values, labels, loss)
     h_leaf = ops.cast(ops.argmin(flips, axis=1), "int32")  # the only leaf with 0 disagreements
     if fast:
         scores = ops.where(flips <= 1.0, scores, ops.full_like(scores, -np.inf))
     h_score = ops.take_along_axis(scores, h_leaf[:, None], axis=1)[:, 0]
-    best = ops.max(scores, axis=1)
+    best = ops.max(scores, axis=1, initial=-np.inf)  # `initial`: an empty batch is no error
     first = ops.cast(ops.argmax(scores, axis=1), "int32")
     g_leaf = ops.where(h_score >= best, h_leaf, first)
     return g_leaf, h_leaf, ops.maximum(best, h_score)
@@ -179,14 +203,9 @@ def loss_augmented_inference(x, split_weights, split_bias, leaf_values, labels, 
     >>> # g crosses it to the high-loss leaf 2, so the bound exceeds the loss there
     ([0, 2], [2, 2])
     """
-    x = ops.convert_to_tensor(x)
-    split_weights = ops.convert_to_tensor(split_weights)
-    split_bias = ops.convert_to_tensor(split_bias)
-    leaf_values = ops.convert_to_tensor(leaf_values)
-    labels = ops.convert_to_tensor(labels)
-    _validate(x, split_weights, split_bias, leaf_values, labels, loss)
-    _check_eager(x, leaf_values, labels, loss)
-    if _library.custom_ops_available():
+    if _library.custom_ops_available():  # the kernel checks the values
+        x, split_weights, split_bias, leaf_values, labels = _inputs(
+            x, split_weights, split_bias, leaf_values, labels, loss, compiled=True)
         kernels = _library.binding("loss_augmented")
         return kernels.loss_augmented_inference(
             x, split_weights, split_bias, leaf_values, labels, loss, fast
@@ -234,7 +253,17 @@ def surrogate(x, split_weights, split_bias, leaf_values, labels, g_leaf, loss="l
     ``path_margin(assigned_leaf) <= 0``. Gradients: ``(g - h) x^T`` for the split
     rows on the two paths, ``d loss / d Theta`` at ``Theta[g_leaf]`` (Algorithm 1).
     """
+    x, split_weights, split_bias, leaf_values, labels = _inputs(
+        x, split_weights, split_bias, leaf_values, labels, loss)
+    _check_values(x, split_weights, split_bias, leaf_values, labels, loss)
     depth = topology.max_depth_from_internal(split_weights.shape[0])
+    leaves = 2**depth
+    g_leaf = tensors.indices(g_leaf, "g_leaf", upper=leaves)
+    if assigned_leaf is not None:
+        assigned_leaf = tensors.indices(assigned_leaf, "assigned_leaf", upper=leaves)
+    for name, t in (("g_leaf", g_leaf), ("assigned_leaf", assigned_leaf)):
+        if t is not None and tuple(t.shape) != tuple(labels.shape[:1]):
+            raise ValueError(f"{name} must have shape (batch,) = {tuple(labels.shape[:1])}, got {tuple(t.shape)}")
     value = path_margin(x, split_weights, split_bias, g_leaf, depth)
     value = value + selected_leaf_loss(leaf_values, g_leaf, labels, loss)
     if assigned_leaf is not None:

@@ -9,16 +9,59 @@ data-dependent size), so deep unbalanced trees cost what they contain, not
 ``2**max_depth``.
 """
 
+import numpy as np
 from keras import ops
 
 from keras_trees import topology
 from keras_trees.api_export import keras_trees_export
+from keras_trees.validation import tensors
+from keras_trees.validation import topology as topology_checks
 
 
 def _tree_sizes(split_weights):
     trees, internal, _ = split_weights.shape
     depth = topology.max_depth_from_internal(internal)
     return trees, internal, 2 * internal + 1, depth
+
+
+def _inputs(x, split_weights, split_bias, gamma, node_state, check_values=True):
+    """Converts and checks the arguments of the three functions here: ``x`` as
+    floating features (integers and booleans cast to floatx), the split
+    parameters in its dtype, shapes, ``node_state`` a valid topology
+    (:func:`keras_trees.validation.topology.node_state`) and, with
+    ``check_values``, every value finite (eager, ``tf.function``, ``jax.jit``)."""
+    x = tensors.features(x, "x")
+    dtype = tensors.dtype_name(x)
+    split_weights = tensors.floating(split_weights, "split_weights", dtype)
+    split_bias = tensors.floating(split_bias, "split_bias", dtype)
+    if gamma is None:
+        raise TypeError("gamma must be a tensor of steepnesses (num_trees, 2**depth - 1), got None")
+    gamma = tensors.floating(gamma, "gamma", dtype)
+    if len(split_weights.shape) != 3:
+        raise ValueError("split_weights must have shape (num_trees, 2**depth - 1, input_dim), "
+                         f"got {tuple(split_weights.shape)}")
+    trees, internal, dim = split_weights.shape
+    leaves = internal + 1
+    if internal < 1 or leaves & (leaves - 1):
+        raise ValueError(f"split_weights.shape[1] must be 2**depth - 1, got {internal}")
+    if x.shape[1] != dim:
+        raise ValueError(f"x has {x.shape[1]} features but split_weights expects input_dim={dim}")
+    for name, t in (("split_bias", split_bias), ("gamma", gamma)):
+        if tuple(t.shape) != (trees, internal):
+            raise ValueError(f"{name} must have shape ({trees}, {internal}), got {tuple(t.shape)}")
+    if node_state is None:
+        raise TypeError("node_state must be an integer topology (num_trees, 2**(depth + 1) - 1), got None")
+    if not tensors.is_backend_tensor(node_state):
+        node_state = np.asarray(node_state)
+    if tuple(node_state.shape) != (trees, 2 * internal + 1):
+        raise ValueError(f"node_state must have shape ({trees}, {2 * internal + 1}), got {tuple(node_state.shape)}")
+    node_state = topology_checks.node_state(node_state, "node_state")
+    if check_values:
+        tensors.finite(x, "x", "path probabilities need finite inputs")
+        tensors.finite(split_weights, "split_weights", "did training diverge?")
+        tensors.finite(split_bias, "split_bias", "did training diverge?")
+    tensors.finite(gamma, "gamma", "did training diverge?")
+    return x, split_weights, split_bias, gamma, ops.cast(node_state, "int32")
 
 
 def present(node_state, kind):
@@ -47,9 +90,8 @@ def soft_leaf_log_probabilities(x, split_weights, split_bias, gamma, node_state,
         ``log mu_l(x)``; ``sum_l mu_l = 1`` within each tree without pruning;
         dropped leaves have ``log mu = -inf``.
     """
-    x = ops.convert_to_tensor(x)
+    x, split_weights, split_bias, gamma, state = _inputs(x, split_weights, split_bias, gamma, node_state)
     trees, internal, positions, depth = _tree_sizes(split_weights)
-    state = ops.cast(node_state, "int32")
     split_ids_pos = present(state[:, :internal], topology.SPLIT)  # into trees * internal
     w = ops.take(ops.reshape(split_weights, (trees * internal, -1)), split_ids_pos, axis=0)
     b = ops.take(ops.reshape(split_bias, (-1,)), split_ids_pos, axis=0)
@@ -109,11 +151,16 @@ def frontier(x, split_weights, split_bias, gamma, node_state, candidate):
     Returns:
         ``(node, is_stump, right_prob)``, each ``(batch, num_trees)``.
     """
-    from keras_trees.ops.hard_routing import route_to_leaves
+    from keras_trees.ops.hard_routing import route_to_leaves, split_flags
 
-    x = ops.convert_to_tensor(x)
+    # x and the split parameters: hard routing checks their values on both paths.
+    x, split_weights, split_bias, gamma, node_state = _inputs(x, split_weights, split_bias, gamma, node_state,
+                                                              check_values=False)
     trees, internal, positions, _ = _tree_sizes(split_weights)
-    node = route_to_leaves(x, split_weights, split_bias, ops.cast(node_state, "int32"))
+    candidate = split_flags(candidate, "candidate")
+    if tuple(candidate.shape) != (trees, internal):
+        raise ValueError(f"candidate must have shape ({trees}, {internal}), got {tuple(candidate.shape)}")
+    node = route_to_leaves(x, split_weights, split_bias, node_state)
     at = ops.minimum(node, internal - 1)
     flat = at + ops.arange(trees, dtype="int32")[None] * internal  # (batch, trees)
     cand = ops.take(ops.reshape(ops.cast(candidate, "bool"), (-1,)), flat)
@@ -134,10 +181,10 @@ def heap_leaf_probabilities(x, split_weights, split_bias, gamma, node_state):
     Equal to :func:`soft_leaf_log_probabilities` (exponentiated and scattered);
     faster when trees are nearly full and ``D`` is small (forests of depth 10).
     """
-    x = ops.convert_to_tensor(x)
+    x, split_weights, split_bias, gamma, node_state = _inputs(x, split_weights, split_bias, gamma, node_state)
     trees, internal, positions, depth = _tree_sizes(split_weights)
     f = ops.einsum("bq,tiq->bti", x, split_weights) + split_bias[None]
-    s = ops.sigmoid(f * ops.cast(gamma, x.dtype)[None])
+    s = ops.sigmoid(f * gamma[None])
     probs = ops.ones_like(f[:, :, :1])
     levels = [probs]
     batch = ops.shape(x)[0]
@@ -146,5 +193,5 @@ def heap_leaf_probabilities(x, split_weights, split_bias, gamma, node_state):
         probs = ops.reshape(ops.stack([probs * (1.0 - sd), probs * sd], axis=-1), (batch, trees, 2 ** (d + 1)))
         levels.append(probs)
     mu = ops.concatenate(levels, axis=-1)
-    is_leaf = ops.cast(ops.equal(ops.cast(node_state, "int32"), topology.LEAF), x.dtype)
+    is_leaf = ops.cast(ops.equal(node_state, topology.LEAF), x.dtype)
     return mu * is_leaf[None]

@@ -52,6 +52,8 @@ from keras import ops
 
 from keras_trees.api_export import export_constants, keras_trees_export
 from keras_trees.ops import _library
+from keras_trees.ops.hard_routing import split_flags
+from keras_trees.validation import tensors
 
 # Default of the layers' ``prune_threshold``: see the layers' documentation.
 DEFAULT_PRUNE_THRESHOLD = 1e-4
@@ -135,30 +137,30 @@ def _check_leaf_values(leaf_values, split_weights):
         )
 
 
-def _eager_numpy(t):
-    try:
-        return ops.convert_to_numpy(t)
-    except Exception:  # noqa: BLE001 - symbolic: the op checks
-        return None
-
-
-def _check_values_eager(x, expert_weights):
-    xv = _eager_numpy(x)
-    if xv is not None and not np.all(np.isfinite(xv)):
-        raise ValueError("x contains NaN or Inf; pruned routing needs finite inputs")
+def _check_values(x, split_weights, split_bias, gamma, expert_weights, rate0):
+    """Value checks of the ``keras.ops`` path (the compiled kernels make the
+    same ones): eager, inside ``tf.function`` and under ``jax.jit``."""
+    tensors.finite(x, "x", "pruned routing needs finite inputs")
+    for name, t in (("split_weights", split_weights), ("split_bias", split_bias), ("gamma", gamma),
+                    ("rate0", rate0)):
+        if t is not None:
+            tensors.finite(t, name, "did training diverge?")
     if expert_weights is not None:
-        rv = _eager_numpy(expert_weights)
-        if rv is not None and np.any(~(rv >= 0)):
-            raise ValueError("expert_weights must be >= 0 (noisy-OR rates r_k)")
+        tensors.nonnegative(expert_weights, "expert_weights", "noisy-OR rates r_k")
 
 
 def _prepare(x, split_weights, split_bias, gamma, is_split, expert_weights, rate0, annealed, prune_threshold):
+    """Converts and checks what is known without the values: ``x`` as
+    floating features (integers and booleans cast to floatx), the split
+    parameters in ``x``'s dtype, ``is_split`` as booleans, and the shapes."""
     threshold = check_threshold(prune_threshold)
-    x = ops.convert_to_tensor(x)
-    conv = lambda t: None if t is None else ops.convert_to_tensor(t)  # noqa: E731
+    x = tensors.features(x, "x")
+    dtype = tensors.dtype_name(x)
+    conv = lambda t, name: None if t is None else tensors.floating(t, name, dtype)  # noqa: E731
     split_weights, split_bias, gamma, expert_weights, rate0 = (
-        conv(t) for t in (split_weights, split_bias, gamma, expert_weights, rate0))
-    is_split = ops.convert_to_tensor(is_split)
+        conv(t, name) for t, name in ((split_weights, "split_weights"), (split_bias, "split_bias"), (gamma, "gamma"),
+                                      (expert_weights, "expert_weights"), (rate0, "rate0")))
+    is_split = split_flags(is_split)
     experts = _validate(x, split_weights, split_bias, gamma, is_split, expert_weights, rate0, annealed)
     if experts:
         zeros = ops.zeros(split_weights.shape[:2], dtype=split_weights.dtype)
@@ -198,6 +200,7 @@ def pruned_leaf_probabilities(x, split_weights, split_bias, gamma, is_split,
     threshold, _, args = _prepare(x, split_weights, split_bias, gamma, is_split, expert_weights, rate0,
                                   annealed, prune_threshold)
     x, split_weights, split_bias, gamma, is_split, expert_weights, rate0 = args
+    _check_values(x, split_weights, split_bias, gamma, expert_weights, rate0)
     right, left, favours_right = _split_probabilities(x, split_weights, split_bias, gamma, expert_weights,
                                                       rate0, annealed)
     internal = split_weights.shape[1]
@@ -242,8 +245,9 @@ def pruned_route_reference(x, split_weights, split_bias, gamma, is_split, leaf_v
     """Dense ``keras.ops`` reference of :func:`pruned_route` (same arguments and results)."""
     mu, kept, evaluations, dropped = pruned_leaf_probabilities(
         x, split_weights, split_bias, gamma, is_split, prune_threshold, expert_weights, rate0, annealed)
-    leaf_values = ops.convert_to_tensor(leaf_values)
-    _check_leaf_values(leaf_values, ops.convert_to_tensor(split_weights))
+    leaf_values = tensors.floating(leaf_values, "leaf_values", tensors.dtype_name(mu))
+    _check_leaf_values(leaf_values, tensors.as_tensor(split_weights, "split_weights"))
+    tensors.finite(leaf_values, "leaf_values", "did training diverge?")
     out = ops.einsum("btn,tnu->btu", mu, ops.cast(leaf_values, mu.dtype))
     return (out, kept, evaluations, dropped) if with_statistics else out
 
@@ -255,8 +259,8 @@ def pruned_leaf_statistics_reference(x, split_weights, split_bias, gamma, is_spl
     """Dense ``keras.ops`` reference of :func:`pruned_leaf_statistics`."""
     mu, _, _, _ = pruned_leaf_probabilities(
         x, split_weights, split_bias, gamma, is_split, prune_threshold, expert_weights, rate0, annealed)
-    weights = ops.convert_to_tensor(weights)
-    _check_per_pair("weights", weights, ops.convert_to_tensor(x), ops.convert_to_tensor(split_weights))
+    weights = tensors.floating(weights, "weights", tensors.dtype_name(mu))
+    _check_per_pair("weights", weights, mu, tensors.as_tensor(split_weights, "split_weights"))
     return ops.einsum("btn,btu->tnu", mu, ops.cast(weights, mu.dtype))
 
 
@@ -307,19 +311,19 @@ def pruned_route(x, split_weights, split_bias, gamma, is_split, leaf_values,
     >>> np.asarray(kept).ravel().tolist(), np.round(np.asarray(dropped, float).ravel(), 5).tolist()
     ([2, 1], [0.0, 5e-05])
     """
+    if not _library.custom_ops_available():
+        return pruned_route_reference(x, split_weights, split_bias, gamma, is_split, leaf_values, prune_threshold,
+                                      expert_weights, rate0, annealed, with_statistics)
+    # The kernels check the values.
     threshold, experts, args = _prepare(x, split_weights, split_bias, gamma, is_split, expert_weights, rate0,
                                         annealed, prune_threshold)
     x, split_weights, split_bias, gamma, is_split, expert_weights, rate0 = args
-    leaf_values = ops.convert_to_tensor(leaf_values)
+    leaf_values = tensors.floating(leaf_values, "leaf_values", tensors.dtype_name(x))
     _check_leaf_values(leaf_values, split_weights)
-    _check_values_eager(x, expert_weights)
-    if _library.custom_ops_available():
-        kernels = _library.binding("pruned_routing")
-        result = kernels.pruned_route(x, split_weights, split_bias, gamma, is_split, leaf_values,
-                                                   threshold, expert_weights, rate0, annealed)
-        return result if with_statistics else result[0]
-    return pruned_route_reference(x, split_weights, split_bias, gamma, is_split, leaf_values, threshold,
-                                    expert_weights, rate0, annealed, with_statistics)
+    kernels = _library.binding("pruned_routing")
+    result = kernels.pruned_route(x, split_weights, split_bias, gamma, is_split, leaf_values,
+                                  threshold, expert_weights, rate0, annealed)
+    return result if with_statistics else result[0]
 
 
 @keras_trees_export("keras_trees.ops")
@@ -341,53 +345,58 @@ def pruned_leaf_statistics(x, split_weights, split_bias, gamma, is_split, weight
         ``(num_trees, 2**(depth+1) - 1, units)``, 0 at positions that are not
         kept leaves of any sample.
     """
+    if not _library.custom_ops_available():
+        return pruned_leaf_statistics_reference(x, split_weights, split_bias, gamma, is_split, weights,
+                                                prune_threshold, expert_weights, rate0, annealed)
+    # The kernels check the values.
     threshold, _, args = _prepare(x, split_weights, split_bias, gamma, is_split, expert_weights, rate0,
                                   annealed, prune_threshold)
     x, split_weights, split_bias, gamma, is_split, expert_weights, rate0 = args
-    weights = ops.convert_to_tensor(weights)
+    weights = tensors.floating(weights, "weights", tensors.dtype_name(x))
     _check_per_pair("weights", weights, x, split_weights)
-    _check_values_eager(x, expert_weights)
-    if _library.custom_ops_available():
-        kernels = _library.binding("pruned_routing")
-        return kernels.pruned_leaf_statistics(x, split_weights, split_bias, gamma, is_split, weights,
-                                                         threshold, expert_weights, rate0, annealed)
-    return pruned_leaf_statistics_reference(x, split_weights, split_bias, gamma, is_split, weights, threshold,
-                                            expert_weights, rate0, annealed)
+    kernels = _library.binding("pruned_routing")
+    return kernels.pruned_leaf_statistics(x, split_weights, split_bias, gamma, is_split, weights,
+                                          threshold, expert_weights, rate0, annealed)
 
 
-def _prepare_em(x, split_weights, split_bias, gamma, is_split, leaf_values, labels, sample_weight, prune_threshold):
-    """Checks of :func:`pruned_em_statistics` (shapes; values too when eager),
-    once for both paths: ``(threshold, x, split_weights, split_bias, gamma,
-    is_split, leaf_values, labels, sample_weight)`` as tensors."""
-    split_weights = ops.convert_to_tensor(split_weights)
+def _prepare_em(x, split_weights, split_bias, gamma, is_split, leaf_values, labels, sample_weight, prune_threshold,
+                compiled=False):
+    """Static checks of :func:`pruned_em_statistics` (dtypes, shapes), once
+    for both paths, and the labels: class ids in ``[0, classes)`` checked
+    before their cast to int32 (the compiled kernel checks int32 ids itself,
+    so ``compiled`` skips that one runtime check). Returns ``(threshold, x,
+    split_weights, split_bias, gamma, is_split, leaf_values, labels,
+    sample_weight)`` as tensors."""
+    split_weights = tensors.as_tensor(split_weights, "split_weights")
     if len(split_weights.shape) != 3:
         raise ValueError("pruned_em_statistics takes oblique splits: split_weights of shape "
                          f"(num_trees, 2**depth - 1, input_dim), got {_shape(split_weights)}")
     threshold, _, args = _prepare(x, split_weights, split_bias, gamma, is_split, None, None, True, prune_threshold)
     x, split_weights, split_bias, gamma, is_split, _, _ = args
-    leaf_values, labels = ops.convert_to_tensor(leaf_values), ops.convert_to_tensor(labels)
-    sample_weight = None if sample_weight is None else ops.convert_to_tensor(sample_weight)
+    dtype = tensors.dtype_name(x)
+    leaf_values = tensors.floating(leaf_values, "leaf_values", dtype)
+    sample_weight = None if sample_weight is None else tensors.floating(sample_weight, "sample_weight", dtype)
     _check_leaf_values(leaf_values, split_weights)
+    classes = leaf_values.shape[2]
+    if labels is None:
+        raise TypeError("labels must be integer class ids (batch,), got None")
+    int32_tensor = hasattr(labels, "dtype") and tensors.dtype_name(labels) == "int32"
+    if not (compiled and int32_tensor):
+        labels = tensors.indices(labels, "labels", upper=classes)
+    labels = tensors.as_tensor(labels, "labels")
     batch = x.shape[0]
     for name, t in (("labels", labels), ("sample_weight", sample_weight)):
         if t is not None and (len(t.shape) != 1 or (batch is not None and t.shape[0] not in (None, batch))):
             raise ValueError(f"{name} must have shape (batch,) = ({batch},), got {_shape(t)}")
-    if "int" not in str(labels.dtype):
-        raise TypeError(f"labels must be integer class ids, got dtype {labels.dtype}")
-    classes = leaf_values.shape[2]
-    yv = _eager_numpy(labels)
-    if yv is not None and yv.size and (yv.min() < 0 or yv.max() >= classes):
-        bad = yv[(yv < 0) | (yv >= classes)][0]
-        raise ValueError(f"labels must be class ids in [0, {classes}) (the classes of leaf_values), got {bad}")
-    vv = _eager_numpy(leaf_values)
-    if vv is not None and not np.all(np.isfinite(vv) & (vv >= 0)):
-        raise ValueError("leaf_values must be finite and >= 0 (the leaves' class distributions)")
-    if sample_weight is not None:
-        wv = _eager_numpy(sample_weight)
-        if wv is not None and not np.all(np.isfinite(wv) & (wv >= 0)):
-            raise ValueError("sample_weight must be finite and >= 0")
-    _check_values_eager(x, None)
     return (threshold, x, split_weights, split_bias, gamma, is_split, leaf_values, labels, sample_weight)
+
+
+def _check_em_values(threshold, x, split_weights, split_bias, gamma, is_split, leaf_values, labels, sample_weight):
+    """Value checks of the E-step's ``keras.ops`` path (the kernel makes the same ones)."""
+    _check_values(x, split_weights, split_bias, gamma, None, None)
+    tensors.nonnegative(leaf_values, "leaf_values", "the leaves' class distributions")
+    if sample_weight is not None:
+        tensors.nonnegative(sample_weight, "sample_weight")
 
 
 def _em_reference(threshold, x, split_weights, split_bias, gamma, is_split, leaf_values, labels, sample_weight):
@@ -408,8 +417,10 @@ def _em_reference(threshold, x, split_weights, split_bias, gamma, is_split, leaf
 def pruned_em_statistics_reference(x, split_weights, split_bias, gamma, is_split, leaf_values, labels,
                                    sample_weight=None, prune_threshold=DEFAULT_PRUNE_THRESHOLD):
     """Dense ``keras.ops`` reference of :func:`pruned_em_statistics` (same arguments and result)."""
-    return _em_reference(*_prepare_em(x, split_weights, split_bias, gamma, is_split, leaf_values, labels,
-                                      sample_weight, prune_threshold))
+    prepared = _prepare_em(x, split_weights, split_bias, gamma, is_split, leaf_values, labels, sample_weight,
+                           prune_threshold)
+    _check_em_values(*prepared)
+    return _em_reference(*prepared)
 
 
 @keras_trees_export("keras_trees.ops")
@@ -449,13 +460,15 @@ def pruned_em_statistics(x, split_weights, split_bias, gamma, is_split, leaf_val
     >>> np.round(np.asarray(c, float)[0, 1:3], 4).tolist()  # counts of leaves 1 and 2: 0.5 pi[y] / p(y)
     [[0.8182, 0.1111], [0.1818, 0.8889]]
     """
+    compiled = _library.custom_ops_available()
     prepared = _prepare_em(x, split_weights, split_bias, gamma, is_split, leaf_values, labels, sample_weight,
-                           prune_threshold)
+                           prune_threshold, compiled=compiled)
     threshold, x, split_weights, split_bias, gamma, is_split, leaf_values, labels, sample_weight = prepared
-    if _library.custom_ops_available():
+    if compiled:  # the kernel checks the values
         if sample_weight is None:
             sample_weight = ops.ones(ops.shape(labels), dtype=x.dtype if "float" in str(x.dtype) else "float32")
         kernels = _library.binding("pruned_routing")
         return kernels.pruned_em_statistics(x, split_weights, split_bias, gamma, is_split, leaf_values, labels,
                                             sample_weight, threshold)
+    _check_em_values(*prepared)
     return _em_reference(*prepared)

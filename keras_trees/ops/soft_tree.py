@@ -10,6 +10,31 @@ from keras import ops
 from keras_trees.api_export import keras_trees_export
 from keras_trees.ops import _library
 from keras_trees.ops.routing import get_activation, leaf_probabilities
+from keras_trees.validation import tensors
+
+
+def _inputs(x, node_weights, node_bias, leaf_weights=None, gamma=1.0):
+    """Converts and checks what is known without the values: ``x`` as
+    floating features (integers and booleans cast to floatx), the parameters
+    in ``x``'s dtype, shapes, and ``gamma`` (Python numbers at once)."""
+    x = tensors.features(x, "x")
+    dtype = tensors.dtype_name(x)
+    node_weights = tensors.floating(node_weights, "node_weights", dtype)
+    node_bias = None if node_bias is None else tensors.floating(node_bias, "node_bias", dtype)
+    if leaf_weights is not None:
+        leaf_weights = tensors.floating(leaf_weights, "leaf_weights", dtype)
+    gamma = tensors.positive_scalar(gamma, "gamma")
+    _validate_shapes(x, node_weights, node_bias, leaf_weights)
+    return x, node_weights, node_bias, leaf_weights, gamma
+
+
+def _check_values(x, node_weights, node_bias, leaf_weights):
+    """Value checks of the ``keras.ops`` path (the compiled kernels make the
+    same ones): eager, inside ``tf.function`` and under ``jax.jit``."""
+    tensors.finite(x, "x", "the tree ensemble needs finite inputs")
+    for name, t in (("node_weights", node_weights), ("node_bias", node_bias), ("leaf_weights", leaf_weights)):
+        if t is not None:
+            tensors.finite(t, name, "did training diverge?")
 
 
 def _validate_shapes(x, node_weights, node_bias, leaf_weights):
@@ -25,7 +50,7 @@ def _validate_shapes(x, node_weights, node_bias, leaf_weights):
         raise ValueError(
             f"x has {x.shape[1]} features but node_weights expects input_dim={dim}"
         )
-    if tuple(leaf_weights.shape[:2]) != (trees, internal + 1):
+    if leaf_weights is not None and (len(leaf_weights.shape) != 3 or tuple(leaf_weights.shape[:2]) != (trees, internal + 1)):
         raise ValueError(
             f"leaf_weights must have shape ({trees}, {internal + 1}, units), "
             f"got {tuple(leaf_weights.shape)}"
@@ -62,30 +87,23 @@ def soft_tree_ensemble_reference(
     Returns:
         ``(batch, units)``: sum over trees of ``sum_l P(x -> l) o_l``.
     """
-    probs = soft_tree_leaf_probabilities(x, node_weights, node_bias, gamma, activation)
+    x, node_weights, node_bias, leaf_weights, gamma = _inputs(x, node_weights, node_bias, leaf_weights, gamma)
+    _check_values(x, node_weights, node_bias, leaf_weights)
+    probs = _leaf_probabilities(x, node_weights, node_bias, gamma, activation)
     return ops.einsum("bml,mlk->bk", probs, leaf_weights)
 
 
 @keras_trees_export("keras_trees.ops")
 def soft_tree_leaf_probabilities(x, node_weights, node_bias, gamma, activation="smooth_step"):
     """``(batch, num_trees, 2**depth)`` probability that each sample reaches each leaf."""
+    x, node_weights, node_bias, _, gamma = _inputs(x, node_weights, node_bias, None, gamma)
+    _check_values(x, node_weights, node_bias, None)
+    return _leaf_probabilities(x, node_weights, node_bias, gamma, activation)
+
+
+def _leaf_probabilities(x, node_weights, node_bias, gamma, activation):
     s = get_activation(activation)(split_values(x, node_weights, node_bias), gamma)
     return leaf_probabilities(s)
-
-
-def _check_finite_eager(x, gamma):
-    """Input checks the reference path can make when values are concrete."""
-    try:
-        xv = ops.convert_to_numpy(x)
-        gv = float(ops.convert_to_numpy(gamma))
-    except Exception:  # symbolic tensors (graph mode): checked by the op or not at all
-        return
-    import numpy as np
-
-    if not np.all(np.isfinite(xv)):
-        raise ValueError("x contains NaN or Inf; the tree ensemble needs finite inputs")
-    if not (np.isfinite(gv) and gv > 0):
-        raise ValueError(f"gamma must be a finite number > 0, got {gv}")
 
 
 @keras_trees_export("keras_trees.ops")
@@ -107,17 +125,14 @@ def soft_tree_ensemble(
     the fractional trees (gradients are still available: the backward pass then
     re-runs the forward walk once).
     """
-    x = ops.convert_to_tensor(x)
-    node_weights = ops.convert_to_tensor(node_weights)
-    leaf_weights = ops.convert_to_tensor(leaf_weights)
-    node_bias = None if node_bias is None else ops.convert_to_tensor(node_bias)
-    _validate_shapes(x, node_weights, node_bias, leaf_weights)
+    get_activation(activation)
     if activation == "smooth_step" and _library.custom_ops_available():
+        # The kernel checks the values (x, the parameters and gamma).
+        x, node_weights, node_bias, leaf_weights, gamma = _inputs(x, node_weights, node_bias, leaf_weights, gamma)
         kernels = _library.binding("soft_tree")
         return kernels.soft_tree_ensemble(
             x, node_weights, node_bias, leaf_weights, gamma, with_trace=training
         )
-    _check_finite_eager(x, gamma)
     return soft_tree_ensemble_reference(
         x, node_weights, node_bias, leaf_weights, gamma, activation
     )
@@ -125,14 +140,18 @@ def soft_tree_ensemble(
 
 @keras_trees_export("keras_trees.ops")
 def mean_reachable_leaves(x, node_weights, node_bias, gamma, activation="smooth_step"):
-    """Mean number of leaves with ``P(x -> l) > 0`` per sample and tree (paper Figure 2)."""
-    x = ops.convert_to_tensor(x)
-    node_weights = ops.convert_to_tensor(node_weights)
+    """Mean number of leaves with ``P(x -> l) > 0`` per sample and tree (paper
+    Figure 2); 0 for an empty batch."""
+    get_activation(activation)
+    x, node_weights, node_bias, _, gamma = _inputs(x, node_weights, node_bias, None, gamma)
     if activation == "smooth_step" and _library.custom_ops_available():
         kernels = _library.binding("soft_tree")
     else:
         kernels = None
-    if hasattr(kernels, "mean_reachable_leaves"):  # TensorFlow counts on the trace
+    if hasattr(kernels, "mean_reachable_leaves"):  # TensorFlow counts on the trace (the kernel checks)
         return kernels.mean_reachable_leaves(x, node_weights, node_bias, gamma)
-    probs = soft_tree_leaf_probabilities(x, node_weights, node_bias, gamma, activation)
-    return ops.mean(ops.sum(ops.cast(probs > 0, "float32"), axis=-1))
+    _check_values(x, node_weights, node_bias, None)
+    probs = _leaf_probabilities(x, node_weights, node_bias, gamma, activation)
+    reached = ops.sum(ops.cast(probs > 0, "float32"), axis=-1)  # (batch, trees)
+    pairs = ops.cast(ops.shape(reached)[0] * ops.shape(reached)[1], "float32")
+    return ops.sum(reached) / ops.maximum(pairs, 1.0)

@@ -59,6 +59,8 @@ def require(ok, message, error=ValueError):
 
     ``ok`` is a Python bool or a scalar boolean tensor of the active backend
     (computed from the tensor being checked, so its kind tells the mode).
+    Returns the ``tf.debugging.Assert`` op inside ``tf.function`` (see
+    :func:`after`), None otherwise.
     """
     if isinstance(ok, (bool, np.bool_)):
         if not ok:
@@ -69,14 +71,27 @@ def require(ok, message, error=ValueError):
     if _tf_graph(ok):
         import tensorflow as tf
 
-        tf.debugging.Assert(ok, [message], name="keras_trees_check")
-        return
+        return tf.debugging.Assert(ok, [message], name="keras_trees_check")
     if _jax_traced(ok):
         import jax
 
         jax.debug.callback(_raise_if_false, ok, message, error)
         return
     _raise_if_false(ops.convert_to_numpy(ok), message, error)
+
+
+def after(check, x):
+    """``x``, computed after ``check`` (what :func:`require` returned) inside
+    ``tf.function``: ops that read ``x`` (a gather by ids) then run only once
+    the check passed, so its message, not theirs, reports a bad value. Other
+    modes need nothing (eager checks raise at once; ``jax.jit`` gathers clamp
+    and the callback reports)."""
+    if check is None:
+        return x
+    import tensorflow as tf
+
+    with tf.control_dependencies([check]):
+        return tf.identity(x)
 
 
 def dtype_name(x):
@@ -122,11 +137,35 @@ def floating(x, name, dtype=None):
 def rank(x, expected, name, layout=""):
     """Static rank check (``expected`` an int or a tuple of allowed ranks)."""
     allowed = (expected,) if isinstance(expected, int) else tuple(expected)
-    shape = getattr(x, "shape", None)
+    shape = static_shape(x)
     if shape is None or len(shape) not in allowed:
         want = " or ".join(str(r) for r in allowed)
-        got = "unknown rank" if shape is None else f"shape {tuple(shape)}"
+        got = "unknown rank" if shape is None else f"shape {shape}"
         raise ValueError(f"{name} must have rank {want}{' ' + layout if layout else ''}, got {got}")
+    return x
+
+
+def static_shape(x):
+    """The static shape of ``x`` as a tuple (None for unknown dimensions), or
+    None when even the rank is unknown (a ``tf.TensorSpec(shape=None)``)."""
+    shape = getattr(x, "shape", None)
+    if shape is None or getattr(shape, "rank", 0) is None:
+        return None
+    return tuple(None if d is None else int(d) for d in shape)
+
+
+def features(x, name="x", dtype=None, layout="(batch, input_dim)"):
+    """Feature rows: ``x`` as a floating tensor (:func:`floating`) of rank 2
+    whose last dimension (the number of features) is known when traced; the
+    ops size their parameters by it. Unknown rank or an unknown last
+    dimension (``tf.function`` with a loose ``input_signature``) is a
+    ``ValueError`` naming ``name``."""
+    x = floating(x, name, dtype)
+    rank(x, 2, name, layout)
+    if static_shape(x)[-1] is None:
+        raise ValueError(
+            f"{name} must have a known last dimension (the number of features) when traced, got shape "
+            f"{static_shape(x)}; give tf.function an input_signature with the feature dimension")
     return x
 
 
@@ -187,18 +226,26 @@ def indices(x, name, upper, lower=0, dtype="int32"):
     if kind == "bool" or kind.startswith("complex"):
         raise TypeError(f"{name} must be integer ids, got dtype {kind}")
     span = f"[{lower}, {upper})" if upper is not None else f">= {lower}"
+    checks = []
     if _is_floating(x):
         ok = ops.logical_and(ops.all(ops.isfinite(x)), ops.all(ops.equal(x, ops.floor(x))))
-        require(ok, f"{name} must hold integer ids (whole numbers), got fractional, NaN or Inf values")
+        checks.append(require(ok, f"{name} must hold integer ids (whole numbers), got fractional, NaN or Inf values"))
     ok = ops.all(x >= lower)
     if upper is not None:
         ok = ops.logical_and(ok, ops.all(x < upper))
-    require(ok, f"{name} must lie in {span}")
-    return ops.cast(x, dtype) if dtype_name(x) != dtype else x
+    checks.append(require(ok, f"{name} must lie in {span} (an id is out of range)"))
+    x = ops.cast(x, dtype) if dtype_name(x) != dtype else x
+    for check in checks:
+        x = after(check, x)
+    return x
 
 
-def _is_backend_tensor(x):
+def is_backend_tensor(x):
+    """True for tensors and variables of a backend (not NumPy, not Python values)."""
     return hasattr(x, "dtype") and not isinstance(x, (np.ndarray, np.generic))
+
+
+_is_backend_tensor = is_backend_tensor
 
 
 def _numpy_indices(x, name, upper, lower):
@@ -211,7 +258,7 @@ def _numpy_indices(x, name, upper, lower):
         raise ValueError(f"{name} must hold integer ids (whole numbers), got fractional, NaN or Inf values")
     span = f"[{lower}, {upper})" if upper is not None else f">= {lower}"
     if a.size and (a.min() < lower or (upper is not None and a.max() >= upper)):
-        raise ValueError(f"{name} must lie in {span}, got values in [{a.min()}, {a.max()}]")
+        raise ValueError(f"{name} must lie in {span}, got values in [{a.min()}, {a.max()}] (out of range)")
 
 
 def _is_floating(x):

@@ -39,10 +39,10 @@ def node_state(state, name="node_state"):
         present = ops.not_equal(s[:, 1:], topology.ABSENT)
         parent_split = ops.equal(ops.take(s, parents, axis=1), topology.SPLIT)
         ok = ops.logical_and(ok, ops.all(ops.equal(present, parent_split)))
-    tensors.require(
+    check = tensors.require(
         ok,
         f"{name} is not a valid topology: values must be ABSENT (0), LEAF (1) or SPLIT (2), "
         f"every root present, no SPLIT on the last level (depth {depth}), and a position "
         "present exactly when its parent is a SPLIT",
     )
-    return state
+    return tensors.after(check, state)

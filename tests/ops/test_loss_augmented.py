@@ -222,8 +222,11 @@ def test_bad_input_gives_clear_errors(rng, reference):
         fn(x, w, b, theta[:3], y)
     with pytest.raises(ValueError, match="loss must be one of"):
         fn(x, w, b, theta, y, loss="hinge")
-    with pytest.raises(TypeError, match="integer class ids"):
-        fn(x, w, b, theta, y.astype("float64"))
+    # Labels are ids: whole-number floats are accepted, fractional ones refused (#16).
+    with pytest.raises(ValueError, match="labels must hold integer ids"):
+        fn(x, w, b, theta, y.astype("float64") + 0.5)
+    for a, b_ in zip(fn(x, w, b, theta, y.astype("float64")), fn(x, w, b, theta, y)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b_))
     with pytest.raises(ValueError, match="targets must have shape"):
         fn(x, w, b, theta, y.astype("float64"), loss="squared")
     with pytest.raises(ValueError, match="samples but labels"):
@@ -240,7 +243,7 @@ def test_bad_input_gives_clear_errors(rng, reference):
 def test_op_validates_inside_graphs(rng):
     x, w, b, theta, y = random_problem(rng, 2, "log", batch=8)
     op = _library.module().keras_trees_loss_augmented_inference
-    with pytest.raises(tf.errors.InvalidArgumentError, match="outside"):
+    with pytest.raises(tf.errors.InvalidArgumentError, match="labels must lie in"):
         op(x, w, b, theta, y + 4, loss="log")
     bad = x.copy(); bad[1, 1] = np.inf
     with pytest.raises(tf.errors.InvalidArgumentError, match="NaN or Inf"):
