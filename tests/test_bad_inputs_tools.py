@@ -290,10 +290,6 @@ def test_export_portable_of_a_grown_end_to_end_tree(tensorflow_backend, tmp_path
     keras_trees.export_portable(model, str(tmp_path / "p"), verbose=False)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "needs the ops helper's #16 item 1 change: the keras.ops reference path skips its x check inside "
-    "tf.function (ops/soft_tree._check_finite_eager), so the traced SavedModel has no Assert to carry; "
-    "with a graph-mode check (validation.tensors.finite) this test passes. Remove this mark when merged."))
 def test_portable_saved_model_rejects_nan_inputs(tensorflow_backend, tmp_path):
     import tensorflow as tf
 
