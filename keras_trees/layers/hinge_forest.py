@@ -166,17 +166,15 @@ class _HingeEnsemble(CheckedLoading, CheckedInputs, XLACompatibility, ForestLaye
             upper=self.input_dim,
         )
 
-    def _check_variables(self):
+    def _check_variables(self, x):
         """Fails (eagerly, in ``tf.function`` and under ``jax.jit``) unless the
         thresholds are finite; the message names the layer and the variable.
         (The feature indices are checked by the ops, which read them.)
 
-        Leaves are checked through the call's output
-        (:func:`keras_trees.validation.batched.reached_leaves`: one value per
-        sample and tree or unit, where reading every leaf of a depth-10 forest
-        costs more than the kernel's own work); a file's leaves are checked on
-        loading."""
-        batched.finite_variables(self, [self.thresholds])
+        The leaves are checked by the op (the kernel's one-pass scan, or the
+        reference's check) and on loading. Returns ``x``, computed after the
+        checks in compiled graphs."""
+        return batched.finite_variables(self, [self.thresholds], output=x)
 
     def _flatten(self, inputs):
         # Margins and leaf sums in the variable dtype (float32 under mixed precision).
@@ -186,7 +184,7 @@ class _HingeEnsemble(CheckedLoading, CheckedInputs, XLACompatibility, ForestLaye
 
     def call(self, inputs):
         x, lead = self._flatten(inputs)
-        self._check_variables()  # before the kernel, which checks thresholds in its own words
+        x = self._check_variables(x)  # before the kernel, which checks thresholds in its own words
         out = tree_ops.hinge_forest(
             x, self.thresholds, self.feature_indices, self.leaf_weights, fern=self._fern
         )
@@ -194,8 +192,6 @@ class _HingeEnsemble(CheckedLoading, CheckedInputs, XLACompatibility, ForestLaye
             out = ops.mean(out, axis=1)
         elif self.reduction == "sum":
             out = ops.sum(out, axis=1)
-        # A sum or mean is NaN or Inf exactly when one of its terms is (or it overflows).
-        batched.require_all([batched.reached_leaves(self, "leaf_weights", out)])
         if self.reduction == "none":
             return ops.cast(ops.reshape(out, (*lead, self.num_trees, self.units)), self.compute_dtype)
         return ops.cast(ops.reshape(out, (*lead, self.units)), self.compute_dtype)
@@ -213,7 +209,7 @@ class _HingeEnsemble(CheckedLoading, CheckedInputs, XLACompatibility, ForestLaye
         vertex ``v*`` (heap index for trees, level for ferns).
         """
         x, lead = self._flatten(inputs)
-        self._check_variables()
+        x = self._check_variables(x)
         leaf, margin, vertex = tree_ops.hinge_forest_traversal(
             x, self.thresholds, self.feature_indices, fern=self._fern
         )

@@ -232,7 +232,7 @@ class NonGreedyTree(CheckedLoading, CheckedInputs, XLACompatibility, HeapTreeLay
             )
         return self.features(x)
 
-    def _check_variables(self, training=False):
+    def _check_variables(self, x, training=False):
         """Fails (eagerly, in ``tf.function`` and under ``jax.jit``) unless the
         splits, the leaves and (``training``: the frozen assignment splits of
         Stable SGD) are finite and ``node_state`` is the perfect tree of
@@ -248,7 +248,7 @@ class NonGreedyTree(CheckedLoading, CheckedInputs, XLACompatibility, HeapTreeLay
         checked = (self.split_weights, self.leaf_values) + ((self.assignment_weights,) if training else ())
         state = ops.convert_to_tensor(self.node_state)
         perfect = ops.all(ops.equal(state, ops.convert_to_tensor(topology.perfect(1, self.depth), state.dtype)))
-        batched.finite_variables(self, checked, more=[(
+        return batched.finite_variables(self, checked, output=x, more=[(
             perfect,
             f"{variables.label(self, 'node_state')} must be the perfect tree of depth {int(self.depth)} "
             "(every leaf on the last level)",
@@ -282,8 +282,7 @@ class NonGreedyTree(CheckedLoading, CheckedInputs, XLACompatibility, HeapTreeLay
 
         ``leaf_index=True`` returns the former result, ``(batch,)`` leaf
         indices, with a ``FutureWarning``: use ``route(x)[:, 0] - (2**max_depth - 1)``."""
-        x = self._inputs(x)
-        self._check_variables()
+        x = self._check_variables(self._inputs(x))
         if leaf_index:
             warnings.warn(
                 "NonGreedyTree.route(x, leaf_index=True) is deprecated: route(x) returns (batch, 1) heap "
@@ -300,8 +299,7 @@ class NonGreedyTree(CheckedLoading, CheckedInputs, XLACompatibility, HeapTreeLay
         return ops.softmax(theta, axis=-1) if self.is_classifier else theta
 
     def call(self, inputs, training=None):
-        x = self._inputs(inputs)
-        self._check_variables()
+        x = self._check_variables(self._inputs(inputs))
         return ops.cast(self.leaf_output(self._leaf_index(x), x.dtype), self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
@@ -389,8 +387,7 @@ class NonGreedyTree(CheckedLoading, CheckedInputs, XLACompatibility, HeapTreeLay
             )
         if y is None:
             raise ValueError("NonGreedyTree needs targets `y` to compute its loss")
-        x = self._inputs(x)
-        self._check_variables(training=training)
+        x = self._check_variables(self._inputs(x), training=training)
         labels = self._labels(y, x.dtype)
         g_leaf, h_leaf, score = self.loss_augmented_inference(x, labels)
         if training:

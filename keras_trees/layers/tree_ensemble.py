@@ -218,20 +218,20 @@ class TreeEnsembleLayer(CheckedLoading, CheckedInputs, XLACompatibility, ForestL
         )
         self.input_spec = keras.layers.InputSpec(min_ndim=2, axes={-1: input_dim})
 
-    def _check_variables(self):
+    def _check_variables(self, x):
         """Fails (eagerly, in ``tf.function`` and under ``jax.jit``) unless the
         split weights and biases are finite and the transition width is a
         finite number > 0; the message names the layer and the variable. The
         compiled kernels would otherwise route a NaN split one way and return
-        finite outputs. Leaves are checked through the call's output
-        (:func:`keras_trees.validation.batched.reached_leaves`, the batch's
-        size, not the forest's); a file's leaves are checked on loading."""
+        finite outputs. The leaves are checked by the op (the kernel's
+        one-pass scan, or the reference's check) and on loading. Returns
+        ``x``, computed after the checks in compiled graphs."""
         checked = [self.node_weights] + ([self.node_bias] if self.node_bias is not None else [])
         gamma = ops.convert_to_tensor(self.gamma)
-        batched.finite_variables(self, checked, more=[(
+        return batched.finite_variables(self, checked, more=[(
             ops.logical_and(ops.isfinite(gamma), gamma > 0),
             f"{variables.label(self, 'gamma')} must be a finite number > 0",
-        )])
+        )], output=x)
 
     def _left_splits(self):
         """``(weights, bias)`` in the convention of :mod:`keras_trees.ops` (the
@@ -265,7 +265,7 @@ class TreeEnsembleLayer(CheckedLoading, CheckedInputs, XLACompatibility, ForestL
 
     def call(self, inputs, training=None):
         x, lead = self._flatten(inputs)
-        self._check_variables()
+        x = self._check_variables(x)  # x then depends on the checks (compiled graphs run them first)
         weights, bias = self._left_splits()
         out = tree_ops.soft_tree_ensemble(
             x,
@@ -276,7 +276,6 @@ class TreeEnsembleLayer(CheckedLoading, CheckedInputs, XLACompatibility, ForestL
             activation=self.activation,
             training=bool(training),
         )
-        batched.require_all([batched.reached_leaves(self, "leaf_weights", out)])
         return ops.cast(ops.reshape(out, (*lead, self.units)), self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
@@ -286,7 +285,7 @@ class TreeEnsembleLayer(CheckedLoading, CheckedInputs, XLACompatibility, ForestL
         """``(batch, num_trees, 2**max_depth)`` probability of each sample reaching each leaf."""
         x, _ = self._flatten(inputs)
         tensors.finite(x, "x")
-        self._check_variables()
+        x = self._check_variables(x)
         weights, bias = self._left_splits()
         return tree_ops.soft_tree_leaf_probabilities(x, weights, bias, self.gamma, self.activation)
 
@@ -298,7 +297,7 @@ class TreeEnsembleLayer(CheckedLoading, CheckedInputs, XLACompatibility, ForestL
         """
         x, _ = self._flatten(inputs)
         tensors.finite(x, "x")
-        self._check_variables()
+        x = self._check_variables(x)
         weights, bias = self._left_splits()
         return float(
             ops.convert_to_numpy(

@@ -33,6 +33,7 @@ _FFI_TARGETS = (
     "KerasTreesPrunedRoutingGrad",
     "KerasTreesPrunedLeafStatistics",
     "KerasTreesPrunedEmStatistics",
+    "KerasTreesCheck",
 )
 _lock = threading.Lock()
 _state = {"loaded": None, "module": None, "error": None, "warned": False}

@@ -150,14 +150,15 @@ def test_non_finite_weights_are_rejected_naming_the_variable(family, variable):
     v = getattr(layer, variable)
     value = np.array(keras.ops.convert_to_numpy(v))
     if variable == "leaf_weights":
-        value[...] = np.nan  # leaves are checked through the output: a reached one must be bad
+        value[...] = np.nan
     else:
         value.reshape(-1)[1] = np.nan
     v.assign(value)
-    with pytest.raises(ValueError, match=f"variable {variable} contains NaN or Inf"):
+    # Leaves are checked by the op, whose message names its argument.
+    with pytest.raises(ValueError, match=f"(variable )?{variable} contains NaN or Inf"):
         layer(x)
     # The hinge kernel checks thresholds too: either message names the variable.
-    with pytest.raises(Exception, match=f"variable {variable} contains NaN or Inf|{variable} contain NaN"):
+    with pytest.raises(Exception, match=f"{variable} contains? NaN"):
         model.predict(x, verbose=0)
 
 

@@ -79,7 +79,10 @@ def poison(layer, variable, value=np.nan):
 
 
 def variable_message(name, variable):
-    # Inside a graph TensorFlow escapes the quotes around the layer's name.
+    # Inside a graph TensorFlow escapes the quotes around the layer's name. The
+    # leaves are checked by the op, whose message names the op's argument.
+    if variable == "leaf_weights":
+        return rf"({name}.{{0,3}}: variable )?{variable} contains NaN or Inf"
     return rf"{name}.{{0,3}}: variable {variable} contains NaN or Inf"
 
 
@@ -143,15 +146,15 @@ def test_tree_ensemble_probabilistic_methods_check_weights_and_x():
 
 
 @pytest.mark.parametrize("name", ["tel", "hinge_forest"])
-def test_a_bad_leaf_no_sample_reaches_leaves_the_output_unchanged_and_fails_on_loading(name, tmp_path):
-    """Leaves are checked through the output: a NaN leaf that the batch does not
-    reach changes nothing, and a saved file holding it does not load."""
+def test_a_bad_leaf_no_sample_reaches_is_rejected_and_fails_on_loading(name, tmp_path):
+    """Every leaf is checked, reached or not (the kernels and the reference
+    agree), and a saved file holding a NaN leaf does not load."""
     layer = make(name) if name == "hinge_forest" else TreeEnsembleLayer(
         num_trees=1, max_depth=4, units=1, transition_width=1e-3, name="tel")
     x = x_data(n=3)
     layer(x)
     model = keras.Sequential([keras.Input((DIM,)), layer])
-    before = model.predict(x, verbose=0)
+    model.predict(x, verbose=0)
     if name == "hinge_forest":
         reached = np.unique(keras.ops.convert_to_numpy(layer.traverse(x)["leaf"])[:, 0])
     else:
@@ -162,7 +165,10 @@ def test_a_bad_leaf_no_sample_reaches_leaves_the_output_unchanged_and_fails_on_l
     value = np.array(keras.ops.convert_to_numpy(layer.leaf_weights))
     value[0, unreached[0]] = np.nan
     layer.leaf_weights.assign(value)
-    np.testing.assert_allclose(model.predict(x, verbose=0), before, rtol=1e-6)
+    with pytest.raises((ValueError, tf.errors.InvalidArgumentError), match="leaf_weights contains NaN or Inf"):
+        model.predict(x, verbose=0)  # compiled graph: the runtime error carries the message
+    with tree_ops.reference_only(), pytest.raises(ValueError, match="leaf_weights contains NaN or Inf"):
+        layer(x)
     path = str(tmp_path / "model.keras")
     model.save(path)
     with pytest.raises(ValueError, match="variable leaf_weights loaded from the file contains NaN or Inf"):
