@@ -64,6 +64,16 @@ class ConvexPolytopeTree(CheckedLoading, XLACompatibility, HeapTreeLayer):
     ``seed=None`` the random expert directions follow
     ``keras.utils.set_random_seed``.
 
+    Inputs ``(..., d)``: the splits read the last axis and leading axes are
+    kept (``keras.layers.Dense``: ``(2, 5, d)`` gives ``(2, 5, C)`` from
+    ``call``, ``route``, ``leaf_log_probabilities`` and ``split_values``);
+    :meth:`fit_greedy`, :meth:`refine` and :meth:`set_leaves_from_data` take
+    ``(n, d)`` rows, one per label. ``x`` must be real numbers (strings raise
+    ``TypeError``) and finite; NaN or Inf in ``x`` or in a parameter, and a
+    ``node_state`` that breaks the rules of :mod:`keras_trees.topology`, raise
+    an error naming ``x`` or the layer and the variable on every path (eager,
+    ``fit``/``predict``, ``jax.jit``, the growth steps, loading a file).
+
     ``call(x, training=True)`` is the probabilistic tree (leaf values mixed by
     the annealed path probabilities, Eq. 7), so the layer can also be trained
     inside ``model.fit`` with any Keras loss; ``call(x)`` at inference routes

@@ -142,6 +142,9 @@ def test_growth_model_rejects_nan_x():
     x, y = data()
     x[0, 0] = np.inf
     raises_with("x contains NaN or Inf", lambda: layer(x, training=True))
+    with _library.reference_only():  # the keras.ops path of the growth model
+        raises_with("x contains NaN or Inf", lambda: layer(x, training=True))
+        raises_with("x contains NaN or Inf", lambda: layer.em_statistics(x, y))
     raises_with("x contains NaN or Inf", lambda: model.fit(x, y, epochs=1, batch_size=8, verbose=0))
 
 
