@@ -31,11 +31,14 @@ left; it stops at a leaf. Leaf ids are heap positions (``route``, ``apply``).
 """
 
 import dataclasses
+import numbers
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from keras_trees import topology
 from keras_trees.api_export import keras_trees_export
+from keras_trees.validation import memory as _memory
 
 SPLIT_KINDS = ("linear", "axis_aligned", "noisy_or")
 RIGHT_IF = ("positive", "negative")
@@ -49,21 +52,47 @@ _CHUNK_VALUES = 2**22
 
 def class_ids(y, num_classes, where="y"):
     """Integer class ids of shape ``(n,)`` in ``[0, num_classes)``, or a ValueError
-    starting with ``where``."""
+    (TypeError for non-numeric labels) starting with ``where``.
+
+    Labels are checked as given, before any cast: negative or too large ids,
+    fractional, NaN or Inf values are refused, never wrapped or truncated;
+    whole-number floats and booleans are accepted."""
     y = np.asarray(y)
-    y = y.reshape(len(y), -1)
-    if y.shape[1] != 1:
+    if y.dtype.kind not in "biuf":
+        raise TypeError(f"{where}: labels must be integer class ids, got dtype {y.dtype}")
+    if y.ndim == 0:
+        raise ValueError(f"{where}: labels must be integer class ids of shape (n,) or (n, 1), got a scalar")
+    if y.ndim > 2 or (y.ndim == 2 and y.shape[1] != 1):
         raise ValueError(f"{where}: labels must be integer class ids of shape (n,) or (n, 1), got {y.shape}")
-    y = y[:, 0]
-    if not np.all(np.isfinite(y.astype(np.float64))) or np.any(y != np.round(y)):
-        raise ValueError(f"{where}: labels must be integer class ids")
-    y = y.astype(np.int64)
+    y = y.reshape(len(y))
+    if y.dtype.kind == "f" and not (np.all(np.isfinite(y)) and np.all(y == np.round(y))):
+        raise ValueError(f"{where}: labels must be integer class ids (whole numbers), "
+                         "got fractional, NaN or Inf values")
     if len(y) and (y.min() < 0 or y.max() >= num_classes):
         raise ValueError(
             f"{where}: labels must lie in [0, {num_classes}) for num_classes={num_classes}, "
             f"got values in [{y.min()}, {y.max()}]"
         )
+    return y.astype(np.int64)
+
+
+def targets(y, num_samples, where="y"):
+    """Regression targets as float64 ``(n, U)``: numeric, finite, one row per sample."""
+    y = np.asarray(y)
+    if y.dtype.kind not in "biuf":
+        raise TypeError(f"{where}: targets must be numbers, got dtype {y.dtype}")
+    if y.ndim == 0 or len(y) != num_samples:
+        raise ValueError(f"{where}: targets must have one row per sample ({num_samples}), got shape {y.shape}")
+    y = y.astype(np.float64).reshape(num_samples, int(np.prod(y.shape[1:])))
+    if not np.all(np.isfinite(y)):
+        raise ValueError(f"{where}: targets contain NaN or Inf")
     return y
+
+
+def _num_rows(y, name):
+    if np.ndim(y) == 0:
+        raise ValueError(f"{name} must have one entry per sample, got a scalar")
+    return len(y)
 
 
 def heap_leaves(values):
@@ -93,11 +122,19 @@ def node_sums(positions, values, num_positions, weights=None, subtrees=False):
     Returns:
         ``(T, N, U)`` float64 sums (``(N, U)`` for one-dimensional ``positions``).
     """
-    pos = np.asarray(positions, np.int64)
+    pos = np.asarray(positions)
+    if pos.dtype.kind not in "iu":
+        raise TypeError(f"positions must be integer heap positions, got dtype {pos.dtype}")
+    pos = pos.astype(np.int64)
     single = pos.ndim == 1
-    pos = pos.reshape(len(pos), -1)
     n = len(pos)
-    v = np.asarray(values, np.float64).reshape(n, -1)
+    pos = pos.reshape(n, int(np.prod(pos.shape[1:])))
+    if pos.size and (pos.min() < 0 or pos.max() >= int(num_positions)):
+        raise ValueError(f"positions must lie in [0, {int(num_positions)}), got values in [{pos.min()}, {pos.max()}]")
+    v = np.asarray(values, np.float64)
+    if len(v) != n:
+        raise ValueError(f"values must have one row per sample ({n}), got shape {v.shape}")
+    v = v.reshape(n, int(np.prod(v.shape[1:])))
     if weights is not None:
         v = v * np.asarray(weights, np.float64).reshape(n, 1)
     out = np.zeros((pos.shape[1], int(num_positions), v.shape[1]))
@@ -111,11 +148,154 @@ def node_sums(positions, values, num_positions, weights=None, subtrees=False):
     return out[0] if single else out
 
 
+def _numeric(name, value, whole=False):
+    """``value`` as a NumPy array of numbers (int64 when ``whole``: ids, checked
+    to be whole numbers before the cast, never truncated)."""
+    value = np.asarray(value)
+    if value.dtype.kind not in "biuf":
+        raise TypeError(f"{name} must hold numbers, got dtype {value.dtype}")
+    if not whole:
+        return value
+    if value.dtype.kind == "f" and not (np.isfinite(value).all() and (value == np.round(value)).all()):
+        raise ValueError(f"{name} must hold integer ids (whole numbers), got fractional, NaN or Inf values")
+    return value.astype(np.int64)
+
+
 def _shape_error(name, array, shape):
     if array is None:
         raise ValueError(f"{name} is required for these splits: expected shape {shape}")
     if tuple(np.shape(array)) != tuple(shape):
         raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(np.shape(array))}")
+
+
+_DOC_REQUIRED = ("num_trees", "max_depth", "input_dim", "output_dim", "split_rule", "aggregation",
+                 "family", "leaf_output", "trees")
+_SPLIT_FIELDS = {"linear": ("weights", "bias"), "axis_aligned": ("feature", "threshold"),
+                 "noisy_or": ("weights", "bias", "expert_weights", "threshold")}
+
+
+def _doc_int(value, where, lower):
+    if isinstance(value, bool) or not isinstance(value, (numbers.Integral, numbers.Real)) \
+            or not float(value).is_integer() or value < lower:
+        raise ValueError(f"{where} must be an integer >= {lower}, got {value!r}")
+    return int(value)
+
+
+def _doc_numbers(value, where, shape):
+    """``value`` as a float64 array of ``shape`` (a document field), or a ValueError."""
+    try:
+        array = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        array = None
+    if array is None or array.shape != shape:
+        want = "a number" if shape == () else f"numbers of shape {shape}"
+        raise ValueError(f"{where} must be {want}, got {value!r:.80}")
+    return array
+
+
+def check_document(doc):
+    """Checks the structure of an exported layer ``doc`` (format in
+    :mod:`keras_trees.inspection.export`) once, before anything reads it.
+
+    Raises ``TypeError`` (not a dict) or ``ValueError`` saying which field is
+    missing or wrong, e.g. ``doc["trees"][0]["nodes"][2]["split"]: missing
+    "threshold"``. Returns ``(split_kind, number of noisy-OR experts)``.
+    """
+    if not isinstance(doc, Mapping):
+        raise TypeError(f"doc must be a dict of an exported tree layer (one item of export_trees' list), "
+                        f"got {type(doc).__name__}")
+    if not str(doc.get("format", "")).startswith("keras_trees.inspection/"):
+        raise ValueError(f"doc is not a keras-trees forest export (format {doc.get('format')!r})")
+    missing = [k for k in _DOC_REQUIRED if k not in doc]
+    if missing:
+        raise ValueError(f"doc is missing the field(s) {missing}")
+    T = _doc_int(doc["num_trees"], 'doc["num_trees"]', 1)
+    D = _doc_int(doc["max_depth"], 'doc["max_depth"]', 0)
+    p = _doc_int(doc["input_dim"], 'doc["input_dim"]', 1)
+    K = _doc_int(doc["output_dim"], 'doc["output_dim"]', 1)
+    if doc["split_rule"] not in _SPLIT_RULES.values():
+        raise ValueError(f'doc["split_rule"] must be one of {sorted(_SPLIT_RULES.values())}, '
+                         f"got {doc['split_rule']!r}")
+    if doc["aggregation"] not in AGGREGATIONS:
+        raise ValueError(f'doc["aggregation"] must be one of {AGGREGATIONS}, got {doc["aggregation"]!r}')
+    trees = doc["trees"]
+    if not isinstance(trees, Sequence) or isinstance(trees, str) or len(trees) != T:
+        raise ValueError(f'doc["trees"] must be a list of num_trees={T} trees, got {type(trees).__name__}'
+                         + (f" of length {len(trees)}" if isinstance(trees, Sequence) else ""))
+    nodes_of = []
+    for t, tree in enumerate(trees):
+        nodes = tree.get("nodes") if isinstance(tree, Mapping) else None
+        if not isinstance(nodes, Sequence) or isinstance(nodes, str):
+            raise ValueError(f'doc["trees"][{t}] must be a dict with a list "nodes"')
+        nodes_of.append(nodes)
+    splits = [(f'doc["trees"][{t}]["nodes"][{j}]', node) for t, nodes in enumerate(nodes_of)
+              for j, node in enumerate(nodes) if isinstance(node, Mapping) and node.get("type") == "split"]
+    kind = doc.get("split_kind")
+    if kind is None:  # documents written before split_kind: the first split says
+        first = splits[0][1].get("split") if splits else None
+        kind = first.get("kind", "linear") if isinstance(first, Mapping) else "linear"
+    if kind not in SPLIT_KINDS:
+        raise ValueError(f'doc["split_kind"] must be one of {SPLIT_KINDS}, got {kind!r}')
+    experts = 1
+    if kind == "noisy_or" and splits:
+        first = splits[0][1].get("split")
+        r = first.get("expert_weights") if isinstance(first, Mapping) else None
+        if not isinstance(r, Sequence) or not len(r):
+            raise ValueError(f'{splits[0][0]}["split"]["expert_weights"] must be a non-empty list')
+        experts = len(r)
+    I, N = topology.num_internal(D), topology.num_positions(D)
+    per_split = 8 * ((experts if kind == "noisy_or" else 1) * (p + 2) + 3)
+    _memory.check_heap("doc", T, D, bytes_per_position=4 + 8 * K + 8, bytes_per_internal=per_split,
+                       hint="the document's max_depth is too large")
+    shapes = {"weights": (experts, p) if kind == "noisy_or" else (p,),
+              "bias": (experts,) if kind == "noisy_or" else (), "expert_weights": (experts,),
+              "threshold": (), "feature": ()}
+    for t, nodes in enumerate(nodes_of):
+        seen = set()
+        for j, node in enumerate(nodes):
+            where = f'doc["trees"][{t}]["nodes"][{j}]'
+            if not isinstance(node, Mapping):
+                raise ValueError(f"{where} must be a dict, got {type(node).__name__}")
+            for field in ("id", "type"):
+                if field not in node:
+                    raise ValueError(f'{where}: missing "{field}"')
+            i = _doc_int(node["id"], f'{where}["id"]', 0)
+            if i >= N:
+                raise ValueError(f'{where}["id"] must lie in [0, {N}) for max_depth={D}, got {i}')
+            if i in seen:
+                raise ValueError(f'{where}["id"]: position {i} appears twice in tree {t}')
+            seen.add(i)
+            if "source_node" in node:
+                _doc_int(node["source_node"], f'{where}["source_node"]', -1)
+            if node["type"] == "leaf":
+                if "value" not in node:
+                    raise ValueError(f'{where}: missing "value"')
+                _doc_numbers(node["value"], f'{where}["value"]', (K,))
+                continue
+            if node["type"] != "split":
+                raise ValueError(f'{where}["type"] must be "leaf" or "split", got {node["type"]!r}')
+            if i >= I:
+                raise ValueError(f'{where}: position {i} is on the last level (max_depth={D}) and cannot be a split')
+            split = node.get("split")
+            if not isinstance(split, Mapping):
+                raise ValueError(f'{where}: a split node needs a dict "split"')
+            if split.get("kind", kind) != kind:
+                raise ValueError(f'{where}["split"]["kind"] is {split.get("kind")!r} but the layer\'s splits are {kind!r}')
+            unknown = sorted(set(split) - set(_SPLIT_FIELDS[kind]) - {"kind"})
+            if unknown:
+                raise ValueError(f'{where}["split"]: unknown field(s) {unknown} for {kind} splits')
+            for field in _SPLIT_FIELDS[kind]:
+                if field not in split:
+                    raise ValueError(f'{where}["split"]: missing "{field}"')
+                value = _doc_numbers(split[field], f'{where}["split"]["{field}"]', shapes[field])
+                if field == "feature":
+                    feature = _doc_int(split[field], f'{where}["split"]["feature"]', 0)
+                    if feature >= p:
+                        raise ValueError(f'{where}["split"]["feature"] must lie in [0, input_dim={p}), got {feature}')
+                if field == "expert_weights" and (value < 0).any():
+                    raise ValueError(f'{where}["split"]["expert_weights"] must be >= 0')
+    return kind, experts
+
 
 
 @keras_trees_export("keras_trees")
@@ -197,7 +377,7 @@ class Forest:
         if isinstance(self.input_dim, bool) or int(self.input_dim) != self.input_dim or self.input_dim < 1:
             raise ValueError(f"input_dim must be an integer >= 1, got {self.input_dim!r}")
         self.input_dim = p = int(self.input_dim)
-        leaves = np.asarray(self.leaves)
+        leaves = _numeric("leaves", self.leaves)
         if leaves.ndim != 3 or leaves.shape[:2] != (T, N):
             raise ValueError(f"leaves must have shape ({T}, {N}, output_dim), got {leaves.shape}")
         self.leaves = np.where((state == topology.LEAF)[..., None], leaves, 0).astype(leaves.dtype)
@@ -211,10 +391,14 @@ class Forest:
             value = getattr(self, name)
             if name in shapes:
                 _shape_error(name, value, shapes[name])
-                value = np.asarray(value, np.int64 if name == "feature" else None)
+                value = _numeric(name, value, whole=name == "feature")
                 mask = split.reshape(split.shape + (1,) * (value.ndim - 2))
                 value = np.where(mask, value, 0).astype(value.dtype)
             setattr(self, name, value if name in shapes else None)
+        for name in ("leaves",) + _PARAMETERS:
+            value = getattr(self, name)
+            if value is not None and not np.isfinite(value).all():
+                raise ValueError(f"{name} contains NaN or Inf (a forest holds finite parameters and leaf values)")
         if self.feature is not None and ((self.feature < 0) | (self.feature >= p)).any():
             raise ValueError(f"feature ids must lie in [0, input_dim={p})")
         if self.expert_weights is not None and (self.expert_weights < 0).any():
@@ -291,9 +475,11 @@ class Forest:
     def _rows(self, x, name="x"):
         """``x`` as float64 rows ``(n, input_dim)`` (per-sample dimensions flattened)."""
         x = np.asarray(x)
+        if x.dtype.kind not in "biuf":
+            raise TypeError(f"{name} must be real numbers, got dtype {x.dtype}")
         if x.ndim < 2:
             raise ValueError(f"{name} must have shape (n, {self.input_dim}), got {x.shape}")
-        x = x.reshape(len(x), -1).astype(np.float64)
+        x = x.reshape(len(x), int(np.prod(x.shape[1:]))).astype(np.float64)
         if x.shape[1] != self.input_dim:
             raise ValueError(
                 f"{name} must have {self.input_dim} columns (the forest's input_dim), got {x.shape[1]}")
@@ -377,32 +563,22 @@ class Forest:
         leaf = self.route(x)
         n, T = leaf.shape
         N = self.node_state.shape[1]
+        if num_classes is not None:
+            if isinstance(num_classes, bool) or int(num_classes) != num_classes or num_classes < 1:
+                raise ValueError(f"num_classes must be an integer >= 1, got {num_classes!r}")
         num_classes = self.num_classes if num_classes is None else int(num_classes)
         count = lambda v: np.rint(node_sums(leaf, v, N, subtrees=True)).astype(np.int64)  # noqa: E731
         stats = {"samples": count(np.ones(n))[..., 0]}
         if y is None:
             return stats
-        if len(y) != n:
+        if _num_rows(y, "y") != n:
             raise ValueError(f"x has {n} samples but y has {len(y)}")
         if num_classes is not None:
             stats["class_counts"] = count(np.eye(num_classes)[class_ids(y, num_classes)])
         else:
-            sums = node_sums(leaf, np.asarray(y, np.float64).reshape(n, -1), N, subtrees=True)
+            sums = node_sums(leaf, targets(y, n), N, subtrees=True)
             with np.errstate(invalid="ignore", divide="ignore"):
                 stats["target_mean"] = sums / stats["samples"][..., None]
-        return stats
-        if len(y) != n:
-            raise ValueError(f"x has {n} samples but y has {len(y)}")
-        sample = np.broadcast_to(np.arange(n)[:, None, None], path.shape)[visited]
-        if num_classes is not None:
-            y = class_ids(y, num_classes)
-            counts = np.bincount(flat * num_classes + y[sample], minlength=T * N * num_classes)
-            stats["class_counts"] = counts.reshape(T, N, num_classes)
-        else:
-            y = np.asarray(y, np.float64).reshape(n, -1)
-            sums = np.stack([np.bincount(flat, y[sample, u], T * N) for u in range(y.shape[1])], -1)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                stats["target_mean"] = (sums / stats["samples"].reshape(-1, 1)).reshape(T, N, -1)
         return stats
 
     # -------------------------------------------------------------- JSON
@@ -456,14 +632,12 @@ class Forest:
     def from_dict(cls, doc):
         """The :class:`Forest` of a :meth:`to_dict` / :func:`~keras_trees.inspection.export_trees`
         dict (also one parsed from JSON, and documents written before this class
-        existed). Arrays come back as float64; node statistics are not kept."""
-        if not str(doc.get("format", "")).startswith("keras_trees.inspection/"):
-            raise ValueError(f"doc is not a keras-trees forest export (format {doc.get('format')!r})")
+        existed). Arrays come back as float64; node statistics are not kept.
+        The document's structure is checked first (:func:`check_document`):
+        a missing or malformed field is a ``ValueError`` naming it."""
+        kind, experts = check_document(doc)
         T, D, p, K = (int(doc[k]) for k in ("num_trees", "max_depth", "input_dim", "output_dim"))
         I, N = topology.num_internal(D), topology.num_positions(D)
-        splits = [n["split"] for tree in doc["trees"] for n in tree["nodes"] if n["type"] == "split"]
-        kind = doc.get("split_kind") or (splits[0]["kind"] if splits else "linear")
-        experts = len(splits[0]["expert_weights"]) if kind == "noisy_or" and splits else 1
         state = topology.empty(T, D)
         leaves = np.zeros((T, N, K))
         source = np.full((T, N), -1, np.int64)
@@ -473,8 +647,8 @@ class Forest:
                   "expert_weights": np.zeros((T, I, experts))}
         for t, tree in enumerate(doc["trees"]):
             for node in tree["nodes"]:
-                i = node["id"]
-                source[t, i] = node.get("source_node", -1)
+                i = int(node["id"])
+                source[t, i] = int(node.get("source_node", -1))
                 if node["type"] == "leaf":
                     state[t, i] = topology.LEAF
                     leaves[t, i] = node["value"]
@@ -484,14 +658,17 @@ class Forest:
                     if name != "kind":
                         params[name][t, i] = value
         rules = {rule: side for side, rule in _SPLIT_RULES.items()}
-        return cls(
-            node_state=state, split_kind=kind, leaves=leaves, input_dim=p,
-            right_if=rules[doc["split_rule"]], aggregation=doc["aggregation"], family=doc["family"],
-            leaf_output=doc["leaf_output"], inputs=doc.get("inputs", "layer input"),
-            leaf_prediction=bool(doc.get("leaf_prediction", False)), num_classes=doc.get("num_classes"),
-            feature_names=doc.get("feature_names"), source_node=source if (source >= 0).any() else None,
-            extra=doc.get("extra", {}), **params,
-        )
+        try:
+            return cls(
+                node_state=state, split_kind=kind, leaves=leaves, input_dim=p,
+                right_if=rules[doc["split_rule"]], aggregation=doc["aggregation"], family=doc["family"],
+                leaf_output=doc["leaf_output"], inputs=doc.get("inputs", "layer input"),
+                leaf_prediction=bool(doc.get("leaf_prediction", False)), num_classes=doc.get("num_classes"),
+                feature_names=doc.get("feature_names"), source_node=source if (source >= 0).any() else None,
+                extra=doc.get("extra", {}), **params,
+            )
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"doc does not describe a valid forest: {exc}") from None
 
     # --------------------------------------------------------- conversion
     def pad_to_perfect(self, depth=None):
@@ -504,10 +681,15 @@ class Forest:
         :meth:`linear_form`; ``depth`` may be below ``max_depth`` when every tree
         fits in it.
         """
+        if depth is not None and (isinstance(depth, bool) or not isinstance(depth, numbers.Integral) or depth < 0):
+            raise ValueError(f"depth must be an integer >= 0, got {depth!r}")
         depth = self.max_depth if depth is None else int(depth)
         deepest = int(self.tree_depths().max())
         if deepest > depth:
             raise ValueError(f"the forest has a tree of depth {deepest}, more than the requested depth {depth}")
+        leaf_bytes = self.leaves.dtype.itemsize * self.output_dim + 4 + 16
+        _memory.check_heap("pad_to_perfect", self.num_trees, depth, bytes_per_position=leaf_bytes,
+                           bytes_per_internal=16 * (self.input_dim + 1))
         w, b = self.linear_form()
         I, N = topology.num_internal(depth), topology.num_positions(depth)
         old_n = self.node_state.shape[1]

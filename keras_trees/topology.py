@@ -259,12 +259,21 @@ def route(state, split_values, num_samples=None):
         True or a positive value) and stops at a leaf.
     """
     state = np.asarray(state)
+    if state.ndim != 1:
+        raise ValueError(f"route: state must be one tree's node states, shape (positions,), got {state.shape}")
+    validate(state[None])
     if callable(split_values):
         if num_samples is None:
             raise ValueError("route: num_samples is required when split_values is a function")
+        if isinstance(num_samples, bool) or int(num_samples) != num_samples or num_samples < 0:
+            raise ValueError(f"route: num_samples must be an integer >= 0, got {num_samples!r}")
         value_at, batch = split_values, int(num_samples)
     else:
         values = np.asarray(split_values)
+        internal = num_internal(max_depth_from_positions(state.shape[0]))
+        if values.ndim != 2 or values.shape[1] != internal:
+            raise ValueError(f"route: split_values must have shape (batch, num_internal={internal}), "
+                             f"got {values.shape}")
         value_at, batch = (lambda pos, rows: values[rows, pos]), len(values)
     return _descend(state, value_at, batch)
 

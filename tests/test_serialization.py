@@ -116,3 +116,26 @@ def test_saved_model_is_differentiable_after_import(saved):
         """,
         cwd=saved,
     )
+
+
+def test_truncated_keras_file_is_diagnosed_as_the_readme_says(tmp_path):
+    """README, "Damaged files": Keras reports a truncated ``.keras`` file as "File
+    not found" (it is not a zip archive); ``zipfile.is_zipfile`` tells it apart
+    from a missing file. keras-trees has no loader of its own to intercept it."""
+    import zipfile
+
+    import keras
+
+    import keras_trees  # noqa: F401
+    from keras_trees.layers import TreeEnsembleLayer
+
+    model = keras.Sequential([keras.Input((3,)), TreeEnsembleLayer(2, 2, 1)])
+    path = tmp_path / "m.keras"
+    model.save(path)
+    data = path.read_bytes()
+    damaged = tmp_path / "damaged.keras"
+    damaged.write_bytes(data[: len(data) // 2])
+    assert zipfile.is_zipfile(path) and not zipfile.is_zipfile(damaged)
+    with pytest.raises(ValueError, match=r"accessible `\.keras` zip file"):
+        keras.saving.load_model(damaged)
+    keras.saving.load_model(path)  # the whole file loads

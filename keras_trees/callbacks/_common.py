@@ -7,8 +7,41 @@ import numpy as np
 from keras import ops
 
 from keras_trees.layers import _validation
+from keras_trees.validation import arguments, bounds
 from keras_trees.layers._end_to_end import find_layers
 from keras_trees.layers._layer_inputs import identity, layer_input_fn  # noqa: F401 (used by the callbacks)
+
+
+def layer_names(layers):
+    """The ``layers=`` argument of a callback: None, a layer name or a list of names."""
+    if layers is None or isinstance(layers, str):
+        return layers
+    if isinstance(layers, (list, tuple)) and all(isinstance(n, str) for n in layers):
+        return list(layers)
+    raise TypeError(f"layers must be None, a layer name or a list of layer names, got {layers!r}")
+
+
+def positive_int(name, value):
+    return arguments.positive_int(name, value)
+
+
+def nonnegative_int(name, value):
+    return bounds.nonnegative_int(name, value)
+
+
+def nonnegative_float(name, value):
+    return bounds.nonnegative_float(name, value)
+
+
+def optional_positive_float(name, value):
+    return None if value is None else arguments.positive_float(name, value)
+
+
+def flag(name, value):
+    """A boolean argument: True/False (also NumPy booleans and the integers 0 and 1)."""
+    if isinstance(value, (bool, np.bool_)) or (isinstance(value, numbers.Integral) and value in (0, 1)):
+        return bool(value)
+    raise TypeError(f"{name} must be True or False, got {value!r}")
 
 
 def end_to_end_layers(model, names=None, classifiers_only=False):
@@ -40,6 +73,9 @@ def ensure_built(model, layers, x):
 def check_data(x, y, name):
     if x is None or y is None:
         raise ValueError(f"{name} needs the training data: pass x and y")
+    for arg, value in (("x", x), ("y", y)):
+        if not hasattr(value, "__len__") or np.ndim(value) == 0:
+            raise ValueError(f"{name}: {arg} must hold one entry per training sample, got {type(value).__name__}")
     n = len(x)
     if len(y) != n:
         raise ValueError(f"{name}: x has {n} samples but y has {len(y)}")
@@ -93,15 +129,20 @@ def check_weights(sample_weight, class_weight, num_samples, name):
     return sample_weight, class_weight
 
 
-def effective_weights(sample_weight, class_weight, labels, name):
+def effective_weights(sample_weight, class_weight, labels, name, num_classes=None):
     """Per-sample weights ``(n,)`` (float64) or None when all samples weigh 1.
 
-    ``labels`` are the integer classes (``class_weight`` needs a classifier).
+    ``labels`` are the integer classes in ``[0, num_classes)`` (``class_weight``
+    needs a classifier; its keys must be classes of the layer).
     """
     if class_weight is not None:
         if labels is None:
             raise ValueError(f"{name}: class_weight needs a classification layer (num_classes=...)")
-        weights = np.array([class_weight.get(int(c), 1.0) for c in range(int(labels.max()) + 1)])
+        num_classes = int(labels.max()) + 1 if num_classes is None else int(num_classes)
+        outside = sorted(k for k in class_weight if not 0 <= k < num_classes)
+        if outside:
+            raise ValueError(f"{name}: class_weight has class ids {outside} outside [0, {num_classes})")
+        weights = np.array([class_weight.get(c, 1.0) for c in range(num_classes)])
         weights = weights[labels]
         if not weights.sum() > 0:
             raise ValueError(f"{name}: class_weight gives every sample weight zero")

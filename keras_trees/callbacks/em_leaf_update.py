@@ -7,7 +7,7 @@ from keras import ops
 from keras_trees.api_export import keras_trees_export
 from keras_trees.callbacks._common import (
     batches, check_data, check_labels, check_weights, compiled, effective_weights, end_to_end_layers,
-    ensure_built, layer_input_fn, weights_config,
+    ensure_built, layer_input_fn, layer_names, positive_int, weights_config,
 )
 
 
@@ -63,10 +63,8 @@ class EMLeafUpdate(keras.callbacks.Callback):
         self.num_samples = check_data(x, y, "EMLeafUpdate")
         self.x = x
         self.y = np.asarray(y)
-        self.batch_size = int(batch_size)
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        self.layer_names = layers
+        self.batch_size = positive_int("batch_size", batch_size)
+        self.layer_names = layer_names(layers)
         self.sample_weight, self.class_weight = check_weights(
             sample_weight, class_weight, self.num_samples, "EMLeafUpdate"
         )
@@ -104,7 +102,7 @@ class EMLeafUpdate(keras.callbacks.Callback):
         """One E-step over the data and one leaf M-step, for every layer."""
         for layer in self._layers():
             y = check_labels(self.y, layer.num_classes, "EMLeafUpdate")
-            w = effective_weights(self.sample_weight, self.class_weight, y, "EMLeafUpdate")
+            w = effective_weights(self.sample_weight, self.class_weight, y, "EMLeafUpdate", layer.num_classes)
             if w is None:
                 w = np.ones(self.num_samples)
             fn = self._statistics_fn(layer)

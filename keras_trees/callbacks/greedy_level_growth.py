@@ -9,7 +9,8 @@ from keras import ops
 from keras_trees.api_export import keras_trees_export
 from keras_trees.callbacks._common import (
     batches, check_data, check_labels, check_weights, compiled, effective_weights, end_to_end_layers,
-    ensure_built, identity, layer_input_fn, reset_optimizer, weights_config,
+    ensure_built, flag, identity, layer_input_fn, layer_names, nonnegative_int, positive_int, reset_optimizer,
+    weights_config,
 )
 from keras_trees.layers._level_growth import (
     PHASE_DONE, PHASE_FINETUNING, PHASE_GROWING, PHASE_IDLE, LevelGrowth,
@@ -108,24 +109,22 @@ class GreedyLevelGrowth(keras.callbacks.Callback):
         super().__init__()
         self.num_samples = check_data(x, y, "GreedyLevelGrowth")
         self.x, self.y = x, np.asarray(y)
-        self.epochs_per_level = _positive("epochs_per_level", epochs_per_level)
+        self.epochs_per_level = positive_int("epochs_per_level", epochs_per_level)
         if finetune_epochs is None:
             finetune_epochs = 3 * self.epochs_per_level
-        if int(finetune_epochs) < 0:
-            raise ValueError(f"finetune_epochs must be >= 0, got {finetune_epochs}")
-        self.finetune_epochs = int(finetune_epochs)
-        self.max_leaves = None if max_leaves is None else _positive("max_leaves", max_leaves)
-        self.min_samples_split = _positive("min_samples_split", min_samples_split)
-        self.max_attempts = _positive("max_attempts", max_attempts)
-        self.best_first = bool(best_first)
+        self.finetune_epochs = nonnegative_int("finetune_epochs", finetune_epochs)
+        self.max_leaves = None if max_leaves is None else positive_int("max_leaves", max_leaves)
+        self.min_samples_split = positive_int("min_samples_split", min_samples_split)
+        self.max_attempts = positive_int("max_attempts", max_attempts)
+        self.best_first = flag("best_first", best_first)
         if self.best_first and self.max_leaves is None:
             raise ValueError("best_first=True needs max_leaves")
-        self.batch_size = _positive("batch_size", batch_size)
-        self.layer_names = layers
+        self.batch_size = positive_int("batch_size", batch_size)
+        self.layer_names = layer_names(layers)
         self.sample_weight, self.class_weight = check_weights(
             sample_weight, class_weight, self.num_samples, "GreedyLevelGrowth"
         )
-        self.verbose = int(verbose)
+        self.verbose = nonnegative_int("verbose", verbose)
         self._fns = {}
 
     def max_epochs(self, max_depth):
@@ -141,7 +140,7 @@ class GreedyLevelGrowth(keras.callbacks.Callback):
         failed in each of them), hence ``max_leaves * max_attempts`` rounds.
         ``fit`` stops as soon as growth and finetuning are done.
         """
-        depth = _positive("max_depth", max_depth)
+        depth = positive_int("max_depth", max_depth)
         rounds = (self.max_leaves if self.best_first else depth) * self.max_attempts
         return rounds * self.epochs_per_level + self.finetune_epochs
 
@@ -161,7 +160,8 @@ class GreedyLevelGrowth(keras.callbacks.Callback):
     def _weights(self, layer, targets):
         """Per-sample weights ``(n,)`` (ones without weights)."""
         labels = targets if layer.is_classifier else None
-        w = effective_weights(self.sample_weight, self.class_weight, labels, "GreedyLevelGrowth")
+        w = effective_weights(self.sample_weight, self.class_weight, labels, "GreedyLevelGrowth",
+                              layer.num_classes if layer.is_classifier else None)
         return np.ones(self.num_samples) if w is None else w
 
     def _targets(self, layer):
@@ -296,9 +296,3 @@ def _root_leaf_values(growth, a):
     for t in range(growth.layer.num_trees):
         a["leaves"][t, 0] = growth.node_value(t, 0, a["leaves"][t, 0])
 
-
-def _positive(name, value):
-    value = int(value)
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}")
-    return value

@@ -1,9 +1,9 @@
 """Annealing of convex polytope trees' split functions (Armandpour & Zhou 2021, Appendix B)."""
 
 import keras
-import numpy as np
 
 from keras_trees.api_export import keras_trees_export
+from keras_trees.callbacks._common import layer_names, nonnegative_float, optional_positive_float
 from keras_trees.layers._forest_layer import numpy
 
 
@@ -44,14 +44,9 @@ class PolytopeAnnealing(keras.callbacks.Callback):
 
     def __init__(self, increment=0.1, max_steepness=None, layers=None):
         super().__init__()
-        increment = float(increment)
-        if not (np.isfinite(increment) and increment >= 0):
-            raise ValueError(f"increment must be a finite number >= 0, got {increment}")
-        if max_steepness is not None and not float(max_steepness) > 0:
-            raise ValueError(f"max_steepness must be > 0, got {max_steepness}")
-        self.increment = increment
-        self.max_steepness = None if max_steepness is None else float(max_steepness)
-        self.layer_names = layers
+        self.increment = nonnegative_float("increment", increment)
+        self.max_steepness = optional_positive_float("max_steepness", max_steepness)
+        self.layer_names = layer_names(layers)
 
     def on_epoch_begin(self, epoch, logs=None):
         from keras_trees.layers._polytope_training import anneal

@@ -5,7 +5,7 @@ import numpy as np
 from keras import ops
 
 from keras_trees.api_export import keras_trees_export
-from keras_trees.callbacks._common import batches, layer_input_fn
+from keras_trees.callbacks._common import batches, check_labels, flag, layer_input_fn, layer_names, positive_int
 from keras_trees.callbacks.polytope_annealing import polytope_layers
 
 
@@ -59,11 +59,9 @@ class PolytopeLeafUpdate(keras.callbacks.Callback):
                             f"got {type(class_weight).__name__}")
         self.x, self.y = x, y
         self.sample_weight, self.class_weight = sample_weight, class_weight
-        self.every_epoch = bool(every_epoch)
-        self.layer_names = layers
-        self.batch_size = int(batch_size)
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.every_epoch = flag("every_epoch", every_epoch)
+        self.layer_names = layer_names(layers)
+        self.batch_size = positive_int("batch_size", batch_size)
 
     def _layer_inputs(self, layer):
         to_input = layer_input_fn(self.model, layer)
@@ -76,6 +74,8 @@ class PolytopeLeafUpdate(keras.callbacks.Callback):
 
     def _update(self):
         for layer in polytope_layers(self.model, self.layer_names):
+            if layer.num_classes is not None:  # before mapping the data through the model
+                check_labels(self.y, layer.num_classes, "PolytopeLeafUpdate")
             layer.set_leaves_from_data(self._layer_inputs(layer), self.y, batch_size=self.batch_size,
                                        sample_weight=self.sample_weight, class_weight=self.class_weight)
 

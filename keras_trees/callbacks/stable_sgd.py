@@ -5,6 +5,7 @@ import math
 import keras
 
 from keras_trees.api_export import keras_trees_export
+from keras_trees.validation import arguments, bounds
 
 
 @keras_trees_export("keras_trees.callbacks")
@@ -32,15 +33,12 @@ class StableSGD(keras.callbacks.Callback):
 
     def __init__(self, min_delta=1e-3, patience=1, max_round_epochs=None, monitor="loss"):
         super().__init__()
-        self.min_delta = float(min_delta)
-        if not self.min_delta >= 0:
-            raise ValueError(f"min_delta must be >= 0, got {min_delta}")
-        self.patience = int(patience)
-        if self.patience < 1:
-            raise ValueError(f"patience must be >= 1, got {patience}")
-        if max_round_epochs is not None and int(max_round_epochs) < 1:
-            raise ValueError(f"max_round_epochs must be >= 1 or None, got {max_round_epochs}")
-        self.max_round_epochs = None if max_round_epochs is None else int(max_round_epochs)
+        self.min_delta = bounds.nonnegative_float("min_delta", min_delta)
+        self.patience = arguments.positive_int("patience", patience)
+        self.max_round_epochs = (None if max_round_epochs is None
+                                 else arguments.positive_int("max_round_epochs", max_round_epochs))
+        if not isinstance(monitor, str):
+            raise TypeError(f"monitor must be the name of a logged quantity (a string), got {monitor!r}")
         self.monitor = monitor
         self.rounds = 0
 
@@ -76,7 +74,8 @@ class StableSGD(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         value = (logs or {}).get(self.monitor)
         if value is None:
-            raise KeyError(f"StableSGD monitors {self.monitor!r}, which is not in the logs {sorted(logs or {})}")
+            raise ValueError(f"StableSGD: monitor={self.monitor!r} is not in the logs {sorted(logs or {})}; "
+                             "pass the name of a logged quantity")
         self._round_epochs += 1
         if value < self._best - self.min_delta * abs(self._best if math.isfinite(self._best) else value):
             self._best = value

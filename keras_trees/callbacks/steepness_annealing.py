@@ -6,7 +6,9 @@ from keras import ops
 
 from keras_trees import _deprecation, topology
 from keras_trees.api_export import keras_trees_export
-from keras_trees.callbacks._common import end_to_end_layers
+from keras_trees.callbacks._common import (
+    end_to_end_layers, layer_names, nonnegative_float, optional_positive_float,
+)
 
 
 @keras_trees_export("keras_trees.callbacks")
@@ -45,14 +47,9 @@ class SteepnessAnnealing(keras.callbacks.Callback):
         if kwargs:
             raise TypeError(f"SteepnessAnnealing got unexpected arguments {sorted(kwargs)}")
         super().__init__()
-        increment = float(increment)
-        if not (np.isfinite(increment) and increment >= 0):
-            raise ValueError(f"increment must be a finite number >= 0, got {increment}")
-        if max_steepness is not None and not float(max_steepness) > 0:
-            raise ValueError(f"max_steepness must be > 0, got {max_steepness}")
-        self.increment = increment
-        self.max_steepness = None if max_steepness is None else float(max_steepness)
-        self.layer_names = layers
+        self.increment = nonnegative_float("increment", increment)
+        self.max_steepness = optional_positive_float("max_steepness", max_steepness)
+        self.layer_names = layer_names(layers)
 
     def on_train_begin(self, logs=None):
         self._unbuilt = []

@@ -48,6 +48,7 @@ NumPy alone (through :meth:`~keras_trees.forest.Forest.from_dict`).
 """
 
 import json
+import os
 
 import numpy as np
 
@@ -135,6 +136,8 @@ def export_trees(model, x=None, y=None, feature_names=None):
 @keras_trees_export("keras_trees.inspection")
 def to_json(model, path=None, x=None, y=None, indent=None, feature_names=None):
     """:func:`export_trees` as a JSON string (also written to ``path`` if given)."""
+    if path is not None and not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a file path (str or os.PathLike), got {type(path).__name__}")
     text = json.dumps(export_trees(model, x, y, feature_names), indent=indent)
     if path is not None:
         with open(path, "w") as f:

@@ -18,8 +18,10 @@ raw score drops), in the order of the features; pair them with
 import numpy as np
 
 from keras_trees import topology
+from keras_trees.forest import class_ids
 from keras_trees.api_export import keras_trees_export
 from keras_trees.inspection import names as _names
+from keras_trees.validation import arguments
 
 KINDS = ("split_usage", "gain")
 CRITERIA = ("gini", "entropy", "squared_error")
@@ -83,8 +85,10 @@ def _gains(forest, x, y, criterion, num_classes):
         stats = forest.node_statistics(x, np.concatenate([y, y ** 2], 1))  # one routing: mean and mean square
     else:
         num_targets = None
-        if num_classes is None:
-            num_classes = forest.num_classes or int(np.max(y)) + 1
+        if num_classes is None and forest.num_classes is None:
+            y = class_ids(y, np.inf, "y")  # labels checked before max(y) + 1 classes are assumed
+            num_classes = int(y.max()) + 1 if len(y) else 1
+        num_classes = forest.num_classes if num_classes is None else num_classes
         stats = forest.node_statistics(x, y, num_classes)
     weighted = stats["samples"] * _impurity(stats, criterion, num_targets)  # (T, N)
     I = topology.num_internal(forest.max_depth)
@@ -178,7 +182,9 @@ def routing_sensitivity(model, x, step=1e-3, batch_size=4096):
     feature). ``x`` is what ``model`` takes (a DataFrame is fine), ``(n, p)``.
     All zeros when the output does not move (a hard tree off its thresholds).
     """
-    x = _names.as_array(x).astype(np.float32)
+    step = arguments.positive_float("step", step)
+    batch_size = arguments.positive_int("batch_size", batch_size)
+    x = _numeric_rows(x)
     if x.ndim != 2:
         raise ValueError(f"x must have shape (n, p), got {x.shape}")
     predict = _predict_fn(model, batch_size)
@@ -193,6 +199,13 @@ def routing_sensitivity(model, x, step=1e-3, batch_size=4096):
         sens[j] = np.abs(out[0] - out[1]).mean() / (2 * h[j])
     total = sens.sum()
     return sens / total if total > 0 else sens
+
+
+def _numeric_rows(x):
+    x = _names.as_array(x)
+    if x.dtype.kind not in "biuf":
+        raise TypeError(f"x must be real numbers, got dtype {x.dtype}")
+    return x.astype(np.float32)
 
 
 def _default_metric(y, pred):
@@ -254,18 +267,24 @@ def permutation_importance(model, x, y, metric=None, n_repeats=5, seed=0, batch_
     2
     """
     metric = _default_metric if metric is None else metric
+    if not callable(metric):
+        raise TypeError(f"metric must be a function metric(y, predictions) -> float, got {type(metric).__name__}")
+    n_repeats = arguments.positive_int("n_repeats", n_repeats)
+    batch_size = arguments.positive_int("batch_size", batch_size)
     frame = _names.is_frame(x)
     values = _names.as_array(x)
     if not frame:
         x = values
     if values.ndim != 2:
         raise ValueError(f"x must have shape (n, p), got {values.shape}")
+    if np.ndim(y) == 0 or len(y) != len(values):
+        raise ValueError(f"y must have one entry per sample of x ({len(values)}), got shape {np.shape(y)}")
     predict = _predict_fn(model, batch_size)
     baseline = float(metric(y, predict(x)))
     rng = np.random.default_rng(seed)
-    drops = np.zeros((values.shape[1], int(n_repeats)))
+    drops = np.zeros((values.shape[1], n_repeats))
     for j in range(values.shape[1]):
-        for r in range(int(n_repeats)):
+        for r in range(n_repeats):
             shuffled = _with_column(x, j, values[rng.permutation(len(values)), j])
             drops[j, r] = baseline - float(metric(y, predict(shuffled)))
     return {"importances_mean": drops.mean(1), "importances_std": drops.std(1), "importances": drops,

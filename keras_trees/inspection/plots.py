@@ -9,11 +9,13 @@
 * :func:`plot_decision_regions`: a model's predicted class over a 2D input plane.
 """
 
+import numbers
+
 import numpy as np
 
 from keras_trees import topology
 from keras_trees.api_export import keras_trees_export
-from keras_trees.forest import Forest
+from keras_trees.forest import Forest, check_document
 from keras_trees.inspection import names as _names
 from keras_trees.inspection import rules as _rules
 
@@ -29,7 +31,19 @@ def _pyplot():
 def _document(doc, x=None, y=None):
     """An exported layer dict, or the dict of a :class:`~keras_trees.forest.Forest`
     (or of a tree layer's ``to_forest()``)."""
-    return doc if isinstance(doc, dict) else _names.as_forest(doc).to_dict(None if x is None else _names.as_array(x), y)
+    if isinstance(doc, dict):
+        check_document(doc)
+        return doc
+    return _names.as_forest(doc).to_dict(None if x is None else _names.as_array(x), y)
+
+
+def _tree(doc, tree):
+    """The tree ``tree`` of a document (an integer in ``[-num_trees, num_trees)``, as
+    :meth:`Forest.tree <keras_trees.forest.Forest.tree>`)."""
+    count = len(doc["trees"])
+    if isinstance(tree, bool) or not isinstance(tree, numbers.Integral) or not -count <= tree < count:
+        raise ValueError(f"tree must be an integer in [0, {count}), got {tree!r}")
+    return doc["trees"][int(tree)]
 
 
 def _layout(nodes, shown):
@@ -103,7 +117,7 @@ def plot_tree(doc, tree=0, ax=None, class_names=None, max_leaves=None, feature_n
     doc = _document(doc, x, y)
     forest = Forest.from_dict(doc)
     names = _names.resolve(forest.input_dim, feature_names, forest=forest)
-    nodes = {n["id"]: n for n in doc["trees"][tree]["nodes"]}
+    nodes = {n["id"]: n for n in _tree(doc, tree)["nodes"]}
     depth = _visible_depth(nodes, max_depth, max_leaves)
     shown = {i for i in nodes if topology.position_depth(i) < depth or nodes[i]["type"] == "leaf"}
     shown = {i for i in shown if topology.position_depth(i) <= depth}
@@ -161,9 +175,10 @@ def plot_tree(doc, tree=0, ax=None, class_names=None, max_leaves=None, feature_n
     ax.set_ylim(-levels - 1.4, 0.6)
     ax.axis("off")
     source = f"{doc['class_name']} {doc['name']!r}" if "class_name" in doc else doc["family"]
-    cut = f", drawn to depth {depth}" if depth < doc["trees"][tree]["depth"] else ""
+    tree_depth, tree_leaves = int(forest.tree_depths()[tree]), int(forest.num_leaves()[tree])
+    cut = f", drawn to depth {depth}" if depth < tree_depth else ""
     ax.set_title(f"{source}, tree {tree}: "
-                 f"{doc['trees'][tree]['num_leaves']} leaves, depth {doc['trees'][tree]['depth']}{cut}",
+                 f"{tree_leaves} leaves, depth {tree_depth}{cut}",
                  fontsize=9)
     if class_names is not None:
         k = len(class_names)
@@ -186,7 +201,7 @@ def plot_split_weights(doc, image_shape, tree=0, nodes=None, max_nodes=12, axes=
     Returns the array of ``Axes``.
     """
     plt = _pyplot()
-    splits = [n for n in _document(doc)["trees"][tree]["nodes"] if n["type"] == "split"]
+    splits = [n for n in _tree(_document(doc), tree)["nodes"] if n["type"] == "split"]
     if splits and splits[0]["split"]["kind"] == "axis_aligned":
         raise ValueError("plot_split_weights needs linear or noisy-OR splits")
     if nodes is not None:

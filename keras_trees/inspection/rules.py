@@ -22,6 +22,7 @@ import numpy as np
 from keras_trees import topology
 from keras_trees.api_export import keras_trees_export
 from keras_trees.inspection import names as _names
+from keras_trees.validation import arguments, bounds
 
 
 def _number(value, decimals):
@@ -114,6 +115,11 @@ def export_text(forest, tree=0, feature_names=None, class_names=None, max_depth=
     <BLANKLINE>
     """
     forest = _names.as_forest(forest)
+    if max_depth is not None:
+        max_depth = bounds.nonnegative_int("max_depth", max_depth)
+    decimals = bounds.nonnegative_int("decimals", decimals)
+    terms = arguments.positive_int("terms", terms)
+    spacing = arguments.positive_int("spacing", spacing)
     one = forest.tree(tree)
     names = _names.resolve(forest.input_dim, feature_names, x, forest)
     samples = None if x is None else one.node_statistics(_names.as_array(x))["samples"]

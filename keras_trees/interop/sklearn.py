@@ -19,6 +19,7 @@ read the fitted estimator's ``tree_`` arrays.
   and the ``HeapTree`` name remain for one release, deprecated.
 """
 
+import numbers
 import warnings
 
 import numpy as np
@@ -26,6 +27,7 @@ import numpy as np
 from keras_trees import topology
 from keras_trees.api_export import keras_trees_export
 from keras_trees.forest import Forest
+from keras_trees.validation import memory as _memory
 
 
 def _tree_arrays(estimator):
@@ -39,6 +41,23 @@ def _tree_arrays(estimator):
     return tree
 
 
+def _check_arrays(tree, left, right, value):
+    """The ``tree_`` arrays are consistent (children in range, parents before
+    children, feature ids in range): a clear error instead of a wrong tree."""
+    nodes = int(tree.node_count) if hasattr(tree, "node_count") else len(left)
+    if nodes < 1 or left.shape != (nodes,) or right.shape != (nodes,) or len(value) != nodes:
+        raise ValueError(f"estimator: tree_ arrays must describe node_count={nodes} >= 1 nodes")
+    inner = left != -1
+    if ((right != -1) != inner).any():
+        raise ValueError("estimator: tree_ has a node with only one child")
+    ids = np.arange(nodes)
+    if (inner & ((left <= ids) | (right <= ids) | (left >= nodes) | (right >= nodes))).any():
+        raise ValueError("estimator: tree_ children must be later nodes in [0, node_count)")
+    feature = np.asarray(tree.feature)
+    if (inner & ((feature < 0) | (feature >= int(tree.n_features)))).any():
+        raise ValueError(f"estimator: tree_ feature ids must lie in [0, n_features={int(tree.n_features)})")
+
+
 @keras_trees_export("keras_trees.interop")
 def from_sklearn(estimator, max_depth=None, dtype="float32"):
     """Converts a fitted scikit-learn decision tree into a one-tree :class:`~keras_trees.forest.Forest`.
@@ -48,7 +67,11 @@ def from_sklearn(estimator, max_depth=None, dtype="float32"):
             (single output for classifiers), or its ``tree_``.
         max_depth: depth of the heap; default the tree's own depth. A deeper
             tree is truncated: its nodes on level ``max_depth`` become leaves
-            holding the node's (class distribution / mean) value.
+            holding the node's (class distribution / mean) value. The heap
+            holds ``2**(max_depth + 1) - 1`` positions: a depth whose arrays
+            would take more than a quarter of this machine's memory is refused
+            (``ValueError`` saying how much it would need and the largest depth
+            that fits) before anything is allocated.
         dtype: ``"float32"`` or ``"float64"`` for the thresholds and values.
 
     Returns:
@@ -72,8 +95,9 @@ def from_sklearn(estimator, max_depth=None, dtype="float32"):
     dtype = np.dtype(dtype)
     if dtype not in (np.float32, np.float64):
         raise ValueError(f"dtype must be float32 or float64, got {dtype}")
-    left, right = tree.children_left, tree.children_right
+    left, right = np.asarray(tree.children_left), np.asarray(tree.children_right)
     value = np.asarray(tree.value, dtype=np.float64)  # (nodes, outputs, classes)
+    _check_arrays(tree, left, right, value)
     classifier = hasattr(estimator, "classes_") or (
         hasattr(tree, "n_classes") and int(np.max(tree.n_classes)) > 1
     )
@@ -91,9 +115,16 @@ def from_sklearn(estimator, max_depth=None, dtype="float32"):
     own_depth = int(depth_of.max()) if tree.node_count else 0
     if max_depth is None:
         max_depth = max(own_depth, 1)
-    if isinstance(max_depth, bool) or int(max_depth) != max_depth or max_depth < 1:
+    if isinstance(max_depth, bool) or not isinstance(max_depth, numbers.Real) or int(max_depth) != max_depth \
+            or max_depth < 1:
         raise ValueError(f"max_depth must be an integer >= 1, got {max_depth!r}")
     max_depth = int(max_depth)
+    itemsize = dtype.itemsize
+    _memory.check_heap(
+        "from_sklearn", 1, max_depth, bytes_per_position=4 + itemsize * value.shape[1] + 8,
+        bytes_per_internal=8 + itemsize,
+        hint=f"the tree has depth {own_depth}; pass a smaller max_depth to truncate it "
+             "(nodes on that level become leaves holding their node's value)")
     internal, positions = topology.num_internal(max_depth), topology.num_positions(max_depth)
     state = topology.empty(1, max_depth)
     feature = np.zeros((1, internal), dtype=np.int64)

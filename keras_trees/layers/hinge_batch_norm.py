@@ -7,10 +7,13 @@ from keras import ops
 
 from keras_trees.api_export import keras_trees_export
 from keras_trees.layers import _validation
+from keras_trees.validation import batched, tensors
+from keras_trees.validation.layer_inputs import CheckedInputs
+from keras_trees.validation.variables import CheckedLoading
 
 
 @keras_trees_export("keras_trees.layers")
-class HingeBatchNormalization(keras.layers.Layer):
+class HingeBatchNormalization(CheckedLoading, CheckedInputs, keras.layers.Layer):
     """Batch normalization that computes the same function in training and inference.
 
     Outputs ``(x - moving_mean) / sqrt(|moving_variance| + epsilon)`` always, also
@@ -28,9 +31,14 @@ class HingeBatchNormalization(keras.layers.Layer):
     exponential moving average. The first training call therefore uses the
     initial statistics (mean 0, variance 1) and replaces them by its batch's.
     Batches of a single sample leave the statistics unchanged, and so does a
-    frozen layer (``trainable = False``), as with Keras' batch normalization,
-    and a batch holding NaN or Inf (its outputs are NaN or Inf; the running
-    statistics stay finite for the calls that follow).
+    frozen layer (``trainable = False``), as with Keras' batch normalization.
+
+    Inputs holding NaN or Inf are rejected on every path, like every keras-trees
+    layer: ``ValueError: x contains NaN or Inf`` eagerly, the same message in the
+    backend's runtime error inside ``tf.function``/``jax.jit``. Where a
+    compiler drops that check (TensorFlow's XLA, ``jit_compile=True``), such a
+    training batch still leaves the running statistics unchanged. Statistics
+    loaded from a file must be finite.
 
     No learned scale or offset: the trees' thresholds and leaf weights already
     provide both.
@@ -63,6 +71,8 @@ class HingeBatchNormalization(keras.layers.Layer):
             raise TypeError(f"axis must be an integer, got {axis!r}")
         self.axis = int(axis)
         try:
+            if isinstance(momentum, (bool, str, bytes)) or momentum is None:
+                raise TypeError
             momentum = float(momentum)
         except (TypeError, ValueError):
             raise TypeError(f"momentum must be a number, got {momentum!r}") from None
@@ -104,6 +114,9 @@ class HingeBatchNormalization(keras.layers.Layer):
 
     def call(self, inputs, training=None):
         inputs = ops.convert_to_tensor(inputs)
+        if keras.backend.is_float_dtype(inputs.dtype) and not tensors.is_keras_symbolic(inputs):
+            # One check, no host trip under jax.jit unless it fails.
+            batched.require_all([(ops.all(ops.isfinite(inputs)), "x contains NaN or Inf")])
         dtype = keras.backend.standardize_dtype(inputs.dtype)
         if not keras.backend.is_float_dtype(dtype):
             dtype = self.compute_dtype
@@ -138,6 +151,10 @@ class HingeBatchNormalization(keras.layers.Layer):
         self.moving_variance.assign(ops.cast(new_var, self.moving_variance.dtype))
         step = ops.cast(valid, "int32")
         self.num_updates.assign(ops.minimum(self.num_updates + step, 2**30))
+
+    @property
+    def _checked_input_axis(self):  # CheckedInputs: the feature axis must be known
+        return self.axis
 
     def compute_output_shape(self, input_shape):
         return input_shape

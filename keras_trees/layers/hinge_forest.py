@@ -1,7 +1,5 @@
 """Random hinge forests and ferns (Lay, Harrison, Schreiber, Dawer and Barbu, 2018)."""
 
-import numbers
-
 import keras
 import numpy as np
 from keras import ops
@@ -13,8 +11,11 @@ from keras_trees.forest import Forest, heap_leaves
 from keras_trees.layers import _validation
 from keras_trees.layers._forest_layer import ForestLayer, numpy
 from keras_trees.layers._heap import deprecated_count
-from keras_trees.layers._random import numpy_generator
+from keras_trees.layers._random import check_seed, numpy_generator
 from keras_trees.layers._xla import XLACompatibility
+from keras_trees.validation import batched, tensors, variables
+from keras_trees.validation.layer_inputs import CheckedInputs
+from keras_trees.validation.variables import CheckedLoading
 
 MAX_DEPTH = 24
 REDUCTIONS = ("none", "mean", "sum")
@@ -45,7 +46,7 @@ def random_feature_indices(num_trees, num_vertices, num_features, features_per_t
     return out
 
 
-class _HingeEnsemble(XLACompatibility, ForestLayer, keras.layers.Layer):
+class _HingeEnsemble(CheckedLoading, CheckedInputs, XLACompatibility, ForestLayer, keras.layers.Layer):
     """Shared implementation of HingeForest and HingeFern (see their docstrings)."""
 
     _fern = False
@@ -83,9 +84,7 @@ class _HingeEnsemble(XLACompatibility, ForestLayer, keras.layers.Layer):
             if features_per_tree is None
             else _validation.positive_int("features_per_tree", features_per_tree)
         )
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
-            raise TypeError(f"seed must be an integer or None, got {seed!r}")
-        self.seed = None if seed is None else int(seed)
+        self.seed = check_seed(seed)
         derived = (lambda i: None) if self.seed is None else (lambda i: self.seed + i)  # noqa: E731
         self.threshold_initializer = keras.initializers.get(
             threshold_initializer or keras.initializers.RandomUniform(-3.0, 3.0, seed=derived(1))
@@ -157,6 +156,28 @@ class _HingeEnsemble(XLACompatibility, ForestLayer, keras.layers.Layer):
         self.input_dim = int(input_dim)
         self.input_spec = keras.layers.InputSpec(min_ndim=2, axes={-1: input_dim})
 
+    def load_own_variables(self, store):
+        """Loads the weights (``CheckedLoading``: floats must be finite) and
+        checks the loaded ``feature_indices`` lie in ``[0, input_dim)``."""
+        super().load_own_variables(store)
+        tensors.indices(
+            np.asarray(ops.convert_to_numpy(self.feature_indices)),
+            f"{variables.label(self, 'feature_indices')} loaded from the file",
+            upper=self.input_dim,
+        )
+
+    def _check_variables(self):
+        """Fails (eagerly, in ``tf.function`` and under ``jax.jit``) unless the
+        thresholds are finite; the message names the layer and the variable.
+        (The feature indices are checked by the ops, which read them.)
+
+        Leaves are checked through the call's output
+        (:func:`keras_trees.validation.batched.reached_leaves`: one value per
+        sample and tree or unit, where reading every leaf of a depth-10 forest
+        costs more than the kernel's own work); a file's leaves are checked on
+        loading."""
+        batched.finite_variables(self, [self.thresholds])
+
     def _flatten(self, inputs):
         # Margins and leaf sums in the variable dtype (float32 under mixed precision).
         inputs = ops.cast(ops.convert_to_tensor(inputs), self.variable_dtype)
@@ -165,16 +186,19 @@ class _HingeEnsemble(XLACompatibility, ForestLayer, keras.layers.Layer):
 
     def call(self, inputs):
         x, lead = self._flatten(inputs)
+        self._check_variables()  # before the kernel, which checks thresholds in its own words
         out = tree_ops.hinge_forest(
             x, self.thresholds, self.feature_indices, self.leaf_weights, fern=self._fern
         )
         if self.reduction == "mean":
-            out = ops.reshape(ops.mean(out, axis=1), (*lead, self.units))
+            out = ops.mean(out, axis=1)
         elif self.reduction == "sum":
-            out = ops.reshape(ops.sum(out, axis=1), (*lead, self.units))
-        else:
-            out = ops.reshape(out, (*lead, self.num_trees, self.units))
-        return ops.cast(out, self.compute_dtype)
+            out = ops.sum(out, axis=1)
+        # A sum or mean is NaN or Inf exactly when one of its terms is (or it overflows).
+        batched.require_all([batched.reached_leaves(self, "leaf_weights", out)])
+        if self.reduction == "none":
+            return ops.cast(ops.reshape(out, (*lead, self.num_trees, self.units)), self.compute_dtype)
+        return ops.cast(ops.reshape(out, (*lead, self.units)), self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
         if self.reduction == "none":
@@ -189,6 +213,7 @@ class _HingeEnsemble(XLACompatibility, ForestLayer, keras.layers.Layer):
         vertex ``v*`` (heap index for trees, level for ferns).
         """
         x, lead = self._flatten(inputs)
+        self._check_variables()
         leaf, margin, vertex = tree_ops.hinge_forest_traversal(
             x, self.thresholds, self.feature_indices, fern=self._fern
         )

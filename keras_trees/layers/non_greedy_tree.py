@@ -14,9 +14,12 @@ from keras_trees.forest import Forest, heap_leaves, node_sums
 from keras_trees.layers import _validation
 from keras_trees.layers._forest_layer import numpy
 from keras_trees.layers._heap import CallableInt, HeapTreeLayer, const as _const, deprecated_count
-from keras_trees.layers._random import numpy_generator
+from keras_trees.layers._random import check_seed, numpy_generator
 from keras_trees.ops import loss_augmented
 from keras_trees.layers._xla import XLACompatibility
+from keras_trees.validation import batched, tensors, variables
+from keras_trees.validation.layer_inputs import CheckedInputs, static_input
+from keras_trees.validation.variables import CheckedLoading
 
 MAX_DEPTH = 20
 INFERENCES = ("fast", "exact")
@@ -35,7 +38,7 @@ def _scale_loss_for_replicas(value):
 
 
 @keras_trees_export("keras_trees.layers")
-class NonGreedyTree(XLACompatibility, HeapTreeLayer, keras.Model):
+class NonGreedyTree(CheckedLoading, CheckedInputs, XLACompatibility, HeapTreeLayer, keras.Model):
     """A perfect oblique decision tree trained jointly by SGD on the convex-concave
     upper bound of its empirical loss.
 
@@ -133,7 +136,7 @@ class NonGreedyTree(XLACompatibility, HeapTreeLayer, keras.Model):
         if inference not in INFERENCES:
             raise ValueError(f"inference must be one of {INFERENCES}, got {inference!r}")
         self.inference = inference
-        self.seed = seed
+        self.seed = check_seed(seed)
         self.empirical_loss_tracker = keras.metrics.Mean(name="empirical_loss")
 
     # ------------------------------------------------------------------ sizes
@@ -175,7 +178,10 @@ class NonGreedyTree(XLACompatibility, HeapTreeLayer, keras.Model):
     def build(self, input_shape):
         input_shape = tuple(input_shape)
         if len(input_shape) != 2 or input_shape[-1] is None:
-            raise ValueError(f"NonGreedyTree expects inputs of shape (batch, features), got {input_shape}")
+            raise ValueError(
+                "NonGreedyTree: x must have rank 2, shape (batch, features) with the number of features "
+                f"known, got shape {input_shape} (flatten or reshape other inputs first)"
+            )
         p = int(input_shape[-1])
         self.input_dim = p
         I, L, K = self.num_internal, self.num_leaves(), self.output_dim
@@ -210,12 +216,54 @@ class NonGreedyTree(XLACompatibility, HeapTreeLayer, keras.Model):
 
     def _inputs(self, x):
         """Checked inputs as :meth:`features` (builds the model on first use)."""
-        x = ops.convert_to_tensor(x)
+        x = ops.convert_to_tensor(static_input(x, "x", self))
         if not self.built:
             self.build(tuple(x.shape))
-        if len(x.shape) != 2 or x.shape[1] != self.input_dim:
-            raise ValueError(f"expected inputs of shape (batch, {self.input_dim}), got {tuple(x.shape)}")
+        if len(x.shape) != 2:
+            raise ValueError(
+                f"NonGreedyTree: x must have rank 2, shape (batch, {self.input_dim}), got shape "
+                f"{tuple(x.shape)} (a single tree over (samples, features) rows: flatten or reshape "
+                "other inputs first)"
+            )
+        if x.shape[1] != self.input_dim:
+            raise ValueError(
+                f"NonGreedyTree: x must have {self.input_dim} features, shape (batch, {self.input_dim}), "
+                f"got shape {tuple(x.shape)}"
+            )
         return self.features(x)
+
+    def _check_variables(self, training=False):
+        """Fails (eagerly, in ``tf.function`` and under ``jax.jit``) unless the
+        splits, the leaves and (``training``: the frozen assignment splits of
+        Stable SGD) are finite and ``node_state`` is the perfect tree of
+        ``max_depth``; the messages name the tree and the variable. The
+        compiled routing would otherwise send a NaN split one way and return
+        finite predictions.
+
+        ``node_state`` equal to the perfect tree is stricter than a valid
+        topology (:func:`keras_trees.validation.topology.node_state`, checked
+        when a file is loaded): the leaf index is the position minus
+        ``2**max_depth - 1``, so any other valid topology would index wrong
+        leaves. One comparison per call instead of the topology rules."""
+        checked = (self.split_weights, self.leaf_values) + ((self.assignment_weights,) if training else ())
+        state = ops.convert_to_tensor(self.node_state)
+        perfect = ops.all(ops.equal(state, ops.convert_to_tensor(topology.perfect(1, self.depth), state.dtype)))
+        batched.finite_variables(self, checked, more=[(
+            perfect,
+            f"{variables.label(self, 'node_state')} must be the perfect tree of depth {int(self.depth)} "
+            "(every leaf on the last level)",
+        )])
+
+    def load_own_variables(self, store):
+        """Loads the weights (``CheckedLoading``: finite floats, a valid
+        ``node_state``) and checks ``node_state`` is the perfect tree."""
+        super().load_own_variables(store)
+        state = np.asarray(ops.convert_to_numpy(self.node_state))
+        if not np.array_equal(state, topology.perfect(1, self.depth)):
+            raise ValueError(
+                f"{variables.label(self, 'node_state')} loaded from the file is not the perfect tree "
+                f"of depth {int(self.depth)} (the file is damaged or belongs to another layer)"
+            )
 
     def _routing_parameters(self, rows=None, dtype=None):
         rows = ops.stop_gradient(ops.convert_to_tensor(self.split_weights if rows is None else rows))
@@ -235,6 +283,7 @@ class NonGreedyTree(XLACompatibility, HeapTreeLayer, keras.Model):
         ``leaf_index=True`` returns the former result, ``(batch,)`` leaf
         indices, with a ``FutureWarning``: use ``route(x)[:, 0] - (2**max_depth - 1)``."""
         x = self._inputs(x)
+        self._check_variables()
         if leaf_index:
             warnings.warn(
                 "NonGreedyTree.route(x, leaf_index=True) is deprecated: route(x) returns (batch, 1) heap "
@@ -252,6 +301,7 @@ class NonGreedyTree(XLACompatibility, HeapTreeLayer, keras.Model):
 
     def call(self, inputs, training=None):
         x = self._inputs(inputs)
+        self._check_variables()
         return ops.cast(self.leaf_output(self._leaf_index(x), x.dtype), self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
@@ -259,10 +309,39 @@ class NonGreedyTree(XLACompatibility, HeapTreeLayer, keras.Model):
 
     # ------------------------------------------------------------- training
     def _labels(self, y, dtype):
-        y = ops.convert_to_tensor(y)
+        """Class ids ``(batch,)`` int32 or targets ``(batch, units)``. Class ids
+        are checked before the cast (every path): whole numbers in
+        ``[0, num_classes)``; fractional floats and int64 values beyond int32
+        are refused, never truncated or wrapped. Strings: ``TypeError``."""
         if self.is_classifier:
-            return ops.reshape(ops.cast(y, "int32"), (-1,))
-        return ops.reshape(ops.cast(y, dtype), (-1, self.units))
+            y = tensors.indices(y, "y (class labels)", upper=self.num_classes)
+            return ops.reshape(y, (-1,))
+        return ops.reshape(tensors.floating(y, "y (targets)", dtype), (-1, self.units))
+
+    def _check_data(self, x, y):
+        """Arrays given to ``fit``/``evaluate`` checked before Keras converts
+        them (NumPy strings would fail with "Invalid dtype: str32", int64 labels
+        wrap on JAX): features real numbers of rank 2, labels class ids in
+        range (classification) or real numbers (regression). Datasets and
+        tensors are checked when the step reads them."""
+        if isinstance(x, (np.ndarray, list)):
+            x = np.asarray(static_input(x, "x", self))
+            if x.ndim != 2:
+                raise ValueError(f"NonGreedyTree: x must have rank 2, shape (batch, features), got shape "
+                                 f"{x.shape} (flatten or reshape other inputs first)")
+        if isinstance(y, (np.ndarray, list)):
+            if self.is_classifier:
+                tensors.indices(np.asarray(y), "y (class labels)", upper=self.num_classes)
+            else:
+                static_input(y, "y (targets)", self)
+
+    def fit(self, x=None, y=None, *args, **kwargs):
+        self._check_data(x, y)
+        return super().fit(x, y, *args, **kwargs)
+
+    def evaluate(self, x=None, y=None, *args, **kwargs):
+        self._check_data(x, y)
+        return super().evaluate(x, y, *args, **kwargs)
 
     def bound(self, x, y, g_leaf, assigned_leaf=None):
         """Per-sample surrogate (Eq. 9, or Eq. 14 with ``assigned_leaf``) at the
@@ -311,6 +390,7 @@ class NonGreedyTree(XLACompatibility, HeapTreeLayer, keras.Model):
         if y is None:
             raise ValueError("NonGreedyTree needs targets `y` to compute its loss")
         x = self._inputs(x)
+        self._check_variables(training=training)
         labels = self._labels(y, x.dtype)
         g_leaf, h_leaf, score = self.loss_augmented_inference(x, labels)
         if training:

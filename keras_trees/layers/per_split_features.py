@@ -11,6 +11,17 @@ output ``t * (2**max_depth - 1) + n`` only, through a learned scale and bias.
 import keras
 
 from keras_trees.api_export import keras_trees_export
+from keras_trees.validation.arguments import choice, positive_int
+
+
+def _shape(name, value):
+    """A shape of positive integers, or a ``TypeError``/``ValueError`` naming it
+    (``int()`` would truncate 2.7 and accept "8")."""
+    try:
+        dims = tuple(value)
+    except TypeError:
+        raise TypeError(f"{name} must be a tuple of integers, got {value!r}") from None
+    return tuple(positive_int(f"{name}[{i}]", d) for i, d in enumerate(dims))
 
 
 @keras_trees_export("keras_trees.layers")
@@ -30,9 +41,14 @@ def split_cnn(input_shape, kernel_size=5, channels=(3, 6), hidden=50, padding="v
         padding: convolution padding, ``"valid"`` (the paper) or ``"same"``.
         name: model name.
     """
-    input_shape = tuple(int(d) for d in input_shape)
+    input_shape = _shape("input_shape", input_shape)
     if len(input_shape) not in (2, 3):
         raise ValueError(f"split_cnn needs image inputs (height, width[, channels]), got {input_shape}")
+    kernel_size = (_shape("kernel_size", kernel_size) if isinstance(kernel_size, (tuple, list))
+                   else positive_int("kernel_size", kernel_size))
+    channels = _shape("channels", channels)
+    hidden = positive_int("hidden", hidden)
+    padding = choice("padding", padding, {"valid", "same"})
     layers = [keras.Input(input_shape)]
     if len(input_shape) == 2:
         layers.append(keras.layers.Reshape(input_shape + (1,)))
@@ -76,11 +92,9 @@ def per_split_features(input_shape, max_depth, num_trees=1, split_model=None, na
     >>> keras.Sequential([keras.Input((8, 8)), tree]).predict(np.zeros((4, 8, 8)), verbose=0).shape
     (4, 10)
     """
-    input_shape = tuple(int(d) for d in input_shape)
-    max_depth = int(max_depth)
-    num_trees = int(num_trees)
-    if max_depth < 1 or num_trees < 1:
-        raise ValueError(f"max_depth and num_trees must be >= 1, got {max_depth} and {num_trees}")
+    input_shape = _shape("input_shape", input_shape)
+    max_depth = positive_int("max_depth", max_depth)
+    num_trees = positive_int("num_trees", num_trees)
     num_splits = num_trees * (2**max_depth - 1)
     if split_model is None:
         split_model = lambda index: split_cnn(input_shape, name=f"split_cnn_{index}")  # noqa: E731

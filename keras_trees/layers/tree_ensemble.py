@@ -12,12 +12,15 @@ from keras_trees.layers import _validation
 from keras_trees.layers._forest_layer import ForestLayer, numpy
 from keras_trees.layers._heap import deprecated_count
 from keras_trees.layers._xla import XLACompatibility
+from keras_trees.validation import batched, tensors, variables
+from keras_trees.validation.layer_inputs import CheckedInputs
+from keras_trees.validation.variables import CheckedLoading
 
 MAX_DEPTH = 24
 
 
 @keras_trees_export("keras_trees.layers")
-class TreeEnsembleLayer(XLACompatibility, ForestLayer, keras.layers.Layer):
+class TreeEnsembleLayer(CheckedLoading, CheckedInputs, XLACompatibility, ForestLayer, keras.layers.Layer):
     """An additive ensemble of soft decision trees with smooth-step routing.
 
     Each of ``num_trees`` perfect binary trees of depth ``max_depth`` routes a
@@ -215,6 +218,21 @@ class TreeEnsembleLayer(XLACompatibility, ForestLayer, keras.layers.Layer):
         )
         self.input_spec = keras.layers.InputSpec(min_ndim=2, axes={-1: input_dim})
 
+    def _check_variables(self):
+        """Fails (eagerly, in ``tf.function`` and under ``jax.jit``) unless the
+        split weights and biases are finite and the transition width is a
+        finite number > 0; the message names the layer and the variable. The
+        compiled kernels would otherwise route a NaN split one way and return
+        finite outputs. Leaves are checked through the call's output
+        (:func:`keras_trees.validation.batched.reached_leaves`, the batch's
+        size, not the forest's); a file's leaves are checked on loading."""
+        checked = [self.node_weights] + ([self.node_bias] if self.node_bias is not None else [])
+        gamma = ops.convert_to_tensor(self.gamma)
+        batched.finite_variables(self, checked, more=[(
+            ops.logical_and(ops.isfinite(gamma), gamma > 0),
+            f"{variables.label(self, 'gamma')} must be a finite number > 0",
+        )])
+
     def _left_splits(self):
         """``(weights, bias)`` in the convention of :mod:`keras_trees.ops` (the
         paper's): ``S(<w, x> + b)`` is the probability of going left, so the
@@ -232,7 +250,7 @@ class TreeEnsembleLayer(XLACompatibility, ForestLayer, keras.layers.Layer):
             self.node_bias.assign(ops.negative(self.node_bias))
 
     def load_own_variables(self, store):
-        super().load_own_variables(store)
+        super().load_own_variables(store)  # CheckedLoading: finite weights, or a clear error
         if self._legacy_left_splits:
             self.flip_legacy_splits()
             self._legacy_left_splits = False
@@ -247,6 +265,7 @@ class TreeEnsembleLayer(XLACompatibility, ForestLayer, keras.layers.Layer):
 
     def call(self, inputs, training=None):
         x, lead = self._flatten(inputs)
+        self._check_variables()
         weights, bias = self._left_splits()
         out = tree_ops.soft_tree_ensemble(
             x,
@@ -257,6 +276,7 @@ class TreeEnsembleLayer(XLACompatibility, ForestLayer, keras.layers.Layer):
             activation=self.activation,
             training=bool(training),
         )
+        batched.require_all([batched.reached_leaves(self, "leaf_weights", out)])
         return ops.cast(ops.reshape(out, (*lead, self.units)), self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
@@ -265,6 +285,8 @@ class TreeEnsembleLayer(XLACompatibility, ForestLayer, keras.layers.Layer):
     def leaf_probabilities(self, inputs):
         """``(batch, num_trees, 2**max_depth)`` probability of each sample reaching each leaf."""
         x, _ = self._flatten(inputs)
+        tensors.finite(x, "x")
+        self._check_variables()
         weights, bias = self._left_splits()
         return tree_ops.soft_tree_leaf_probabilities(x, weights, bias, self.gamma, self.activation)
 
@@ -275,6 +297,8 @@ class TreeEnsembleLayer(XLACompatibility, ForestLayer, keras.layers.Layer):
         every sample follows a single root-to-leaf path in every tree.
         """
         x, _ = self._flatten(inputs)
+        tensors.finite(x, "x")
+        self._check_variables()
         weights, bias = self._left_splits()
         return float(
             ops.convert_to_numpy(

@@ -1,9 +1,11 @@
 """Batch estimate of the conditional entropy H(Y|L) of labels given leaves (Eq. 10-13)."""
 
 import keras
+import numpy as np
 from keras import ops
 
 from keras_trees.api_export import keras_trees_export
+from keras_trees.validation import arguments, tensors
 
 _TINY = 1e-30
 
@@ -40,7 +42,9 @@ def conditional_entropy(y_true, leaf_probabilities, num_classes, sample_weight=N
     """Eq. 13: ``H_hat(Y|L)`` of a batch.
 
     Args:
-        y_true: ``(batch,)`` or ``(batch, 1)`` integer labels in ``[0, num_classes)``.
+        y_true: ``(batch,)`` or ``(batch, 1)`` integer labels in ``[0, num_classes)``
+            (checked on every path: negative, too large or fractional labels
+            fail, never wrap around or drop out of the counts).
         leaf_probabilities: ``(batch, num_leaves)``, ``P(l | x_n)`` (rows sum to 1).
         num_classes: number of classes ``C``.
         sample_weight: optional ``(batch,)`` weights.
@@ -53,7 +57,14 @@ def conditional_entropy(y_true, leaf_probabilities, num_classes, sample_weight=N
     probs = ops.convert_to_tensor(leaf_probabilities)
     if len(probs.shape) != 2:
         raise ValueError(f"leaf_probabilities must have shape (batch, num_leaves), got {tuple(probs.shape)}")
-    y = ops.cast(ops.reshape(y_true, (-1,)), "int32")
+    num_classes = arguments.positive_int("num_classes", num_classes)
+    if hasattr(y_true, "dtype") and not isinstance(y_true, (np.ndarray, np.generic)):
+        y = ops.reshape(y_true, (-1,))
+    else:  # NumPy or Python labels: checked before any conversion could wrap them
+        y = np.reshape(np.asarray(y_true), (-1,))
+    y = tensors.indices(y, "y_true", num_classes)
+    if y.shape[0] is not None and probs.shape[0] is not None and y.shape[0] != probs.shape[0]:
+        raise ValueError(f"y_true has {y.shape[0]} labels but leaf_probabilities has {probs.shape[0]} rows")
     onehot = ops.one_hot(y, num_classes, dtype=probs.dtype)
     if sample_weight is not None:
         onehot = onehot * ops.cast(ops.reshape(sample_weight, (-1, 1)), probs.dtype)
@@ -82,9 +93,9 @@ class ConditionalEntropy(keras.losses.Loss):
     def __init__(self, num_classes, name="conditional_entropy", **kwargs):
         kwargs.pop("reduction", None)
         super().__init__(name=name, reduction="none", **kwargs)
-        if int(num_classes) < 2:
+        self.num_classes = arguments.positive_int("num_classes", num_classes)
+        if self.num_classes < 2:
             raise ValueError(f"num_classes must be >= 2, got {num_classes}")
-        self.num_classes = int(num_classes)
 
     def call(self, y_true, y_pred):
         return conditional_entropy(y_true, y_pred, self.num_classes)

@@ -1,10 +1,9 @@
 """Negative log of the truncated gamma-process prior on noisy-OR splits (Eq. 14)."""
 
-import math
-
 from keras import ops
 
 from keras_trees.api_export import keras_trees_export
+from keras_trees.validation import arguments, bounds
 
 
 @keras_trees_export("keras_trees.losses", serializable=True)
@@ -40,16 +39,11 @@ class GammaProcessPrior:
     """
 
     def __init__(self, gamma0=1.0, c0=1.0, a_beta=1e-2, b_beta=1.0, weight=1.0):
-        for name, v in (("gamma0", gamma0), ("c0", c0), ("b_beta", b_beta)):
-            if not (math.isfinite(float(v)) and float(v) > 0):
-                raise ValueError(f"{name} must be a finite number > 0, got {v}")
-        if not (math.isfinite(float(a_beta)) and float(a_beta) >= 0):
-            raise ValueError(f"a_beta must be a finite number >= 0, got {a_beta}")
-        if not (math.isfinite(float(weight)) and float(weight) >= 0):
-            raise ValueError(f"weight must be a finite number >= 0, got {weight}")
-        self.gamma0, self.c0 = float(gamma0), float(c0)
-        self.a_beta, self.b_beta = float(a_beta), float(b_beta)
-        self.weight = float(weight)
+        self.gamma0 = arguments.positive_float("gamma0", gamma0)
+        self.c0 = arguments.positive_float("c0", c0)
+        self.b_beta = arguments.positive_float("b_beta", b_beta)
+        self.a_beta = bounds.nonnegative_float("a_beta", a_beta)
+        self.weight = bounds.nonnegative_float("weight", weight)
 
     def __call__(self, log_expert_weights, expert_kernels, node_mask=None):
         """Penalty summed over nodes.

@@ -41,7 +41,9 @@ class TreeHyperModel(kt.HyperModel):
     def __init__(self, input_shape, num_classes=None, units=None, learning_rate=(1e-3, 1e-1),
                  batch_sizes=(64, 128, 256, 512), metrics=None, name=None, tunable=True):
         super().__init__(name=name, tunable=tunable)
-        self.input_shape = tuple(int(d) for d in input_shape)
+        if not isinstance(input_shape, (tuple, list)):
+            raise TypeError(f"input_shape must be a tuple of dimensions, e.g. (16,), got {input_shape!r}")
+        self.input_shape = tuple(_validation.positive_int("input_shape", d) for d in input_shape)
         self.num_classes, self.units = _validation.task(num_classes, units)
         if isinstance(learning_rate, (tuple, list)):
             lo, hi = (_validation.positive_float("learning_rate", v) for v in learning_rate)
@@ -51,7 +53,7 @@ class TreeHyperModel(kt.HyperModel):
         else:
             self.learning_rate = _validation.positive_float("learning_rate", learning_rate)
         sizes = batch_sizes if isinstance(batch_sizes, (tuple, list)) else [batch_sizes]
-        self.batch_sizes = [_validation.positive_int("batch_sizes", int(b)) for b in sizes]
+        self.batch_sizes = [_validation.positive_int("batch_sizes", b) for b in sizes]
         self.metrics = metrics
 
     # ----------------------------------------------------------- subclasses

@@ -3,7 +3,7 @@
 import numpy as np
 
 from keras_trees.api_export import keras_trees_export
-from keras_trees.layers import ConvexPolytopeTree
+from keras_trees.layers import ConvexPolytopeTree, _validation
 from keras_trees.tuner._base import TreeHyperModel
 
 
@@ -30,9 +30,9 @@ class ConvexPolytopeHyperModel(TreeHyperModel):
                  num_experts=(1, 5, 10, 20), learning_rate=(3e-3, 3e-2), batch_sizes=(256, 512), **kwargs):
         super().__init__(input_shape, num_classes=num_classes, units=units, learning_rate=learning_rate,
                          batch_sizes=batch_sizes, **kwargs)
-        self.max_depth = int(max_depth)
+        self.max_depth = _validation.positive_int("max_depth", max_depth)
         experts = num_experts if isinstance(num_experts, (list, tuple)) else [num_experts]
-        self.num_experts = [int(k) for k in experts]
+        self.num_experts = [_validation.positive_int("num_experts", k) for k in experts]
 
     @property
     def outputs_probabilities(self):

@@ -2,7 +2,7 @@
 
 from keras_trees.api_export import keras_trees_export
 from keras_trees.callbacks import EMLeafUpdate, GreedyLevelGrowth, SteepnessAnnealing
-from keras_trees.layers import EndToEndForest, EndToEndTree
+from keras_trees.layers import EndToEndForest, EndToEndTree, _validation
 from keras_trees.tuner._base import TreeHyperModel
 
 
@@ -26,11 +26,11 @@ class EndToEndTreeHyperModel(TreeHyperModel):
     def __init__(self, input_shape, num_classes=None, units=None, max_depth=10, forest=False,
                  max_trees=70, epochs_per_level=(10, 20, 45), batch_sizes=(250, 500, 1000), **kwargs):
         super().__init__(input_shape, num_classes=num_classes, units=units, batch_sizes=batch_sizes, **kwargs)
-        self.max_depth = int(max_depth)
+        self.max_depth = _validation.positive_int("max_depth", max_depth)
         self.forest = bool(forest)
-        self.max_trees = int(max_trees)
+        self.max_trees = _validation.positive_int("max_trees", max_trees)
         levels = epochs_per_level if isinstance(epochs_per_level, (list, tuple)) else [epochs_per_level]
-        self.epochs_per_level = [int(e) for e in levels]
+        self.epochs_per_level = [_validation.positive_int("epochs_per_level", e) for e in levels]
 
     @property
     def outputs_probabilities(self):

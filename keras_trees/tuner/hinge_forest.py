@@ -3,7 +3,7 @@
 import keras
 
 from keras_trees.api_export import keras_trees_export
-from keras_trees.layers import HingeBatchNormalization, HingeFern, HingeForest
+from keras_trees.layers import HingeBatchNormalization, HingeFern, HingeForest, _validation
 from keras_trees.tuner._base import TreeHyperModel
 
 
@@ -23,8 +23,8 @@ class HingeForestHyperModel(TreeHyperModel):
                  learning_rate=(1e-3, 1e-2), **kwargs):
         super().__init__(input_shape, num_classes=num_classes, units=units,
                          learning_rate=learning_rate, **kwargs)
-        self.max_trees = int(max_trees)
-        self.max_depth = int(max_depth)
+        self.max_trees = _validation.positive_int("max_trees", max_trees)
+        self.max_depth = _validation.positive_int("max_depth", max_depth)
 
     def tree_layers(self, hp):
         kind = hp.Choice("kind", ["forest", "fern"])

@@ -3,7 +3,7 @@
 import keras
 
 from keras_trees.api_export import keras_trees_export
-from keras_trees.layers import NonGreedyTree
+from keras_trees.layers import NonGreedyTree, _validation
 from keras_trees.tuner._base import TreeHyperModel
 
 
@@ -26,7 +26,7 @@ class NonGreedyHyperModel(TreeHyperModel):
                          batch_sizes=batch_sizes, **kwargs)
         if len(self.input_shape) != 1:
             raise ValueError(f"NonGreedyHyperModel needs flat inputs (features,), got {self.input_shape}")
-        self.max_depth = int(max_depth)
+        self.max_depth = _validation.positive_int("max_depth", max_depth)
 
     def build(self, hp):
         depth = self.clamped_int(hp, "depth", min(2, self.max_depth), self.max_depth)

@@ -3,7 +3,7 @@
 import keras
 
 from keras_trees.api_export import keras_trees_export
-from keras_trees.layers import TreeEnsembleLayer
+from keras_trees.layers import TreeEnsembleLayer, _validation
 from keras_trees.tuner._base import TreeHyperModel
 
 
@@ -27,8 +27,8 @@ class TreeEnsembleHyperModel(TreeHyperModel):
 
     def __init__(self, input_shape, num_classes=None, units=None, max_trees=100, max_depth=8, **kwargs):
         super().__init__(input_shape, num_classes=num_classes, units=units, **kwargs)
-        self.max_trees = int(max_trees)
-        self.max_depth = int(max_depth)
+        self.max_trees = _validation.positive_int("max_trees", max_trees)
+        self.max_depth = _validation.positive_int("max_depth", max_depth)
 
     def tree_layers(self, hp):
         num_trees = self.clamped_int(hp, "num_trees", 1, self.max_trees, sampling="log")

@@ -345,3 +345,38 @@ def test_training_does_not_load_tensorflow_on_torch(tmp_path):
         tmp_path,
     )
     assert "tensorflow loaded: False" in out
+
+
+@pytest.mark.parametrize("label", [1.5, 2**32 + 1, -1])
+def test_labels_are_checked_before_the_cast(label):
+    """#16 item 5: fractional float labels are refused (not truncated), int64
+    labels beyond int32 are refused (not wrapped, also where the backend keeps
+    int32 only); whole-number floats are class ids."""
+    x, y = problem(n=60)
+    model = NonGreedyTree(max_depth=2, num_classes=3, seed=0)
+    model.compile(keras.optimizers.SGD(0.1))
+    model.fit(x, y.astype("float32"), epochs=1, verbose=0)
+    bad = y.astype("float64" if isinstance(label, float) else "int64")
+    bad[7] = label
+    with pytest.raises(ValueError, match=r"y \(class labels\)"):
+        model.fit(x, bad, epochs=1, verbose=0)
+    with pytest.raises(TypeError, match="y"):
+        model.fit(x, np.array(["a", "b", "c"] * 20), epochs=1, verbose=0)
+
+
+def test_non_finite_splits_and_rank_three_inputs_are_rejected():
+    """#16 items 3 and 6: a NaN split is an error naming the variable (the
+    compiled routing sent it one way); rank-3 inputs are not flattened into
+    samples."""
+    x, y = problem(n=60)
+    model = NonGreedyTree(max_depth=2, num_classes=3, seed=0)
+    model(x)
+    with pytest.raises(ValueError, match="x must have rank 2"):
+        model(x.reshape(6, 10, 4))
+    value = np.array(keras.ops.convert_to_numpy(model.split_weights))
+    value[1, 2] = np.nan
+    model.split_weights.assign(value)
+    with pytest.raises(ValueError, match="variable split_weights contains NaN or Inf"):
+        model(x)
+    with pytest.raises(Exception, match="variable split_weights contains NaN or Inf"):
+        model.predict(x, verbose=0)

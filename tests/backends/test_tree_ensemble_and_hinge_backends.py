@@ -133,3 +133,49 @@ def test_backend_reports_what_runs_where():
         assert ops.custom_ops_available(), report["summary"]
         assert "kernels" in report["devices"].values()
     assert "tensorflow" in sys.modules or BACKEND != "tensorflow"
+
+
+@pytest.mark.parametrize(
+    "family, variable",
+    [("tree_ensemble", "node_weights"), ("tree_ensemble", "leaf_weights"),
+     ("hinge_forest", "thresholds"), ("hinge_fern", "leaf_weights")],
+)
+def test_non_finite_weights_are_rejected_naming_the_variable(family, variable):
+    """#16 item 3: a NaN weight is an error naming it, eagerly and in the
+    compiled predict (tf.function, jax.jit), never a finite prediction."""
+    x = data(n=32)[0]
+    layer = FAMILIES[family]()
+    model = keras.Sequential([keras.Input((6,)), layer])
+    model(x)
+    v = getattr(layer, variable)
+    value = np.array(keras.ops.convert_to_numpy(v))
+    if variable == "leaf_weights":
+        value[...] = np.nan  # leaves are checked through the output: a reached one must be bad
+    else:
+        value.reshape(-1)[1] = np.nan
+    v.assign(value)
+    with pytest.raises(ValueError, match=f"variable {variable} contains NaN or Inf"):
+        layer(x)
+    # The hinge kernel checks thresholds too: either message names the variable.
+    with pytest.raises(Exception, match=f"variable {variable} contains NaN or Inf|{variable} contain NaN"):
+        model.predict(x, verbose=0)
+
+
+def test_hinge_batch_norm_rejects_non_finite_inputs():
+    """#16 item 7: NaN/Inf x is an error naming x, in training and inference,
+    eager and compiled; the running statistics stay as they were."""
+    x = data(n=32)[0]
+    bn = kt_layers.HingeBatchNormalization()
+    bn(x, training=True)
+    mean = np.array(keras.ops.convert_to_numpy(bn.moving_mean))
+    bad = x.copy()
+    bad[3, 2] = np.inf
+    for training in (False, True):
+        with pytest.raises(ValueError, match="x contains NaN or Inf"):
+            bn(bad, training=training)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(bn.moving_mean), mean)
+    # (Keras' JAX trainer leaves the variables released when predict raises:
+    # the statistics are compared before.)
+    model = keras.Sequential([keras.Input((6,)), bn])
+    with pytest.raises(Exception, match="x contains NaN or Inf"):
+        model.predict(bad, verbose=0)

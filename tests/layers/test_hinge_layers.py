@@ -350,13 +350,30 @@ def test_batch_norm_statistics_survive_a_non_finite_batch(rng, bad, compiled):
     mean, var = bn.moving_mean.numpy().copy(), bn.moving_variance.numpy().copy()
     poisoned = x.copy()
     poisoned[5, 1] = bad
-    call(poisoned)
+    with pytest.raises((ValueError, tf.errors.InvalidArgumentError), match="x contains NaN or Inf"):
+        call(poisoned)  # rejected (#16 item 7), and the statistics stay as they were
     np.testing.assert_array_equal(bn.moving_mean.numpy(), mean)
     np.testing.assert_array_equal(bn.moving_variance.numpy(), var)
     assert int(bn.num_updates.numpy()) == 1
     call(x)  # later batches update as before
     assert int(bn.num_updates.numpy()) == 2 and np.all(np.isfinite(bn.moving_mean.numpy()))
     assert np.all(np.isfinite(bn(x, training=False).numpy()))
+
+
+def test_batch_norm_statistics_guard_holds_where_the_check_is_dropped(rng):
+    """Under XLA (``jit_compile=True``) TensorFlow drops runtime assertions: a
+    non-finite training batch then passes through, but still leaves the running
+    statistics unchanged."""
+    x = rng.normal(1.0, 2.0, size=(64, 3)).astype("float32")
+    bn = HingeBatchNormalization()
+    call = tf.function(lambda v: bn(v, training=True), jit_compile=True)
+    call(x)
+    mean = bn.moving_mean.numpy().copy()
+    poisoned = x.copy()
+    poisoned[5, 1] = np.nan
+    call(poisoned)
+    np.testing.assert_array_equal(bn.moving_mean.numpy(), mean)
+    assert int(bn.num_updates.numpy()) == 1
 
 
 @pytest.mark.parametrize(
