@@ -20,6 +20,8 @@ from keras_trees.layers._level_growth import PHASE_DONE, PHASE_FINETUNING, PHASE
 from keras_trees.layers._random import numpy_generator
 from keras_trees.ops import _library, path_probabilities, pruned_routing
 from keras_trees.layers._xla import XLACompatibility
+from keras_trees.validation import tensors
+from keras_trees.validation.variables import CheckedLoading, check_loaded
 
 # Heaps of this depth hold 2**25 - 1 positions per tree: already far beyond memory
 # for realistic inputs; the memory check refuses much earlier.
@@ -34,9 +36,12 @@ LEAVES_EM, LEAVES_GRADIENT = 0, 1
 _MIN_PROBABILITY = 1e-30
 
 
-class EndToEndTreesBase(XLACompatibility, HeapTreeLayer):
+class EndToEndTreesBase(CheckedLoading, XLACompatibility, HeapTreeLayer):
     """Probabilistic-at-train-time, deterministic-at-test-time trees (see subclasses)."""
 
+    # ``candidate_gain`` holds -inf (no gain yet) by design: loading checks it
+    # for NaN only (``CheckedLoading``).
+    non_finite_variables = ("candidate_gain",)
 
     def __init__(
         self,
@@ -220,7 +225,25 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeLayer):
             self.leaf_table = self.add_weight(
                 name="leaf_values", shape=(T, N, K), initializer="zeros", **float_var
             )
-        self.input_spec = keras.layers.InputSpec(min_ndim=2, axes={-1: input_shape[-1]})
+        self._record_input_shape(input_shape)
+
+    # One sample is everything after the batch axis of the build shape: a
+    # feature vector, or an image (patch_size, SpatialLaplacian, a split_features
+    # CNN), flattened for the splits. Axes in front of it are kept in the outputs.
+    _whole_sample = True
+
+    @property
+    def _known_sample_dims(self):
+        # A feature model may take inputs of unknown size (e.g. a CNN with
+        # global pooling); the trees need its outputs' size, checked in build.
+        return self.split_features is None
+
+    def _checked_parameters(self):
+        checked = [(self.split_kernel, "split_kernel"), (self.split_bias, "split_bias"), (self.gamma, "gamma"),
+                   (self.leaf_table, "leaf_values")]
+        if self.is_classifier:
+            checked.append((self.leaf_logits, "leaf_logits"))
+        return checked
 
     # ------------------------------------------------- random split parameters
     def draw_feature_mask(self, shape, position=None):
@@ -440,6 +463,7 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeLayer):
         ``routing="soft"`` returns the probabilistic posterior of Eq. 2 / 20.
         """
         feats = self.features(inputs, training=training)
+        lead = self._leading_shape(inputs)
         if training and self.split_regularizer is not None:
             self.add_loss(self.split_regularizer(self.trained_kernel()))
         if training:
@@ -454,11 +478,12 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeLayer):
                 raise ValueError(f"routing must be one of {ROUTINGS}, got {routing!r}")
             out = self.soft_posterior(feats) if routing == "soft" else self.hard_posterior(feats)
         # Computed in the variable dtype, returned in the compute dtype (Keras'
-        # mixed precision convention).
-        return ops.cast(out, self.compute_dtype)
+        # mixed precision convention); leading axes of the inputs are kept.
+        return ops.cast(self._with_leading(out, lead), self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
-        return (input_shape[0], self.output_dim)
+        input_shape = tuple(input_shape)
+        return (*input_shape[: len(input_shape) - self._sample_rank(len(input_shape))], self.output_dim)
 
     def posterior(self, inputs, routing="soft"):
         """Predicted class distribution (or regression value) with the given routing."""
@@ -481,12 +506,15 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeLayer):
         if not self.is_classifier:
             raise ValueError("EM leaf updates need a classification layer (num_classes=...)")
         feats = self.features(inputs, training=False)
-        y = ops.cast(ops.reshape(labels, (-1,)), "int32")
+        y = ops.reshape(tensors.indices(labels, "labels", self.num_classes), (-1,))
+        _same_rows(feats, y, "labels")
         onehot = ops.one_hot(y, self.num_classes, dtype=feats.dtype)
         # Responsibilities use the one-hot labels; counts add them up weighted.
         counted = onehot
         if sample_weight is not None:
-            counted = onehot * ops.reshape(ops.cast(sample_weight, feats.dtype), (-1, 1))
+            weight = ops.reshape(ops.cast(sample_weight, feats.dtype), (-1,))
+            _same_rows(feats, weight, "sample_weight")
+            counted = onehot * weight[:, None]
         total = self.num_trees * self.num_positions
         T = float(self.num_trees)
         leaves = self._flat_leaves(feats.dtype)
@@ -694,8 +722,9 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeLayer):
                 getattr(self, name).assign(store[f"{i}"])
             self.set_leaf_values(np.asarray(store[f"{len(names) - 1}"]))
             self.leaf_mode.assign(LEAVES_EM if self.leaf_learning == "em" else LEAVES_GRADIENT)
+            check_loaded(self)
             return
-        super().load_own_variables(store)
+        super().load_own_variables(store)  # CheckedLoading: validated after loading
 
     @classmethod
     def from_config(cls, config):
@@ -703,6 +732,19 @@ class EndToEndTreesBase(XLACompatibility, HeapTreeLayer):
         if config.get("split_features") is not None:
             config["split_features"] = keras.saving.deserialize_keras_object(config["split_features"])
         return cls(**config)
+
+
+def _same_rows(feats, values, name):
+    """``values`` (flattened) hold one entry per row of ``feats`` (a sample of
+    the inputs, leading axes included): at once where the sizes are static,
+    at run time otherwise."""
+    rows, n = feats.shape[0], values.shape[0]
+    message = f"{name} must hold one value per sample of x (the leading axes of x flattened)"
+    if rows is not None and n is not None:
+        if rows != n:
+            raise ValueError(f"{message}, got {n} values for {rows} samples")
+        return
+    tensors.require(ops.equal(ops.shape(feats)[0], ops.shape(values)[0]), message)
 
 
 def _entropy(p):

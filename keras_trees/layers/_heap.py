@@ -7,11 +7,25 @@ base class owns what follows from that:
 
 * ``features(inputs)``: the rows the splits read, ``(rows, feature_dim)`` in
   the variable dtype (one flatten-and-cast for all families; a family may
-  transform the inputs first through the ``_feature_inputs`` hook),
+  transform the inputs first through the ``_feature_inputs`` hook). Every
+  computation of a layer starts here, so the checks live here too: ``x`` must
+  be real numbers (``TypeError`` naming ``x`` otherwise), finite (``ValueError``
+  "x contains NaN or Inf", or the backend's runtime error with that message
+  inside ``tf.function``/``jax.jit``), of known rank and feature dimensions;
+  the family's parameters (``_checked_parameters``) must be finite and
+  ``node_state`` a valid topology (:mod:`keras_trees.validation`),
+* inputs follow ``keras.layers.Dense``: the trees read the last axis and
+  every leading axis is kept in the outputs (``(2, 4, 4)`` gives
+  ``(2, 4, units)``), never turned into extra samples. A family whose samples
+  may span several axes (``_whole_sample``: end-to-end trees, whose inputs
+  may be images) reads all axes after the batch axis of the shape it was
+  built on and keeps the axes in front of them: built on ``(None, 4)`` and
+  called on ``(2, 4, 4)`` it gives ``(2, 4, units)``,
 * ``is_split()``: which heap positions hold a split,
 * ``route(inputs)``: the heap position of the leaf each sample reaches in each
-  tree by deterministic routing, ``(rows, num_trees)`` int32, the same as
-  ``layer.to_forest().apply(layer.forest_features(inputs))``,
+  tree by deterministic routing, ``(batch, num_trees)`` int32 (leading axes
+  kept), the same as ``layer.to_forest().apply(layer.forest_features(inputs))``
+  for inputs of shape ``(batch, features)``,
 * ``num_leaves()``, ``num_splits()``, ``tree_depths()`` and ``depth()`` read
   from ``node_state``.
 
@@ -33,6 +47,9 @@ from keras import ops
 from keras_trees import topology
 from keras_trees.layers._forest_layer import ForestLayer, numpy
 from keras_trees.ops import hard_routing
+from keras_trees.validation import grouped, ordering, tensors
+from keras_trees.validation import topology as topology_checks
+from keras_trees.validation import variables as variable_checks
 
 
 class CallableInt(int):
@@ -166,16 +183,153 @@ class HeapTreeLayer(ForestLayer, keras.layers.Layer):
         """Hook: what the splits read before flattening (default: the inputs)."""
         return inputs
 
+    # Whether one sample's inputs are all axes after the batch axis of the
+    # build shape (images, a feature model's inputs) instead of the last axis
+    # (keras.layers.Dense, the default).
+    _whole_sample = False
+
+    def _record_input_shape(self, input_shape):
+        """Called by ``build``: one sample's input shape (``input_shape[-1:]``,
+        or ``input_shape[1:]`` for ``_whole_sample`` families) tells at every
+        later call which axes are leading axes; the input spec asks for at
+        least that rank and those dimensions."""
+        sample = tuple(input_shape[1:]) if self._whole_sample else tuple(input_shape[-1:])
+        self.input_sample_shape = sample
+        self.input_sample_rank = len(sample)
+        axes = {i - len(sample): int(d) for i, d in enumerate(sample) if d is not None}
+        self.input_spec = keras.layers.InputSpec(min_ndim=len(sample) + 1, axes=axes)
+
+    def _sample_rank(self, input_rank=None):
+        """Trailing axes that hold one sample's inputs (fixed at build)."""
+        rank = getattr(self, "input_sample_rank", None)
+        if rank is not None:
+            return rank
+        if self._whole_sample and input_rank is not None:  # will be built on this shape
+            return max(input_rank - 1, 1)
+        return 1
+
+    # Whether the trailing (sample) dimensions of ``x`` must be known when the
+    # layer is called (False where a feature model reads the inputs).
+    _known_sample_dims = True
+
+    def _check_input_structure(self, inputs):
+        """Static checks of ``x`` (strings, unknown rank or feature dimensions):
+        a ``TypeError``/``ValueError`` naming ``x`` at once, also while
+        ``tf.function`` traces (not a backend's cast or shape error)."""
+        if isinstance(inputs, (dict, list, tuple)):
+            return  # several inputs: a feature model reads them
+        if isinstance(inputs, str) or (isinstance(inputs, np.ndarray) and inputs.dtype.kind in "USOV") \
+                or "string" in str(getattr(inputs, "dtype", "")):
+            tensors.as_tensor(inputs, "x")  # raises the TypeError naming x
+        shape = getattr(inputs, "shape", None)
+        if shape is None:
+            return
+        if getattr(shape, "rank", 0) is None:
+            raise ValueError(f"{self._label()}: x must have a known rank (inputs of shape "
+                             f"(batch, ..., features)), got a tensor of unknown rank")
+        shape = tuple(shape)
+        rank = self._sample_rank(len(shape))
+        if len(shape) < rank + 1:
+            return  # the input spec says what rank is expected
+        if self._known_sample_dims and any(d is None for d in shape[len(shape) - rank:]):
+            raise ValueError(f"{self._label()}: x must have known feature dimensions (the last "
+                             f"{'axis' if rank == 1 else f'{rank} axes'}), got shape {shape}")
+
+    def _label(self):
+        return f"{type(self).__name__} {self.name!r}"
+
+    def __call__(self, *args, **kwargs):
+        if args:
+            self._check_input_structure(args[0])
+        elif "inputs" in kwargs:
+            self._check_input_structure(kwargs["inputs"])
+        return super().__call__(*args, **kwargs)
+
+    def _leading_shape(self, inputs):
+        """The leading axes of ``inputs`` (all but one sample's feature axes):
+        ``(batch,)`` for ``(batch, features)``, ``(2, 4)`` for ``(2, 4, features)``;
+        None for several inputs (a feature model's: one batch axis)."""
+        if isinstance(inputs, (dict, list, tuple)) or not hasattr(inputs, "shape"):
+            return None
+        rank = len(inputs.shape)
+        return tuple(ops.shape(inputs)[: rank - self._sample_rank(rank)])
+
+    @staticmethod
+    def _with_leading(out, lead):
+        """Per-row results ``(rows, ...)`` reshaped to ``lead + (...)``."""
+        if lead is None or len(lead) == 1:
+            return out
+        return ops.reshape(out, (*lead, *out.shape[1:]))
+
+    def _checked_parameters(self):
+        """Hook: ``[(variable or tensor, name)]``, the floating parameters every
+        computation reads; :meth:`features` checks them finite and
+        ``node_state`` a valid topology (default: nothing checked)."""
+        return []
+
+    def _check_parameters(self):
+        """Fails (naming the layer and the variable) unless the parameters of
+        :meth:`_checked_parameters` are finite and ``node_state`` is a valid
+        topology; eagerly a ``ValueError``, inside ``tf.function``/``jax.jit``
+        the backend's runtime error with the same message."""
+        checked = self._checked_parameters()
+        with grouped.one_runtime_check():
+            for value, name in checked:
+                variable_checks.finite(self, value, name)
+            if checked:
+                topology_checks.node_state(self.node_state, variable_checks.label(self, "node_state"))
+
+    def _rows(self, inputs):
+        """``inputs`` with their leading axes flattened into one batch axis (a
+        feature model sees ``(rows, *sample_shape)``)."""
+        if isinstance(inputs, (dict, list, tuple)) or not hasattr(inputs, "shape"):
+            return inputs
+        rank = len(inputs.shape)
+        sample = self._sample_rank(rank)
+        if rank == sample + 1:
+            return inputs
+        dims = [d if d is not None else ops.shape(inputs)[rank - sample + i]
+                for i, d in enumerate(tuple(inputs.shape)[rank - sample:])]
+        return ops.reshape(inputs, (-1, *dims))
+
     def features(self, inputs, training=None):
         """Split features ``(rows, feature_dim)``: the inputs (through
-        ``_feature_inputs``) flattened per sample, in the variable dtype.
+        ``_feature_inputs``) flattened per sample, in the variable dtype; rows
+        are the samples of all leading axes (``(2, 4, q)`` gives 8 rows).
 
         Routing runs in the variable dtype (float32 under mixed precision):
-        float16 split values overflow and bfloat16 ones are too coarse."""
-        x = ops.convert_to_tensor(self._feature_inputs(inputs, training=training))
-        if keras.backend.standardize_dtype(x.dtype) != self.variable_dtype:
-            x = ops.cast(x, self.variable_dtype)
-        return ops.reshape(x, (-1, self.feature_dim))
+        float16 split values overflow and bfloat16 ones are too coarse.
+
+        Checks ``x`` (real, finite, known rank and feature dimensions) and the
+        parameters (:meth:`_check_parameters`) on every path: eagerly, inside
+        ``tf.function`` (everything computed from the features waits for the
+        checks) and inside ``jax.jit``."""
+        self._check_input_structure(inputs)
+        hint = f"{self._label()} needs finite inputs"
+        plain = getattr(self, "split_features", None) is None
+        if not isinstance(inputs, (dict, list, tuple)):
+            inputs = tensors.as_tensor(inputs, "x")
+            if plain:
+                inputs = tensors.floating(inputs, "x", self.variable_dtype)
+            elif tensors.dtype_name(inputs).startswith("complex"):
+                tensors.floating(inputs, "x")  # the TypeError naming x
+            else:  # a feature model reads x in its own dtype
+                tensors.finite(inputs, "x", hint)
+        x = self._feature_inputs(self._rows(inputs), training=training)
+        if not plain:
+            x = tensors.floating(x, "the split features", self.variable_dtype)
+        x = ops.reshape(x, (-1, self.feature_dim))
+
+        def checks():
+            with grouped.one_runtime_check():  # one host round trip under jax.jit
+                self._check_parameters()
+                if plain:
+                    tensors.finite(x, "x", hint)
+                else:
+                    tensors.finite(x, "the split features (split_features output)",
+                                   "did the feature model diverge, or do its inputs hold NaN or Inf?")
+
+        return ordering.run_first(checks, x)
 
     def forest_features(self, inputs):
         """The rows the splits of :meth:`to_forest` read: :meth:`features` as NumPy."""
@@ -199,16 +353,19 @@ class HeapTreeLayer(ForestLayer, keras.layers.Layer):
         return hard_routing.route_to_leaves(feats, w, b, self.node_state, **kwargs)
 
     def route(self, inputs):
-        """``(rows, num_trees)`` int32 heap position of the leaf each sample
+        """``(batch, num_trees)`` int32 heap position of the leaf each sample
         reaches in each tree (deterministic routing; the same as
-        ``to_forest().apply(forest_features(inputs))``)."""
-        return self._route_features(self.features(inputs, training=False))
+        ``to_forest().apply(forest_features(inputs))``). Leading axes are kept:
+        inputs ``(2, 4, features)`` give ``(2, 4, num_trees)``."""
+        node = self._route_features(self.features(inputs, training=False))
+        return self._with_leading(node, self._leading_shape(inputs))
 
     def route_rows(self, feats, is_split=None, batch_size=4096):
         """:meth:`route` of NumPy feature rows on the host, in batches:
         ``(rows, num_trees)`` int64. ``is_split`` ``(num_trees, 2**max_depth - 1)``
         routes as if those positions were the splits (growth routes through its
         candidate stumps); default :meth:`is_split`."""
+        self._check_parameters()
         w, b, kwargs = self._routing_parameters()
         w, b, kwargs = numpy(w), numpy(b), {k: numpy(v) for k, v in kwargs.items()}
         mask = numpy(self.is_split()) if is_split is None else np.asarray(is_split, bool)
@@ -261,7 +418,7 @@ class HeapTreeLayer(ForestLayer, keras.layers.Layer):
     def split_evaluations(self, inputs):
         """Mean number of split functions evaluated per sample at inference (all trees)."""
         node = numpy(self.route(inputs))
-        return float(topology.position_depth(node).sum(axis=1).mean())
+        return float(topology.position_depth(node.reshape(-1, node.shape[-1])).sum(axis=1).mean())
 
 
 def __getattr__(name):

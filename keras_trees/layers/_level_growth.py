@@ -68,6 +68,14 @@ class LevelGrowth:
         self.layer = layer
         self.feats, self.targets = feats, targets
         self.weights = np.asarray(weights, np.float64)
+        rows = {len(feats), len(targets), len(self.weights)}
+        if len(rows) != 1 or np.ndim(feats) != 2:
+            raise ValueError(
+                f"growing {type(layer).__name__} {layer.name!r} needs one row of features per target and "
+                f"weight, got features of shape {np.shape(feats)}, {len(targets)} targets and "
+                f"{len(self.weights)} weights (growth reads inputs of shape (samples, features); inputs "
+                "with extra leading axes are not supported here)"
+            )
         self.min_samples_split = min_samples_split
         self.count_samples = count_samples
         self.max_depth = layer.max_depth if max_depth is None else int(max_depth)

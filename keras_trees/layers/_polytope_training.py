@@ -45,6 +45,7 @@ from keras_trees.layers._validation import sample_weights
 from keras_trees.losses.conditional_entropy import conditional_entropy_from_counts
 from keras_trees.losses.leaf_variance import leaf_variance_from_moments
 from keras_trees.ops import polytope as poly
+from keras_trees.validation import ordering
 
 
 def softplus_inverse(y):
@@ -138,8 +139,10 @@ def _stump_objective(layer, x, y, w, node, inverse_weight):
     """Weighted information objective of the stumps at ``node`` (one per sample)
     + prior / total weight of the training set (``inverse_weight`` is
     ``1 / total``: an argument, not a constant, so one compiled step serves
-    every call)."""
-    x = ops.cast(x, layer.variable_dtype)
+    every call). A parameter that became NaN or Inf (a diverged step) stops
+    the training with an error naming it, as in every call of the layer."""
+    # Everything below waits for the checks (inside tf.function too).
+    x = ordering.run_first(layer._check_parameters, ops.cast(x, layer.variable_dtype))
     w = ops.cast(w, x.dtype)[:, None]
     kernel = ops.take(layer.expert_kernel[0], node, axis=0)
     bias = ops.take(layer.expert_bias[0], node, axis=0)

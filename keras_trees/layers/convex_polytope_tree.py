@@ -19,6 +19,8 @@ from keras_trees.losses.gamma_process_prior import GammaProcessPrior
 from keras_trees.ops import _library, pruned_routing
 from keras_trees.ops import polytope as poly
 from keras_trees.layers._xla import XLACompatibility
+from keras_trees.validation import tensors
+from keras_trees.validation.variables import CheckedLoading
 
 MAX_DEPTH = 16
 # Floor of log r_k. The gamma-process density of r_k (shape gamma0 / K < 1) is
@@ -29,7 +31,7 @@ MAX_LOG_EXPERT_WEIGHT = 10.0
 
 
 @keras_trees_export("keras_trees.layers")
-class ConvexPolytopeTree(XLACompatibility, HeapTreeLayer):
+class ConvexPolytopeTree(CheckedLoading, XLACompatibility, HeapTreeLayer):
     """A decision tree whose splits are noisy-ORs of ``K`` linear experts (convex polytopes).
 
     Node ``v`` sends ``x`` right with probability ``f(x) = 1 - exp(-S(x))``,
@@ -61,6 +63,16 @@ class ConvexPolytopeTree(XLACompatibility, HeapTreeLayer):
     float32 (inputs are cast to it), outputs come in the compute dtype. With
     ``seed=None`` the random expert directions follow
     ``keras.utils.set_random_seed``.
+
+    Inputs ``(..., d)``: the splits read the last axis and leading axes are
+    kept (``keras.layers.Dense``: ``(2, 5, d)`` gives ``(2, 5, C)`` from
+    ``call``, ``route``, ``leaf_log_probabilities`` and ``split_values``);
+    :meth:`fit_greedy`, :meth:`refine` and :meth:`set_leaves_from_data` take
+    ``(n, d)`` rows, one per label. ``x`` must be real numbers (strings raise
+    ``TypeError``) and finite; NaN or Inf in ``x`` or in a parameter, and a
+    ``node_state`` that breaks the rules of :mod:`keras_trees.topology`, raise
+    an error naming ``x`` or the layer and the variable on every path (eager,
+    ``fit``/``predict``, ``jax.jit``, the growth steps, loading a file).
 
     ``call(x, training=True)`` is the probabilistic tree (leaf values mixed by
     the annealed path probabilities, Eq. 7), so the layer can also be trained
@@ -163,9 +175,10 @@ class ConvexPolytopeTree(XLACompatibility, HeapTreeLayer):
 
     def build(self, input_shape):
         input_shape = tuple(input_shape)
-        if any(d is None for d in input_shape[1:]):
-            raise ValueError(f"ConvexPolytopeTree needs known feature dimensions, got {input_shape}")
-        d = int(np.prod(input_shape[1:]))
+        if input_shape[-1] is None:
+            raise ValueError(f"ConvexPolytopeTree needs a known feature dimension (last axis), got {input_shape}")
+        # keras.layers.Dense: the splits read the last axis; leading axes are kept.
+        d = int(input_shape[-1])
         self.feature_dim = d
         I, N, K = self.num_internal, self.num_positions, self.num_experts
         _validation.check_parameter_memory(
@@ -198,7 +211,11 @@ class ConvexPolytopeTree(XLACompatibility, HeapTreeLayer):
         )
         init = keras.initializers.Constant(1.0 / self.output_dim) if self.is_classifier else "zeros"
         self.leaf_values = self.add_weight(name="leaf_values", shape=(1, N, self.output_dim), initializer=init, **fixed)
-        self.input_spec = keras.layers.InputSpec(min_ndim=2, axes={-1: input_shape[-1]})
+        self._record_input_shape(input_shape)
+
+    def _checked_parameters(self):
+        return [(v, v.name) for v in (self.expert_kernel, self.expert_bias, self.log_expert_weight, self.p0_logit,
+                                      self.steepness, self.threshold, self.leaf_values)]
 
     # --------------------------------------------------------- parameters
     def _draw_experts(self, count, center, scale, sharpness=2.0):
@@ -223,10 +240,11 @@ class ConvexPolytopeTree(XLACompatibility, HeapTreeLayer):
 
     # ------------------------------------------------------------ routing
     def split_values(self, inputs):
-        """``(batch, 2**D - 1)`` rates ``S(x)`` of every node (dense, for analysis)."""
+        """``(batch, 2**D - 1)`` rates ``S(x)`` of every node (dense, for
+        analysis; leading axes of the inputs kept)."""
         x = self.features(inputs)
         z = ops.einsum("bd,ikd->bik", x, self.expert_kernel[0]) + self.expert_bias[0][None]
-        return poly.noisy_or_rate(z, self.expert_weights()[0][None])
+        return self._with_leading(poly.noisy_or_rate(z, self.expert_weights()[0][None]), self._leading_shape(inputs))
 
     def _routing_parameters(self):
         return self.expert_kernel, self.expert_bias, dict(
@@ -235,14 +253,19 @@ class ConvexPolytopeTree(XLACompatibility, HeapTreeLayer):
     def leaf_log_probabilities(self, inputs):
         """``(batch, 2**(D+1) - 1)`` log path probabilities (Eq. 7) of the
         probabilistic tree; ``-inf``-like values (``-1e30``) where no leaf is
-        and at the leaves ``prune_threshold`` drops.
+        and at the leaves ``prune_threshold`` drops. Leading axes of the
+        inputs are kept.
 
         Only the present splits (and the root) are evaluated, except on JAX,
         whose compiled functions need static shapes: there every internal
         node is, so the cost grows with ``2**max_depth`` (the dense path; the
         compiled pruned kernel serves ``call`` and the refinement on
         TensorFlow)."""
-        x = self.features(inputs)
+        logp = self._leaf_log_probabilities(self.features(inputs))
+        return self._with_leading(logp, self._leading_shape(inputs))
+
+    def _leaf_log_probabilities(self, x):
+        """:meth:`leaf_log_probabilities` of rows ``x`` that are :meth:`features`."""
         I = self.num_internal
         if keras.backend.backend() == "jax":
             # jax.jit needs static shapes: every internal node is evaluated;
@@ -309,23 +332,25 @@ class ConvexPolytopeTree(XLACompatibility, HeapTreeLayer):
         if self._pruned_kernel():
             args, kwargs = self._pruned_args()
             return pruned_routing.pruned_leaf_statistics(x, *args, weights[:, None, :], **kwargs)[0]
-        p = ops.exp(self.leaf_log_probabilities(x))
+        p = ops.exp(self._leaf_log_probabilities(x))
         return ops.matmul(ops.transpose(p), weights)
 
     def call(self, inputs, training=None):
+        x = self.features(inputs)
         if training and self._pruned_kernel():
             args, kwargs = self._pruned_args()
-            x = self.features(inputs)
             out = pruned_routing.pruned_route(x, *args, ops.cast(self.leaf_values, x.dtype), **kwargs)[:, 0]
         elif training:
-            p = ops.exp(self.leaf_log_probabilities(inputs))
+            p = ops.exp(self._leaf_log_probabilities(x))
             out = ops.matmul(p, ops.cast(self.leaf_values[0], p.dtype))
         else:
-            out = ops.take(self.leaf_values[0], self.route(inputs)[:, 0], axis=0)
-        return ops.cast(out, self.compute_dtype)
+            out = ops.take(self.leaf_values[0], self._route_features(x)[:, 0], axis=0)
+        # Leading axes of the inputs are kept (Dense semantics).
+        return ops.cast(self._with_leading(out, self._leading_shape(inputs)), self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
-        return (input_shape[0], self.output_dim)
+        input_shape = tuple(input_shape)
+        return (*input_shape[: len(input_shape) - self._sample_rank(len(input_shape))], self.output_dim)
 
     # ------------------------------------------------------------ leaves
     def _leaf_statistics(self, node, y, sample_weight=None):
@@ -363,18 +388,25 @@ class ConvexPolytopeTree(XLACompatibility, HeapTreeLayer):
 
     # ------------------------------------------------------------ checks
     def _ensure_built(self, x):
-        if not self.built:
+        if not self.built and np.ndim(x) >= 2:  # else _check_xy says what x must be
             self.build((None,) + tuple(np.shape(x)[1:]))
 
     def _check_xy(self, x, y, where):
-        x = np.asarray(x, dtype=np.float32)
+        x = np.asarray(x)
+        if x.dtype.kind not in "biuf":
+            tensors.as_tensor(x, "x")  # the TypeError naming x for strings and objects
+            raise TypeError(f"{where}: x must be real numbers, got dtype {x.dtype}")
+        x = x.astype(np.float32)
         if x.ndim < 2 or len(x) == 0:
             raise ValueError(f"{where}: x must be a non-empty array of shape (n, features), got {x.shape} (empty)")
-        x = x.reshape(len(x), -1)
+        if x.ndim != 2:
+            raise ValueError(
+                f"{where}: x must have shape (n, {self.feature_dim}): one row of features per label (extra "
+                f"leading axes are kept when the layer is called, but {where} needs one row per sample), "
+                f"got {x.shape}")
         if x.shape[1] != self.feature_dim:
             raise ValueError(f"{where}: x has {x.shape[1]} features, the layer expects {self.feature_dim}")
-        if not np.all(np.isfinite(x)):
-            raise ValueError(f"{where}: x contains NaN or Inf")
+        tensors.finite(x, "x", f"{where} needs finite inputs")
         y = np.asarray(y)
         if len(y) != len(x):
             raise ValueError(f"{where}: x has {len(x)} samples but y has {len(y)}")

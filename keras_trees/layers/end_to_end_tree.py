@@ -31,6 +31,19 @@ class EndToEndTree(EndToEndTreesBase):
     trains them too, as the softmax of trainable logits (``leaf_learning``).
     Regression leaves (``units=...``) are trained by the optimizer.
 
+    Inputs: one sample is everything after the batch axis of the shape the
+    layer is built on (a feature vector, or an image for ``patch_size``,
+    :class:`keras_trees.regularizers.SpatialLaplacian` or a ``split_features``
+    CNN), flattened for the splits. Axes in front of it are kept, like
+    ``keras.layers.Dense``: built on ``(None, 4)`` and called on ``(2, 5, 4)``
+    the layer returns ``(2, 5, K)`` (``call``, ``posterior``, ``route``);
+    growth and EM need one row per label. ``x`` must be real numbers (strings
+    raise ``TypeError``) and finite: NaN or Inf in ``x``, in a split
+    parameter, steepness or leaf, and a ``node_state`` that breaks the rules of
+    :mod:`keras_trees.topology` raise an error naming ``x`` or the layer and the
+    variable, in eager calls, inside ``fit``/``predict`` and ``jax.jit``, and
+    when a ``.keras`` file or ``load_weights`` loads them.
+
     Mixed precision: the layer routes in its variable dtype (float32) under
     ``mixed_float16``/``mixed_bfloat16`` policies (inputs are cast to it) and
     returns outputs in the compute dtype. The topology (:mod:`keras_trees.topology`) is a

@@ -35,11 +35,16 @@ def own_variables(layer):
 
 def check_loaded(layer, variables=None):
     """After ``load_own_variables``: every floating variable finite, every
-    ``node_state`` a valid topology. NumPy, so it runs once per load."""
+    ``node_state`` a valid topology. NumPy, so it runs once per load.
+
+    A layer may list variables that hold +-inf by design (sentinels such as
+    "no gain yet") in a class attribute ``non_finite_variables``: those are
+    only checked for NaN."""
+    infinite_ok = tuple(getattr(layer, "non_finite_variables", ()))
     for v in own_variables(layer) if variables is None else variables:
         name = _short_name(v)
         value = np.asarray(ops.convert_to_numpy(v.value))
-        if value.dtype.kind == "f" and not np.all(np.isfinite(value)):
+        if value.dtype.kind == "f" and np.any(np.isnan(value) if name in infinite_ok else ~np.isfinite(value)):
             raise ValueError(f"{label(layer, name)} loaded from the file contains NaN or Inf "
                              f"(the file is damaged or the model had diverged when it was saved)")
         if name in TOPOLOGY_VARIABLES:
