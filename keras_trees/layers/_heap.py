@@ -47,7 +47,7 @@ from keras import ops
 from keras_trees import topology
 from keras_trees.layers._forest_layer import ForestLayer, numpy
 from keras_trees.ops import hard_routing
-from keras_trees.validation import grouped, ordering, tensors
+from keras_trees.validation import batched, tensors
 from keras_trees.validation import topology as topology_checks
 from keras_trees.validation import variables as variable_checks
 
@@ -273,11 +273,10 @@ class HeapTreeLayer(ForestLayer, keras.layers.Layer):
         topology; eagerly a ``ValueError``, inside ``tf.function``/``jax.jit``
         the backend's runtime error with the same message."""
         checked = self._checked_parameters()
-        with grouped.one_runtime_check():
-            for value, name in checked:
-                variable_checks.finite(self, value, name)
-            if checked:
-                topology_checks.node_state(self.node_state, variable_checks.label(self, "node_state"))
+        for value, name in checked:
+            variable_checks.finite(self, value, name)
+        if checked:
+            topology_checks.node_state(self.node_state, variable_checks.label(self, "node_state"))
 
     def _rows(self, inputs):
         """``inputs`` with their leading axes flattened into one batch axis (a
@@ -321,15 +320,14 @@ class HeapTreeLayer(ForestLayer, keras.layers.Layer):
         x = ops.reshape(x, (-1, self.feature_dim))
 
         def checks():
-            with grouped.one_runtime_check():  # one host round trip under jax.jit
-                self._check_parameters()
-                if plain:
-                    tensors.finite(x, "x", hint)
-                else:
-                    tensors.finite(x, "the split features (split_features output)",
-                                   "did the feature model diverge, or do its inputs hold NaN or Inf?")
+            self._check_parameters()
+            if plain:
+                tensors.finite(x, "x", hint)
+            else:
+                tensors.finite(x, "the split features (split_features output)",
+                               "did the feature model diverge, or do its inputs hold NaN or Inf?")
 
-        return ordering.run_first(checks, x)
+        return batched.checked(checks, x)  # one check in compiled graphs; x waits for it
 
     def forest_features(self, inputs):
         """The rows the splits of :meth:`to_forest` read: :meth:`features` as NumPy."""

@@ -45,7 +45,7 @@ from keras_trees.layers._validation import sample_weights
 from keras_trees.losses.conditional_entropy import conditional_entropy_from_counts
 from keras_trees.losses.leaf_variance import leaf_variance_from_moments
 from keras_trees.ops import polytope as poly
-from keras_trees.validation import ordering
+from keras_trees.validation import batched
 
 
 def softplus_inverse(y):
@@ -142,7 +142,7 @@ def _stump_objective(layer, x, y, w, node, inverse_weight):
     every call). A parameter that became NaN or Inf (a diverged step) stops
     the training with an error naming it, as in every call of the layer."""
     # Everything below waits for the checks (inside tf.function too).
-    x = ordering.run_first(layer._check_parameters, ops.cast(x, layer.variable_dtype))
+    x = batched.checked(layer._check_parameters, ops.cast(x, layer.variable_dtype))
     w = ops.cast(w, x.dtype)[:, None]
     kernel = ops.take(layer.expert_kernel[0], node, axis=0)
     bias = ops.take(layer.expert_bias[0], node, axis=0)

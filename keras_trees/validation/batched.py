@@ -13,28 +13,31 @@ messages are the same on every path.
 for several variables of one layer, with the same message.
 """
 
-import numpy as np
 from keras import ops
 
 from keras_trees.validation import tensors, variables
 
 
 def require_all(checks, error=ValueError, output=None):
-    """``checks``: ``[(ok, message), ...]`` with ``ok`` a scalar boolean (tensor
-    or Python bool). Fails with the message of the first failed check.
+    """``checks``: ``[(ok, message), ...]`` or ``[(ok, message, error), ...]``
+    with ``ok`` a scalar boolean (tensor or Python bool). Fails with the
+    message of the first failed check.
 
-    Given ``output`` (the tensor the caller returns), returns it computed after
-    the checks inside compiled graphs (``tf.function``: control dependencies
-    on the assertions; ``jax.jit``: a data dependency on the check's result,
-    see :func:`keras_trees.validation.tensors.jax_check`), so the checks run
-    and cost no extra dispatch. Without it, the checks are side effects."""
-    checks = list(checks)
+    Given ``output`` (the tensor the caller goes on with), returns it computed
+    after the checks inside compiled graphs (``tf.function``: control
+    dependencies on the assertions; ``jax.jit``: a data dependency on one
+    check call, see :func:`keras_trees.validation.tensors.jax_check`): the
+    checks' message is the one users see (a kernel reading the same bad value
+    does not fail first in its own words), nothing computed from a rejected
+    value runs, and under JAX the checks cost microseconds. Without it they
+    are side effects."""
+    checks = [(c[0], c[1], c[2] if len(c) > 2 else error) for c in checks]
     if not checks:
         return output
-    if any(tensors._jax_traced(ok) for ok, _ in checks):
-        return tensors.jax_check([ok for ok, _ in checks], [message for _, message in checks], error,
+    if any(tensors._jax_traced(ok) for ok, _, _ in checks):
+        return tensors.jax_check([ok for ok, _, _ in checks], [m for _, m, _ in checks], checks[0][2],
                                  output=output)
-    asserts = [tensors.require(ok, message, error) for ok, message in checks]
+    asserts = [tensors.require(ok, message, err) for ok, message, err in checks]
     asserts = [a for a in asserts if a is not None]
     if output is None or not asserts:
         return output
@@ -42,6 +45,16 @@ def require_all(checks, error=ValueError, output=None):
 
     with tf.control_dependencies(asserts):
         return tf.identity(output)
+
+
+def checked(checks, output):
+    """Runs ``checks()`` (any checks of :mod:`keras_trees.validation`) and
+    returns ``output`` computed after them: the checks traced into a compiled
+    graph are gathered (:func:`keras_trees.validation.tensors.collected`) and
+    issued as one by :func:`require_all`."""
+    with tensors.collected() as pending:
+        checks()
+    return require_all(pending, output=output)
 
 
 def variable_checks(layer, variables_to_check):

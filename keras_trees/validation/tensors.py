@@ -19,9 +19,14 @@ Under XLA compilation of TensorFlow graphs (``jit_compile=True``) assertions
 are dropped by XLA itself; the compiled kernels keep their own checks.
 """
 
+import contextlib
+import threading
+
 import numpy as np
 import keras
 from keras import ops
+
+_collectors = threading.local()
 
 _FLOAT_KINDS = ("float16", "bfloat16", "float32", "float64")
 
@@ -69,6 +74,10 @@ def require(ok, message, error=ValueError):
         return
     if is_keras_symbolic(ok):
         return
+    stack = getattr(_collectors, "stack", None)
+    if stack and (_tf_graph(ok) or _jax_traced(ok)):
+        stack[-1].append((ok, message, error))
+        return
     if _tf_graph(ok):
         import tensorflow as tf
 
@@ -77,6 +86,25 @@ def require(ok, message, error=ValueError):
         jax_check([ok], [message], error)
         return
     _raise_if_false(ops.convert_to_numpy(ok), message, error)
+
+
+@contextlib.contextmanager
+def collected():
+    """Within the block, checks of values known only when a compiled graph runs
+    (``tf.function``, ``jax.jit``) are gathered, not issued; the block yields
+    the list of ``(ok, message, error)`` for
+    :func:`keras_trees.validation.batched.require_all`, which issues them as
+    one check that a tensor depends on. Concrete values still raise at once.
+    Per thread; blocks nest (the inner one gathers)."""
+    stack = getattr(_collectors, "stack", None)
+    if stack is None:
+        stack = _collectors.stack = []
+    pending = []
+    stack.append(pending)
+    try:
+        yield pending
+    finally:
+        stack.pop()
 
 
 def _raise_first(oks, messages, error):
