@@ -139,15 +139,13 @@ def broken_node_state(rng, state, how):
     t = rng.integers(state.shape[0])
     positions = state.shape[1]
     internal = topology.num_internal(topology.max_depth_from_positions(positions))
-    if how == "value_7":
-        state[t, rng.integers(positions)] = 7
-    elif how == "value_-1":
-        state[t, rng.integers(positions)] = -1
+    if how == "bad_value":  # outside the enum {ABSENT, LEAF, SPLIT}
+        state[t, rng.integers(positions)] = (7, -1, 3)[rng.integers(3)]
     elif how == "split_on_last_level":
         state[t, internal + rng.integers(positions - internal)] = topology.SPLIT
-    elif how == "no_root":
+    elif how == "no_root" or (how == "inconsistent" and rng.random() < 0.3):
         state[t, :] = topology.ABSENT
-    elif how == "orphan":  # a leaf under a position that is not a split
+    elif how in ("orphan", "inconsistent"):  # a leaf under a position that is not a split
         leaves = np.flatnonzero(state[t] == topology.LEAF)
         leaf = leaves[rng.integers(leaves.size)]
         if 2 * leaf + 1 < positions:
@@ -159,7 +157,9 @@ def broken_node_state(rng, state, how):
     return state
 
 
-BROKEN_TOPOLOGIES = ["value_7", "value_-1", "split_on_last_level", "no_root", "orphan"]
+# "bad_value": 7, -1 or 3 somewhere; "inconsistent": no root, or a position
+# present under a non-split (or a split's child missing).
+BROKEN_TOPOLOGIES = ["bad_value", "split_on_last_level", "inconsistent"]
 
 
 # ---------------------------------------------------------------- paths and errors

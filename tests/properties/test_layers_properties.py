@@ -207,9 +207,14 @@ def test_rank3_inputs_follow_dense(name, seed, data):
 
 
 def check_rejected(layer, name, x, arg_names, also=None):
+    """Every call kind eagerly on both paths; ``call`` also inside
+    ``tf.function`` on both paths, the other calls on the kernels (how ``fit``
+    runs them)."""
     failures = []
     for kind, call in call_kinds(name).items():
         for path, (reference, graph) in PATHS.items():
+            if kind != "call" and graph and reference:
+                continue
             try:
                 S.expect_rejection(lambda: run(layer, call, x, reference, graph), arg_names, graph=graph, also=also)
             except AssertionError as exc:
@@ -220,7 +225,7 @@ def check_rejected(layer, name, x, arg_names, also=None):
 X_NAMES = ["x", "inputs"]
 
 
-@pytest.mark.parametrize("corruption", ["nonfinite", "string", "complex"])
+@pytest.mark.parametrize("corruption", ["nonfinite", "not_real"])
 @pytest.mark.parametrize("name", sorted(FAMILIES))
 @S.props(INVALID_EXAMPLES)
 @given(seed=S.seeds, data=st.data())
@@ -234,10 +239,8 @@ def test_invalid_features_are_rejected(name, corruption, seed, data):
     x = draw_features(draw, rng, d, nonempty=True).astype("float32")
     if corruption == "nonfinite":
         check_rejected(layer, name, S.with_nan(rng, x), X_NAMES, also="NaN or Inf")
-    elif corruption == "string":
-        check_rejected(layer, name, x.astype(str), X_NAMES)
-    else:
-        check_rejected(layer, name, x.astype("complex64"), X_NAMES)
+    else:  # strings or complex numbers
+        check_rejected(layer, name, x.astype(str if rng.random() < 0.5 else "complex64"), X_NAMES)
 
 
 def _variable_params():
