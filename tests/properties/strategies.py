@@ -241,7 +241,8 @@ def expect_rejection(call, arg_names, graph=False, also=None):
         assert any(names(message, n) for n in arg_names), (
             f"{type(exc).__name__} does not name {' or '.join(arg_names)}: {core_message(message)[:400]}")
         if also:
-            assert also in core_message(message), f"{type(exc).__name__} does not say {also!r}: {core_message(message)[:400]}"
+            assert also in core_message(message), (
+                f"{type(exc).__name__} does not say {also!r}: {core_message(message)[:400]}")
         return exc
     except Exception as exc:  # noqa: BLE001 - any other kind is a failure of the property
         raise Rejected(f"expected ValueError/TypeError naming {arg_names}, got {type(exc).__name__}: "
