@@ -300,11 +300,11 @@ def test_batch_norm_training_with_nonfinite_features_raises_and_keeps_statistics
 
 @pytest.mark.parametrize("builder", ["per_split_features", "split_cnn"])
 def test_model_builders_reject_bad_arguments_naming_them(builder):
-    """The model builders name the argument they refuse."""
+    """The model builders name the argument they refuse (a string input shape included)."""
     if builder == "per_split_features":
-        S.expect_rejection(lambda: L.per_split_features((4,), max_depth=0), ["max_depth"])
-        S.expect_rejection(lambda: L.per_split_features((4,), max_depth=2, num_trees=0), ["num_trees"])
-        S.expect_rejection(lambda: L.per_split_features("4", max_depth=2), ["input_shape"])
+        S.expect_rejection(lambda: L.per_split_features((8, 8, 1), max_depth=0), ["max_depth"])
+        S.expect_rejection(lambda: L.per_split_features((8, 8, 1), max_depth=2, num_trees=0), ["num_trees"])
+        S.expect_rejection(lambda: L.per_split_features("8", max_depth=2), ["input_shape"])
     else:
         S.expect_rejection(lambda: L.split_cnn((8, 8, 1), kernel_size=0), ["kernel_size"])
         S.expect_rejection(lambda: L.split_cnn("8", kernel_size=3), ["input_shape"])
