@@ -337,8 +337,8 @@ def num_features(case):
     return case.arrays["x"].shape[-1]
 
 
-HINGE_CORRUPTIONS = {
-    **X_CORRUPTIONS,
+HINGE_CORRUPTIONS = {  # extra features are valid here (feature_indices pick the ones used)
+    **{k: v for k, v in X_CORRUPTIONS.items() if k != "x_features"},
     "thresholds_nonfinite": c_nonfinite("thresholds"),
     "leaf_weights_nonfinite": c_nonfinite("leaf_weights"),
     **{f"feature_indices_{how}": c_indices("feature_indices", num_features, how) for how in INDEX_KINDS},
