@@ -207,7 +207,9 @@ def tree_depth(state, tree):
 @keras_trees_export("keras_trees.topology")
 def is_split_mask(state):
     """``(num_trees, num_internal)`` booleans: the ``is_split`` input of the hard-routing op."""
-    state = np.asarray(state)
+    from keras_trees.validation import topology as topology_checks  # it imports this module
+
+    state = topology_checks.node_state(np.asarray(state))
     internal = num_internal(max_depth_from_positions(state.shape[1]))
     return state[:, :internal] == SPLIT
 

@@ -6,6 +6,7 @@
 #ifndef KERAS_TREES_CORE_CHECKS_H_
 #define KERAS_TREES_CORE_CHECKS_H_
 
+#include <cmath>
 #include <cstdint>
 #include <sstream>
 #include <string>
@@ -67,6 +68,18 @@ template <typename T>
 std::string Finite(const T* data, int64_t n, const char* name) {
   if (data == nullptr || AllFinite(data, n)) return "";
   return Message(name, " contains NaN or Inf (did training diverge?)");
+}
+
+// Noisy-OR rates r_k: finite and >= 0 (an infinite rate makes every split of
+// the node certain and its gradient NaN).
+template <typename T>
+std::string ExpertWeights(const T* data, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (!(std::isfinite(data[i]) && data[i] >= T(0))) {
+      return Message("expert_weights must be finite and >= 0 (noisy-OR rates), got ", data[i]);
+    }
+  }
+  return "";
 }
 
 }  // namespace checks_internal
@@ -222,11 +235,7 @@ std::string CheckRoutingValues(const RoutingDims& d, const T* x, const T* split_
   KT_RETURN_IF_ERROR(Finite(threshold, splits, threshold_name));
   if (expert_weights != nullptr) {
     const int64_t n = d.trees * d.num_internal * d.experts;
-    for (int64_t i = 0; i < n; ++i) {
-      if (!(expert_weights[i] >= T(0))) {
-        return Message("expert_weights must be >= 0 (noisy-OR rates), got ", expert_weights[i]);
-      }
-    }
+    KT_RETURN_IF_ERROR(checks_internal::ExpertWeights(expert_weights, n));
   }
   return "";
 }
@@ -312,7 +321,7 @@ inline std::string CheckPrunedRoutingShapes(bool experts, const Shape& x, const 
   d->num_internal = r.num_internal;
   d->experts = r.experts;
   d->depth = r.depth;
-  return Exact(splits.back(), {r.trees, r.num_internal}, experts ? "steepness" : "gamma");
+  return Exact(splits.back(), {r.trees, r.num_internal}, experts ? "gamma (the steepness)" : "gamma");
 }
 
 // leaf_values [trees, 2 * num_internal + 1, units] (one row per heap position);
@@ -363,18 +372,14 @@ std::string CheckPrunedRoutingValues(const PrunedRoutingDims& d, const T* x, boo
   KT_RETURN_IF_ERROR(Finite(splits[1], nodes * d.experts, "split_bias"));
   if (experts) {
     KT_RETURN_IF_ERROR(Finite(splits[3], nodes, "rate0"));
-    KT_RETURN_IF_ERROR(Finite(splits[4], nodes, "steepness"));
+    KT_RETURN_IF_ERROR(Finite(splits[4], nodes, "gamma (the steepness)"));
   } else {
     KT_RETURN_IF_ERROR(Finite(splits[2], nodes, "gamma"));
   }
   const T* expert_weights = experts ? splits[2] : nullptr;
   if (expert_weights != nullptr) {
     const int64_t n = d.trees * d.num_internal * d.experts;
-    for (int64_t i = 0; i < n; ++i) {
-      if (!(expert_weights[i] >= T(0))) {
-        return Message("expert_weights must be >= 0 (noisy-OR rates), got ", expert_weights[i]);
-      }
-    }
+    KT_RETURN_IF_ERROR(checks_internal::ExpertWeights(expert_weights, n));
   }
   return "";
 }

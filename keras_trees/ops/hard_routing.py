@@ -70,10 +70,10 @@ def _validate(x, split_weights, split_bias, is_split):
 
 def _inputs(x, split_weights, split_bias, is_split, expert_weights=None, threshold=None):
     """Converts and checks what is known without the values: ``x`` as
-    floating features (integers and booleans cast to floatx), the split
+    floating features (integers and booleans cast to the parameters' floating dtype), the split
     parameters in ``x``'s dtype (so mixed float32/float64 inputs compute in
     ``x``'s, on both paths), ``is_split`` as booleans, and the shapes."""
-    x = tensors.features(x, "x")
+    x = tensors.features(x, "x", like=split_weights)
     dtype = tensors.dtype_name(x)
     split_weights = tensors.floating(split_weights, "split_weights", dtype)
     split_bias = tensors.floating(split_bias, "split_bias", dtype)
@@ -220,5 +220,5 @@ def route_to_leaves(x, split_weights, split_bias, node_state, expert_weights=Non
 @keras_trees_export("keras_trees.ops")
 def path_lengths(node):
     """Number of splits evaluated on each path: the depth of the stop position."""
-    node = ops.cast(ops.convert_to_tensor(node), "float32")
+    node = ops.cast(tensors.as_tensor(node, "node"), "float32")
     return ops.cast(ops.floor(ops.log2(node + 1.0) + 1e-6), "int32")

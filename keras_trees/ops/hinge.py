@@ -93,11 +93,11 @@ def _is_int32_tensor(t):
 
 def _convert(x, thresholds, feature_indices, leaf_weights, compiled=False):
     """Tensors in ``x``'s floating dtype (integer and boolean ``x`` cast to
-    floatx) and int32 ``feature_indices`` checked in ``[0, num_features)``
+    the parameters' floating dtype) and int32 ``feature_indices`` checked in ``[0, num_features)``
     before the cast (int64 ids beyond int32 and fractional floats are refused,
     not wrapped or truncated). The compiled kernels check int32 ids
     themselves, so ``compiled`` skips that one runtime check."""
-    x = tensors.features(x, "x", layout="(batch, num_features)")
+    x = tensors.features(x, "x", layout="(batch, num_features)", like=thresholds)
     dtype = tensors.dtype_name(x)
     thresholds = tensors.floating(thresholds, "thresholds", dtype)
     if not (compiled and _is_int32_tensor(feature_indices)):

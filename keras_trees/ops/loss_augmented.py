@@ -67,14 +67,14 @@ def _validate(x, split_weights, split_bias, leaf_values, labels, loss):
 
 def _inputs(x, split_weights, split_bias, leaf_values, labels, loss, compiled=False):
     """Converts and checks what is known without the values: ``x`` as
-    floating features (integers and booleans cast to floatx), the parameters
+    floating features (integers and booleans cast to the parameters' floating dtype), the parameters
     in ``x``'s dtype, shapes, and the labels: class ids (log loss) checked in
     ``[0, K)`` before their cast to int32 (int64 ids beyond int32 and
     fractional floats refused; the compiled kernel checks int32 ids itself,
     so ``compiled`` skips that one runtime check), or floating targets."""
     if loss not in LOSSES:
         raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
-    x = tensors.features(x, "x")
+    x = tensors.features(x, "x", like=split_weights)
     dtype = tensors.dtype_name(x)
     split_weights = tensors.floating(split_weights, "split_weights", dtype)
     split_bias = tensors.floating(split_bias, "split_bias", dtype)

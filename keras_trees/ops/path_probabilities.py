@@ -14,7 +14,7 @@ from keras import ops
 
 from keras_trees import topology
 from keras_trees.api_export import keras_trees_export
-from keras_trees.validation import tensors
+from keras_trees.validation import arguments, tensors
 from keras_trees.validation import topology as topology_checks
 
 
@@ -26,11 +26,11 @@ def _tree_sizes(split_weights):
 
 def _inputs(x, split_weights, split_bias, gamma, node_state, check_values=True):
     """Converts and checks the arguments of the three functions here: ``x`` as
-    floating features (integers and booleans cast to floatx), the split
+    floating features (integers and booleans cast to the parameters' floating dtype), the split
     parameters in its dtype, shapes, ``node_state`` a valid topology
     (:func:`keras_trees.validation.topology.node_state`) and, with
     ``check_values``, every value finite (eager, ``tf.function``, ``jax.jit``)."""
-    x = tensors.features(x, "x")
+    x = tensors.features(x, "x", like=split_weights)
     dtype = tensors.dtype_name(x)
     split_weights = tensors.floating(split_weights, "split_weights", dtype)
     split_bias = tensors.floating(split_bias, "split_bias", dtype)
@@ -113,7 +113,7 @@ def soft_leaf_log_probabilities(x, split_weights, split_bias, gamma, node_state,
     for d in range(1, depth + 1):
         leaf_depth = leaf_depth + ops.cast(h1 >= 2**d, "int32")
     pow2 = ops.convert_to_tensor([2**k for k in range(depth + 1)], dtype="int32")
-    threshold = float(prune_threshold)
+    threshold = arguments.prune_threshold(prune_threshold)
     if threshold > 0:
         # favoured[2s + direction]: the edge the split favours (right iff its logit > 0).
         right = z > 0

@@ -26,6 +26,7 @@ import numpy as np
 from keras import ops
 
 from keras_trees.api_export import keras_trees_export
+from keras_trees.validation import tensors
 
 LOG2 = math.log(2.0)
 
@@ -36,7 +37,7 @@ _TINY = 1e-30  # a normal number in float32 and float64
 @keras_trees_export("keras_trees.ops")
 def noisy_or_rate(z, expert_weights):
     """``S = sum_k r_k softplus(z_k)`` over the last axis (stable softplus)."""
-    z = ops.convert_to_tensor(z)
+    z = tensors.floating(z, "z")
     return ops.sum(ops.cast(expert_weights, z.dtype) * ops.softplus(z), axis=-1)
 
 
@@ -48,7 +49,7 @@ def log1mexp(a):
     negative number instead of ``log(0)``; both branches are evaluated on safe
     inputs so gradients stay finite.
     """
-    a = ops.convert_to_tensor(a)
+    a = tensors.floating(a, "a")
     a = ops.maximum(a, ops.cast(_TINY, a.dtype))
     small = ops.minimum(a, LOG2)
     large = ops.maximum(a, LOG2)
@@ -58,26 +59,26 @@ def log1mexp(a):
 @keras_trees_export("keras_trees.ops")
 def noisy_or_probability(rate):
     """``f = 1 - exp(-S)`` (Eq. 2), computed as ``-expm1(-S)``."""
-    rate = ops.convert_to_tensor(rate)
+    rate = tensors.floating(rate, "rate")
     return -ops.expm1(-rate)
 
 
 @keras_trees_export("keras_trees.ops")
 def noisy_or_log_probabilities(rate):
     """``(log P(right), log P(left)) = (log(1 - exp(-S)), -S)`` (Eq. 2, 8)."""
-    rate = ops.convert_to_tensor(rate)
+    rate = tensors.floating(rate, "rate")
     return log1mexp(rate), -rate
 
 
 @keras_trees_export("keras_trees.ops")
 def p0_to_rate(p0):
     """``S0 = -log(1 - p0)``: the rate at which ``f`` equals ``p0``."""
-    return -ops.log1p(-ops.convert_to_tensor(p0))
+    return -ops.log1p(-tensors.floating(p0, "p0"))
 
 
 def annealed_logits(rate, rate0, steepness):
     """Logit of the annealed probability ``f_lambda`` (Eq. 25): ``lambda * (S - S0)``."""
-    rate = ops.convert_to_tensor(rate)
+    rate = tensors.floating(rate, "rate")
     return ops.cast(steepness, rate.dtype) * (rate - ops.cast(rate0, rate.dtype))
 
 

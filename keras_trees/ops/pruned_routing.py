@@ -53,7 +53,7 @@ from keras import ops
 from keras_trees.api_export import export_constants, keras_trees_export
 from keras_trees.ops import _library
 from keras_trees.ops.hard_routing import split_flags
-from keras_trees.validation import tensors
+from keras_trees.validation import arguments, batched, tensors
 
 # Default of the layers' ``prune_threshold``: see the layers' documentation.
 DEFAULT_PRUNE_THRESHOLD = 1e-4
@@ -61,16 +61,7 @@ export_constants("keras_trees.ops", globals(), "DEFAULT_PRUNE_THRESHOLD")
 LOG2 = math.log(2.0)
 
 
-def check_threshold(value, name="prune_threshold"):
-    """``value`` as a float in ``[0, 1)`` (rounded to float32, the precision
-    of the ops' attribute, so every path compares masses with the same number)."""
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name} must be a number in [0, 1), got {value!r}") from None
-    if not (math.isfinite(value) and 0.0 <= value < 1.0):
-        raise ValueError(f"{name} must be in [0, 1), got {value}")
-    return float(np.float32(value))
+check_threshold = arguments.prune_threshold  # the layers and tests use this name
 
 
 def _shape(t):
@@ -121,6 +112,15 @@ def _validate(x, split_weights, split_bias, gamma, is_split, expert_weights, rat
     return experts
 
 
+def _statistics_weights(weights, dtype):
+    """The ``weights`` of :func:`pruned_leaf_statistics` in ``dtype``, finite
+    (a NaN weight would make every statistic it reaches NaN); what reads them
+    waits for the check inside compiled functions."""
+    weights = tensors.floating(weights, "weights", dtype)
+    return batched.checked(lambda: tensors.finite(weights, "weights", "pruned_leaf_statistics needs finite weights"),
+                           weights)
+
+
 def _check_per_pair(name, t, x, split_weights):
     batch, trees = x.shape[0], split_weights.shape[0]
     if len(t.shape) != 3 or t.shape[1] != trees or (batch is not None and t.shape[0] not in (None, batch)):
@@ -151,10 +151,10 @@ def _check_values(x, split_weights, split_bias, gamma, expert_weights, rate0):
 
 def _prepare(x, split_weights, split_bias, gamma, is_split, expert_weights, rate0, annealed, prune_threshold):
     """Converts and checks what is known without the values: ``x`` as
-    floating features (integers and booleans cast to floatx), the split
+    floating features (integers and booleans cast to the parameters' floating dtype), the split
     parameters in ``x``'s dtype, ``is_split`` as booleans, and the shapes."""
     threshold = check_threshold(prune_threshold)
-    x = tensors.features(x, "x")
+    x = tensors.features(x, "x", like=split_weights)
     dtype = tensors.dtype_name(x)
     conv = lambda t, name: None if t is None else tensors.floating(t, name, dtype)  # noqa: E731
     split_weights, split_bias, gamma, expert_weights, rate0 = (
@@ -259,7 +259,7 @@ def pruned_leaf_statistics_reference(x, split_weights, split_bias, gamma, is_spl
     """Dense ``keras.ops`` reference of :func:`pruned_leaf_statistics`."""
     mu, _, _, _ = pruned_leaf_probabilities(
         x, split_weights, split_bias, gamma, is_split, prune_threshold, expert_weights, rate0, annealed)
-    weights = tensors.floating(weights, "weights", tensors.dtype_name(mu))
+    weights = _statistics_weights(weights, tensors.dtype_name(mu))
     _check_per_pair("weights", weights, mu, tensors.as_tensor(split_weights, "split_weights"))
     return ops.einsum("btn,btu->tnu", mu, ops.cast(weights, mu.dtype))
 
@@ -352,7 +352,7 @@ def pruned_leaf_statistics(x, split_weights, split_bias, gamma, is_split, weight
     threshold, _, args = _prepare(x, split_weights, split_bias, gamma, is_split, expert_weights, rate0,
                                   annealed, prune_threshold)
     x, split_weights, split_bias, gamma, is_split, expert_weights, rate0 = args
-    weights = tensors.floating(weights, "weights", tensors.dtype_name(x))
+    weights = _statistics_weights(weights, tensors.dtype_name(x))
     _check_per_pair("weights", weights, x, split_weights)
     kernels = _library.binding("pruned_routing")
     return kernels.pruned_leaf_statistics(x, split_weights, split_bias, gamma, is_split, weights,

@@ -13,6 +13,7 @@ from keras import ops
 
 from keras_trees import topology
 from keras_trees.api_export import keras_trees_export
+from keras_trees.validation import tensors
 
 
 @keras_trees_export("keras_trees.ops")
@@ -26,7 +27,7 @@ def smooth_step(t, gamma=1.0):
     >>> float(smooth_step(0.0, 1.0))
     0.5
     """
-    t = ops.convert_to_tensor(t)
+    t = tensors.floating(t, "t")
     gamma = ops.cast(gamma, t.dtype)
     u = t / gamma
     cubic = -2.0 * u * u * u + 1.5 * u + 0.5
@@ -40,7 +41,7 @@ def logistic_step(t, gamma=1.0):
     At ``gamma = 1`` it is the paper's ``(1 + e^{-6t})^{-1}`` (Figure 1): same scale as
     the smooth-step, but never exactly 0 or 1, so every node is always reached.
     """
-    t = ops.convert_to_tensor(t)
+    t = tensors.floating(t, "t")
     return ops.sigmoid(6.0 * t / ops.cast(gamma, t.dtype))
 
 
@@ -73,7 +74,7 @@ def leaf_probabilities(left_probs):
     Returns:
         ``(..., 2**d)`` leaf probabilities, leaves left to right.
     """
-    left_probs = ops.convert_to_tensor(left_probs)
+    left_probs = tensors.floating(left_probs, "left_probs")
     depth = depth_from_internal_nodes(left_probs.shape[-1])
     lead = ops.shape(left_probs)[:-1]
     probs = ops.ones_like(left_probs[..., :1])
@@ -95,7 +96,7 @@ def hard_leaf_index(go_left):
     Returns:
         ``(...,)`` int32 leaf index (left to right).
     """
-    go_left = ops.convert_to_tensor(go_left)
+    go_left = tensors.as_tensor(go_left, "go_left")
     depth = depth_from_internal_nodes(go_left.shape[-1])
     node = ops.zeros(ops.shape(go_left)[:-1], dtype="int32")
     for _ in range(depth):

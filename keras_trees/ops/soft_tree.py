@@ -15,9 +15,9 @@ from keras_trees.validation import tensors
 
 def _inputs(x, node_weights, node_bias, leaf_weights=None, gamma=1.0):
     """Converts and checks what is known without the values: ``x`` as
-    floating features (integers and booleans cast to floatx), the parameters
+    floating features (integers and booleans cast to the parameters' floating dtype), the parameters
     in ``x``'s dtype, shapes, and ``gamma`` (Python numbers at once)."""
-    x = tensors.features(x, "x")
+    x = tensors.features(x, "x", like=node_weights)
     dtype = tensors.dtype_name(x)
     node_weights = tensors.floating(node_weights, "node_weights", dtype)
     node_bias = None if node_bias is None else tensors.floating(node_bias, "node_bias", dtype)
@@ -64,6 +64,8 @@ def _validate_shapes(x, node_weights, node_bias, leaf_weights):
 @keras_trees_export("keras_trees.ops")
 def split_values(x, node_weights, node_bias=None):
     """``t[b, m, i] = <w_{m,i}, x_b> + bias_{m,i}`` for every node of every tree."""
+    x = tensors.floating(x, "x")
+    node_weights = ops.cast(tensors.floating(node_weights, "node_weights"), x.dtype)
     t = ops.einsum("bp,mnp->bmn", x, node_weights)
     if node_bias is not None:
         t = t + node_bias[None]

@@ -5,6 +5,8 @@ naming it."""
 import math
 import numbers
 
+import numpy as np
+
 
 def positive_int(name, value, maximum=None):
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
@@ -50,3 +52,17 @@ def task(num_classes, units):
             raise ValueError(f"num_classes must be >= 2, got {num_classes}")
         return num_classes, None
     return None, positive_int("units", units)
+
+
+def prune_threshold(value, name="prune_threshold"):
+    """``value`` as a float in ``[0, 1)`` (rounded to float32, the precision
+    of the ops' attribute, so every path compares masses with the same number)."""
+    if isinstance(value, (str, bytes)):
+        raise TypeError(f"{name} must be a number in [0, 1), got the string {value!r}")
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a number in [0, 1), got {value!r}") from None
+    if not (math.isfinite(value) and 0.0 <= value < 1.0):
+        raise ValueError(f"{name} must be in [0, 1), got {value}")
+    return float(np.float32(value))

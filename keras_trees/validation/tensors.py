@@ -172,7 +172,22 @@ def after(check, x):
         return tf.identity(x)
 
 
+def _is_text(x):
+    return isinstance(x, (str, bytes)) or getattr(getattr(x, "dtype", None), "kind", None) in ("U", "S", "O", "V")
+
+
+def _dtype_or_none(x):
+    try:
+        return dtype_name(x)
+    except (TypeError, ValueError):
+        return None
+
+
 def dtype_name(x):
+    """Keras's name of ``x``'s dtype; ``"string"`` for text and object arrays
+    (which Keras has no name for), so callers refuse them by name."""
+    if getattr(x.dtype, "kind", None) in ("U", "S", "O", "V"):  # NumPy text and objects
+        return "string"
     return keras.backend.standardize_dtype(x.dtype)
 
 
@@ -232,12 +247,24 @@ def static_shape(x):
     return tuple(None if d is None else int(d) for d in shape)
 
 
-def features(x, name="x", dtype=None, layout="(batch, input_dim)"):
+def features(x, name="x", dtype=None, layout="(batch, input_dim)", like=None):
     """Feature rows: ``x`` as a floating tensor (:func:`floating`) of rank 2
     whose last dimension (the number of features) is known when traced; the
     ops size their parameters by it. Unknown rank or an unknown last
     dimension (``tf.function`` with a loose ``input_signature``) is a
-    ``ValueError`` naming ``name``."""
+    ``ValueError`` naming ``name``.
+
+    Integer and boolean ``x`` take the floating dtype of ``like`` (the op's
+    parameters), so integer features of a float64 model are computed in
+    float64 as the same features written as floats would be; floatx without
+    one."""
+    if dtype is None and like is not None and not _is_text(x):
+        like_dtype = getattr(like, "dtype", None)
+        x_dtype = getattr(x, "dtype", None)
+        if like_dtype is not None and x_dtype is not None:
+            like_kind, x_kind = _dtype_or_none(like), _dtype_or_none(x)
+            if like_kind in _FLOAT_KINDS and x_kind is not None and x_kind not in _FLOAT_KINDS:
+                dtype = like_kind
     x = floating(x, name, dtype)
     rank(x, 2, name, layout)
     if static_shape(x)[-1] is None:

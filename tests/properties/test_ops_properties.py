@@ -64,6 +64,7 @@ class Spec:
     corruptions: dict  # label -> (case, rng) -> (bad case, argument names, extra substring) or None
     post: callable = None  # outputs -> comparable outputs (applied to every path)
     kernels: bool = True  # False: keras.ops only (the op is its own reference path)
+    unread: dict = field(default_factory=dict)  # reference label -> arguments it does not take
 
 
 def paths(spec):
@@ -119,6 +120,8 @@ def check_valid(spec, case, what=""):
 def check_rejected(spec, bad, arg_names, also=None, eager_only=False):
     failures = []
     for label, (fn, reference, graphs) in paths(spec).items():
+        if set(arg_names) <= set(spec.unread.get(label, ())):
+            continue  # this path never sees the corrupted argument
         for graph in modes(graphs):
             if graph and eager_only:
                 continue
@@ -709,7 +712,7 @@ SPECS = [
     Spec("loss_augmented_inference", build_loss_augmented, lai_op,
          {"loss_augmented_inference_reference": lai_ref}, LAI_CORRUPTIONS),
     Spec("surrogate", build_surrogate, surrogate_op, {"loss_augmented_inference bound": surrogate_bound},
-         SURROGATE_CORRUPTIONS, kernels=False),
+         SURROGATE_CORRUPTIONS, kernels=False, unread={"loss_augmented_inference bound": {"g_leaf"}}),
     Spec("soft_leaf_log_probabilities", build_path_probabilities, soft_leaf_op,
          {"pruned_leaf_probabilities": soft_leaf_pruned_ref}, SOFT_LEAF_CORRUPTIONS, post=_heap_post, kernels=False),
     Spec("heap_leaf_probabilities", build_path_probabilities, heap_op,
