@@ -291,7 +291,14 @@ class ConvexPolytopeTree(CheckedLoading, XLACompatibility, HeapTreeLayer):
             log_r, log_l = poly.noisy_or_log_probabilities(rate)
             logit = rate - pruned_routing.LOG2
         if ids is not None:
-            dense = lambda v: ops.transpose(ops.scatter(ids[:, None], ops.transpose(v), (I, ops.shape(x)[0])))  # noqa: E731
+            # Back to every internal position (0 where not evaluated) by a gather
+            # (a scatter into an empty batch fails in TensorFlow).
+            flags = ops.cast(evaluated, "int32")
+            column = ops.where(evaluated, ops.cumsum(flags) - 1, ops.sum(flags))
+
+            def dense(v):
+                return ops.take(ops.concatenate([v, ops.zeros_like(v[:, :1])], axis=1), column, axis=1)
+
             log_r, log_l, logit = dense(log_r), dense(log_l), dense(logit)
         levels = [ops.zeros_like(x[:, :1])]
         logp = levels[0]

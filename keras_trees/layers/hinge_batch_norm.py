@@ -46,6 +46,9 @@ class HingeBatchNormalization(CheckedLoading, CheckedInputs, keras.layers.Layer)
     Args:
         axis: the feature axis (default ``-1``); statistics are computed over all
             other axes (e.g. batch and spatial axes of channels-last images).
+            A negative axis counts from the end, so a layer built on
+            ``(batch, features)`` also takes ``(batch, ..., features)`` (as
+            ``Dense`` does); a non-negative one fixes the rank.
         momentum: the largest weight ``a`` of the old statistics (default 0.99).
         epsilon: added to the variance (default 1e-5).
 
@@ -105,11 +108,17 @@ class HingeBatchNormalization(CheckedLoading, CheckedInputs, keras.layers.Layer)
         self.num_updates = self.add_weight(
             name="num_updates", shape=(), dtype="int32", initializer="zeros", trainable=False
         )
-        self.input_spec = keras.layers.InputSpec(ndim=rank, axes={self._axis: dim})
+        if self.axis < 0:
+            # Counted from the end, the feature axis is the same for any number
+            # of leading axes: like Dense, inputs of any rank >= 2 with that
+            # feature size are taken (statistics over every other axis).
+            self.input_spec = keras.layers.InputSpec(min_ndim=max(2, -self.axis + 1), axes={self.axis: dim})
+        else:
+            self.input_spec = keras.layers.InputSpec(ndim=rank, axes={self._axis: dim})
 
     def _broadcast(self, stat, rank):
         shape = [1] * rank
-        shape[self._axis] = stat.shape[0]
+        shape[self.axis % rank] = stat.shape[0]
         return ops.reshape(stat, shape)
 
     def call(self, inputs, training=None):
@@ -131,7 +140,7 @@ class HingeBatchNormalization(CheckedLoading, CheckedInputs, keras.layers.Layer)
         return ops.cast(out, dtype)
 
     def _update_statistics(self, x, rank):
-        reduce_axes = [a for a in range(rank) if a != self._axis]
+        reduce_axes = [a for a in range(rank) if a != self.axis % rank]
         count = ops.cast(ops.prod(ops.stack([ops.shape(x)[a] for a in reduce_axes])), x.dtype)
         batch_mean = ops.mean(x, axis=reduce_axes)
         centered = x - self._broadcast(batch_mean, rank)

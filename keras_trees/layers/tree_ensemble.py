@@ -13,7 +13,7 @@ from keras_trees.layers._forest_layer import ForestLayer, numpy
 from keras_trees.layers._heap import deprecated_count
 from keras_trees.layers._xla import XLACompatibility
 from keras_trees.validation import batched, tensors, variables
-from keras_trees.validation.layer_inputs import CheckedInputs
+from keras_trees.validation.layer_inputs import CheckedInputs, static_input
 from keras_trees.validation.variables import CheckedLoading
 
 MAX_DEPTH = 24
@@ -218,15 +218,18 @@ class TreeEnsembleLayer(CheckedLoading, CheckedInputs, XLACompatibility, ForestL
         )
         self.input_spec = keras.layers.InputSpec(min_ndim=2, axes={-1: input_dim})
 
-    def _check_variables(self, x):
+    def _check_variables(self, x, leaves=False):
         """Fails (eagerly, in ``tf.function`` and under ``jax.jit``) unless the
         split weights and biases are finite and the transition width is a
         finite number > 0; the message names the layer and the variable. The
         compiled kernels would otherwise route a NaN split one way and return
         finite outputs. The leaves are checked by the op (the kernel's
-        one-pass scan, or the reference's check) and on loading. Returns
-        ``x``, computed after the checks in compiled graphs."""
+        one-pass scan, or the reference's check) and on loading; ``leaves``
+        adds them for the methods whose ops do not read them (a layer with a
+        NaN leaf fails every call the same way). Returns ``x``, computed after
+        the checks in compiled graphs."""
         checked = [self.node_weights] + ([self.node_bias] if self.node_bias is not None else [])
+        checked += [self.leaf_weights] if leaves else []
         gamma = ops.convert_to_tensor(self.gamma)
         return batched.finite_variables(self, checked, more=[(
             ops.logical_and(ops.isfinite(gamma), gamma > 0),
@@ -259,6 +262,7 @@ class TreeEnsembleLayer(CheckedLoading, CheckedInputs, XLACompatibility, ForestL
         """Inputs as ``(batch, input_dim)`` in the variable dtype: under mixed
         precision the routing runs in float32 (a float16 smooth-step loses the
         small split margins that decide hard routing)."""
+        static_input(inputs, "x", self)  # call() checks in __call__; the other methods here
         inputs = ops.cast(ops.convert_to_tensor(inputs), self.variable_dtype)
         lead = ops.shape(inputs)[:-1]
         return ops.reshape(inputs, (-1, inputs.shape[-1])), lead
@@ -285,7 +289,7 @@ class TreeEnsembleLayer(CheckedLoading, CheckedInputs, XLACompatibility, ForestL
         """``(batch, num_trees, 2**max_depth)`` probability of each sample reaching each leaf."""
         x, _ = self._flatten(inputs)
         tensors.finite(x, "x")
-        x = self._check_variables(x)
+        x = self._check_variables(x, leaves=True)
         weights, bias = self._left_splits()
         return tree_ops.soft_tree_leaf_probabilities(x, weights, bias, self.gamma, self.activation)
 
@@ -297,7 +301,7 @@ class TreeEnsembleLayer(CheckedLoading, CheckedInputs, XLACompatibility, ForestL
         """
         x, _ = self._flatten(inputs)
         tensors.finite(x, "x")
-        x = self._check_variables(x)
+        x = self._check_variables(x, leaves=True)
         weights, bias = self._left_splits()
         return float(
             ops.convert_to_numpy(
