@@ -1,16 +1,22 @@
-"""Several runtime checks of one layer call as one check where that is cheaper.
+"""Several runtime checks of one call issued as one, that the call's work depends on.
 
-:func:`keras_trees.validation.tensors.require` makes one check. Inside
-``jax.jit`` each check is one XLA custom call (or, without the compiled
-kernels, a host callback that costs about 0.1-0.2 ms): :func:`require_all`
-makes a list of checks in one such call
-(:func:`keras_trees.validation.tensors.jax_check`); everywhere else it is
-:func:`~keras_trees.validation.tensors.require` once per check (eager values,
-``tf.debugging.Assert`` in TensorFlow graphs, which costs microseconds). The
-messages are the same on every path.
+:func:`keras_trees.validation.tensors.require` makes one check. A layer call
+makes a dozen (``x`` and every variable finite, a valid topology): issued one
+by one they would cost a dispatch each under ``jax.jit``. :func:`checked` runs
+any checks of :mod:`keras_trees.validation`, gathers those that can only be
+decided when a compiled graph runs (:func:`~keras_trees.validation.tensors.collected`)
+and hands them to :func:`require_all`, which returns the tensor the caller goes
+on with computed after them:
 
-:func:`finite_variables` is :func:`keras_trees.validation.variables.finite`
-for several variables of one layer, with the same message.
+- eager values (TensorFlow, JAX, PyTorch, NumPy): each check raised at once;
+- ``tf.function``: ``tf.debugging.Assert`` ops and control dependencies;
+- ``jax.jit``: one XLA custom call of the compiled library (``KerasTreesCheck``,
+  a few microseconds) that the tensor depends on; the failure arrives as a
+  ``JaxRuntimeError`` carrying the message when the call's results are read.
+
+The messages are the same on every path. :func:`finite_variables` is
+:func:`keras_trees.validation.variables.finite` for several variables of one
+layer, with the same message.
 """
 
 from keras import ops
