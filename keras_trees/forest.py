@@ -402,7 +402,7 @@ class Forest:
         if self.feature is not None and ((self.feature < 0) | (self.feature >= p)).any():
             raise ValueError(f"feature ids must lie in [0, input_dim={p})")
         if self.expert_weights is not None and (self.expert_weights < 0).any():
-            raise ValueError("expert_weights must be >= 0")
+            raise ValueError("expert_weights must be finite and >= 0")
         if self.num_classes is not None:
             if int(self.num_classes) != leaves.shape[-1]:
                 raise ValueError(f"num_classes={self.num_classes} but the leaves hold {leaves.shape[-1]} values")

@@ -218,7 +218,7 @@ class HeapTreeLayer(ForestLayer, keras.layers.Layer):
         ``tf.function`` traces (not a backend's cast or shape error)."""
         if isinstance(inputs, (dict, list, tuple)):
             return  # several inputs: a feature model reads them
-        if isinstance(inputs, str) or (isinstance(inputs, np.ndarray) and inputs.dtype.kind in "USOV") \
+        if isinstance(inputs, str) or (isinstance(inputs, np.ndarray) and tensors.is_text_dtype(inputs.dtype)) \
                 or "string" in str(getattr(inputs, "dtype", "")):
             tensors.as_tensor(inputs, "x")  # raises the TypeError naming x
         shape = getattr(inputs, "shape", None)

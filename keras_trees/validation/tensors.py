@@ -172,8 +172,23 @@ def after(check, x):
         return tf.identity(x)
 
 
+def is_text_dtype(dtype):
+    """True for NumPy text, object and record dtypes (not for bfloat16, whose
+    NumPy kind is also "V")."""
+    kind = getattr(dtype, "kind", None)
+    if kind in ("U", "S", "O"):
+        return True
+    if kind != "V":
+        return False
+    try:
+        keras.backend.standardize_dtype(dtype)
+    except ValueError:
+        return True
+    return False
+
+
 def _is_text(x):
-    return isinstance(x, (str, bytes)) or getattr(getattr(x, "dtype", None), "kind", None) in ("U", "S", "O", "V")
+    return isinstance(x, (str, bytes)) or is_text_dtype(getattr(x, "dtype", None))
 
 
 def _dtype_or_none(x):
@@ -186,7 +201,7 @@ def _dtype_or_none(x):
 def dtype_name(x):
     """Keras's name of ``x``'s dtype; ``"string"`` for text and object arrays
     (which Keras has no name for), so callers refuse them by name."""
-    if getattr(x.dtype, "kind", None) in ("U", "S", "O", "V"):  # NumPy text and objects
+    if is_text_dtype(x.dtype):
         return "string"
     return keras.backend.standardize_dtype(x.dtype)
 
@@ -194,7 +209,7 @@ def dtype_name(x):
 def as_tensor(x, name):
     """``x`` as a tensor of the active backend; strings and objects are refused
     with a ``TypeError`` naming ``name`` (not a backend's cast error)."""
-    if isinstance(x, str) or (isinstance(x, np.ndarray) and x.dtype.kind in "USOV"):
+    if isinstance(x, str) or (isinstance(x, np.ndarray) and is_text_dtype(x.dtype)):
         raise TypeError(f"{name} must be numeric, got {_describe(x)}")
     if is_keras_symbolic(x):
         return x

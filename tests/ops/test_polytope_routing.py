@@ -130,7 +130,7 @@ def test_bad_inputs_give_clear_errors(rng):
     x, w, b, r, c, is_split, _ = make(rng, 4, 3, 1, 2, 4, "float32")
     with pytest.raises(ValueError, match="expert_weights"):
         hard_route(x, w, b, is_split)
-    with pytest.raises(ValueError, match="expert_weights must be >= 0"):
+    with pytest.raises(ValueError, match="expert_weights must be finite and >= 0"):
         hard_route(x, w, b, is_split, expert_weights=-r, threshold=c)
     with pytest.raises(ValueError, match="threshold must have shape"):
         hard_route(x, w, b, is_split, expert_weights=r, threshold=c[:, :1])
@@ -145,7 +145,7 @@ def test_bad_inputs_give_clear_errors(rng):
         hard_route(bad, w, b, is_split, expert_weights=r, threshold=c)
     if _library.custom_ops_available():
         mod = _library.module()
-        with pytest.raises(tf.errors.InvalidArgumentError, match="expert_weights must be >= 0"):
+        with pytest.raises(tf.errors.InvalidArgumentError, match="expert_weights must be finite and >= 0"):
             mod.keras_trees_hard_routing_experts(x, w, b, -r, c, is_split)
         with pytest.raises(tf.errors.InvalidArgumentError, match="threshold must have shape"):
             mod.keras_trees_hard_routing_experts(x, w, b, r, c[:, :1], is_split)

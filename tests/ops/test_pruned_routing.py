@@ -390,7 +390,7 @@ def test_bad_inputs_are_rejected_with_clear_errors(rng):
     experts, _ = make(rng, "experts", depth=3)
     with pytest.raises(ValueError, match="expert_weights"):
         run(pr.pruned_route, {**experts, "expert_weights": None}, 0.01)
-    with pytest.raises(ValueError, match="expert_weights must be >= 0"):
+    with pytest.raises(ValueError, match="expert_weights must be finite and >= 0"):
         run(pr.pruned_route, {**experts, "expert_weights": -experts["expert_weights"]}, 0.01)
     with pytest.raises(ValueError, match="weights must have shape"):
         pr.pruned_leaf_statistics(args["x"], args["split_weights"], args["split_bias"], args["gamma"],
