@@ -167,13 +167,17 @@ class _HingeEnsemble(CheckedLoading, CheckedInputs, XLACompatibility, ForestLaye
         )
 
     def _check_variables(self, x):
-        """Fails (eagerly, in ``tf.function`` and under ``jax.jit``) unless the
+        """Fails (eagerly, in ``tf.function`` and under ``jax.jit``; in TensorFlow
+        graphs on the compiled kernels the kernel's own check, naming the
+        argument, see :func:`keras_trees.validation.batched.kernels_check`) unless the
         thresholds are finite; the message names the layer and the variable.
         (The feature indices are checked by the ops, which read them.)
 
         The leaves are checked by the op (the kernel's one-pass scan, or the
         reference's check) and on loading. Returns ``x``, computed after the
         checks in compiled graphs."""
+        if batched.kernels_check(x):
+            return x  # the kernel checks x, the thresholds, the ids and the leaves itself
         return batched.finite_variables(self, [self.thresholds], output=x)
 
     def _flatten(self, inputs):

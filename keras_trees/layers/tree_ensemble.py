@@ -219,7 +219,9 @@ class TreeEnsembleLayer(CheckedLoading, CheckedInputs, XLACompatibility, ForestL
         self.input_spec = keras.layers.InputSpec(min_ndim=2, axes={-1: input_dim})
 
     def _check_variables(self, x, leaves=False):
-        """Fails (eagerly, in ``tf.function`` and under ``jax.jit``) unless the
+        """Fails (eagerly, in ``tf.function`` and under ``jax.jit``; in TensorFlow
+        graphs on the compiled kernels the kernel's own check, naming the
+        argument, see :func:`keras_trees.validation.batched.kernels_check`) unless the
         split weights and biases are finite and the transition width is a
         finite number > 0; the message names the layer and the variable. The
         compiled kernels would otherwise route a NaN split one way and return
@@ -228,6 +230,8 @@ class TreeEnsembleLayer(CheckedLoading, CheckedInputs, XLACompatibility, ForestL
         adds them for the methods whose ops do not read them (a layer with a
         NaN leaf fails every call the same way). Returns ``x``, computed after
         the checks in compiled graphs."""
+        if not leaves and batched.kernels_check(x):
+            return x  # the kernel checks x, the splits, the leaves and gamma itself
         checked = [self.node_weights] + ([self.node_bias] if self.node_bias is not None else [])
         checked += [self.leaf_weights] if leaves else []
         gamma = ops.convert_to_tensor(self.gamma)

@@ -63,6 +63,22 @@ def checked(checks, output):
     return require_all(pending, output=output)
 
 
+def kernels_check(x):
+    """True when ``x`` is traced into a TensorFlow graph and the op about to read
+    it runs a compiled kernel: the kernels check every input they read (``x``
+    and every parameter finite, ids in range) in C++ at no measurable cost,
+    with messages naming the argument, while each graph assertion costs tens
+    of microseconds per call. Layers whose kernels read every variable they
+    would check skip their own checks then (their messages add the layer's
+    name; eagerly and under ``jax.jit``, where a check costs microseconds,
+    they still run)."""
+    if not tensors._tf_graph(x):
+        return False
+    from keras_trees.ops import _library  # it imports this package
+
+    return _library.custom_ops_available()
+
+
 def variable_checks(layer, variables_to_check):
     """``[(ok, message), ...]`` for :func:`require_all`: each floating variable
     in ``variables_to_check`` is finite; the message names the layer and the
