@@ -246,6 +246,12 @@ class NonGreedyTree(CheckedLoading, CheckedInputs, XLACompatibility, HeapTreeLay
         ``2**max_depth - 1``, so any other valid topology would index wrong
         leaves. One comparison per call instead of the topology rules."""
         checked = (self.split_weights, self.leaf_values) + ((self.assignment_weights,) if training else ())
+        if batched.kernels_check(x):
+            # In TensorFlow graphs the kernels check the splits they route by
+            # (and, training, the leaves the loss-augmented search reads); the
+            # frozen assignment splits reach a kernel as "split_weights", so
+            # the layer names them itself.
+            checked = (self.assignment_weights,) if training else (self.leaf_values,)
         state = ops.convert_to_tensor(self.node_state)
         perfect = ops.all(ops.equal(state, ops.convert_to_tensor(topology.perfect(1, self.depth), state.dtype)))
         return batched.finite_variables(self, checked, output=x, more=[(

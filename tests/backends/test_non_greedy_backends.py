@@ -376,7 +376,7 @@ def test_non_finite_splits_and_rank_three_inputs_are_rejected():
     value = np.array(keras.ops.convert_to_numpy(model.split_weights))
     value[1, 2] = np.nan
     model.split_weights.assign(value)
-    with pytest.raises(ValueError, match="variable split_weights contains NaN or Inf"):
+    with pytest.raises(ValueError, match="split_weights contains NaN or Inf"):
         model(x)
-    with pytest.raises(Exception, match="variable split_weights contains NaN or Inf"):
+    with pytest.raises(Exception, match="split_weights contains NaN or Inf"):
         model.predict(x, verbose=0)
