@@ -1,7 +1,8 @@
 """The whole test suite on every Keras backend: ``python -m tests [pytest args]``.
 
 Runs ``pytest`` (all of tests/ and the docstring examples) with the TensorFlow
-backend, then tests/backends/ with ``KERAS_BACKEND=jax`` and ``torch``; each in
+backend, then tests/backends/ with ``KERAS_BACKEND=jax`` (and the ops' property
+tests, tests/properties/) and ``torch``; each in
 its own process, since the backend is fixed when Keras is imported. Exits
 non-zero when any run fails or runs no test (pytest's exit code 5). Set
 ``KERAS_TREES_TEST_BACKENDS=tensorflow,jax`` to run a subset.
@@ -21,7 +22,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUNS = {
     "tensorflow": [],  # pyproject's testpaths: tests/ and keras_trees/ (doctests)
-    "jax": ["tests/backends"],
+    "jax": ["tests/backends", "tests/properties"],  # the ops' properties on the JAX binding too
     "torch": ["tests/backends"],
 }
 

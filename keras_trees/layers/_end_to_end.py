@@ -20,7 +20,7 @@ from keras_trees.layers._level_growth import PHASE_DONE, PHASE_FINETUNING, PHASE
 from keras_trees.layers._random import numpy_generator
 from keras_trees.ops import _library, path_probabilities, pruned_routing
 from keras_trees.layers._xla import XLACompatibility
-from keras_trees.validation import tensors
+from keras_trees.validation import arguments, tensors
 from keras_trees.validation.variables import CheckedLoading, check_loaded
 
 # Heaps of this depth hold 2**25 - 1 positions per tree: already far beyond memory
@@ -115,7 +115,7 @@ class EndToEndTreesBase(CheckedLoading, XLACompatibility, HeapTreeLayer):
             raise ValueError("leaf_learning='em' needs a classification layer (num_classes=...); "
                              "regression leaves are trained by the optimizer")
         self.leaf_learning = leaf_learning
-        self.prune_threshold = pruned_routing.check_threshold(prune_threshold)
+        self.prune_threshold = arguments.prune_threshold(prune_threshold)
         self.seed = seed
         # seed=None follows keras.utils.set_random_seed (NumPy's global generator).
         self._rng = numpy_generator(seed)

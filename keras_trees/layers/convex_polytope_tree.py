@@ -19,7 +19,7 @@ from keras_trees.losses.gamma_process_prior import GammaProcessPrior
 from keras_trees.ops import _library, pruned_routing
 from keras_trees.ops import polytope as poly
 from keras_trees.layers._xla import XLACompatibility
-from keras_trees.validation import tensors
+from keras_trees.validation import arguments, tensors
 from keras_trees.validation.variables import CheckedLoading
 
 MAX_DEPTH = 16
@@ -162,7 +162,7 @@ class ConvexPolytopeTree(CheckedLoading, XLACompatibility, HeapTreeLayer):
         if not 0 <= facet_tolerance < 1:
             raise ValueError(f"facet_tolerance must be in [0, 1), got {facet_tolerance}")
         self.facet_tolerance = facet_tolerance
-        self.prune_threshold = pruned_routing.check_threshold(prune_threshold)
+        self.prune_threshold = arguments.prune_threshold(prune_threshold)
         self.seed = seed
         # seed=None follows keras.utils.set_random_seed (NumPy's global state).
         self._rng = numpy_generator(seed)

@@ -100,7 +100,7 @@ def soft_leaf_log_probabilities(x, split_weights, split_bias, gamma, node_state,
     # segment sums of their gradients) is far cheaper than gathering columns.
     z = (ops.matmul(w, ops.transpose(x)) + b[:, None]) * g[:, None]  # (S, batch)
     edges = ops.stack([ops.log_sigmoid(-z), ops.log_sigmoid(z)], axis=1)
-    edges = ops.reshape(edges, (-1, ops.shape(x)[0]))
+    edges = ops.reshape(edges, (2 * ops.shape(z)[0], ops.shape(x)[0]))  # no -1: the batch may be empty
     edges = ops.concatenate([edges, ops.zeros((1, ops.shape(x)[0]), dtype=edges.dtype)], axis=0)
     num_splits = ops.shape(z)[0]
 

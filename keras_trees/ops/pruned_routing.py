@@ -47,7 +47,6 @@ the dense heap (their cost grows with ``2**depth``).
 
 import math
 
-import numpy as np
 from keras import ops
 
 from keras_trees.api_export import export_constants, keras_trees_export
@@ -59,9 +58,6 @@ from keras_trees.validation import arguments, batched, tensors
 DEFAULT_PRUNE_THRESHOLD = 1e-4
 export_constants("keras_trees.ops", globals(), "DEFAULT_PRUNE_THRESHOLD")
 LOG2 = math.log(2.0)
-
-
-check_threshold = arguments.prune_threshold  # the layers and tests use this name
 
 
 def _shape(t):
@@ -153,7 +149,7 @@ def _prepare(x, split_weights, split_bias, gamma, is_split, expert_weights, rate
     """Converts and checks what is known without the values: ``x`` as
     floating features (integers and booleans cast to the parameters' floating dtype), the split
     parameters in ``x``'s dtype, ``is_split`` as booleans, and the shapes."""
-    threshold = check_threshold(prune_threshold)
+    threshold = arguments.prune_threshold(prune_threshold)
     x = tensors.features(x, "x", like=split_weights)
     dtype = tensors.dtype_name(x)
     conv = lambda t, name: None if t is None else tensors.floating(t, name, dtype)  # noqa: E731

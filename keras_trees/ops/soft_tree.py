@@ -65,7 +65,7 @@ def _validate_shapes(x, node_weights, node_bias, leaf_weights):
 def split_values(x, node_weights, node_bias=None):
     """``t[b, m, i] = <w_{m,i}, x_b> + bias_{m,i}`` for every node of every tree."""
     x = tensors.floating(x, "x")
-    node_weights = ops.cast(tensors.floating(node_weights, "node_weights"), x.dtype)
+    node_weights = tensors.floating(node_weights, "node_weights", tensors.dtype_name(x))
     t = ops.einsum("bp,mnp->bmn", x, node_weights)
     if node_bias is not None:
         t = t + node_bias[None]

@@ -187,14 +187,11 @@ def is_text_dtype(dtype):
     return False
 
 
-def _is_text(x):
-    return isinstance(x, (str, bytes)) or is_text_dtype(getattr(x, "dtype", None))
-
-
 def _dtype_or_none(x):
+    """:func:`dtype_name`, or None for Python values and unknown dtypes."""
     try:
         return dtype_name(x)
-    except (TypeError, ValueError):
+    except (AttributeError, TypeError, ValueError):
         return None
 
 
@@ -273,13 +270,10 @@ def features(x, name="x", dtype=None, layout="(batch, input_dim)", like=None):
     parameters), so integer features of a float64 model are computed in
     float64 as the same features written as floats would be; floatx without
     one."""
-    if dtype is None and like is not None and not _is_text(x):
-        like_dtype = getattr(like, "dtype", None)
-        x_dtype = getattr(x, "dtype", None)
-        if like_dtype is not None and x_dtype is not None:
-            like_kind, x_kind = _dtype_or_none(like), _dtype_or_none(x)
-            if like_kind in _FLOAT_KINDS and x_kind is not None and x_kind not in _FLOAT_KINDS:
-                dtype = like_kind
+    if dtype is None and like is not None:
+        x_kind, like_kind = _dtype_or_none(x), _dtype_or_none(like)
+        if like_kind in _FLOAT_KINDS and x_kind not in (None, "string", *_FLOAT_KINDS):
+            dtype = like_kind
     x = floating(x, name, dtype)
     rank(x, 2, name, layout)
     if static_shape(x)[-1] is None:

@@ -6,13 +6,13 @@ pass, every gradient, batch 0 and 1, float32 and float64, compiled
 PyTorch has no binding: the layers run the reference there.
 """
 
-import contextlib
 import os
 
 import numpy as np
 import pytest
 
 from keras_trees import ops as tree_ops
+from tests._backend import compiled, precision
 from tests.backends.conftest import BACKEND
 
 pytestmark = pytest.mark.skipif(BACKEND not in ("tensorflow", "jax"), reason=f"no compiled kernels on {BACKEND}")
@@ -30,28 +30,6 @@ def test_compiled_kernels_are_built_and_loaded():
     assert tree_ops.custom_ops_available(), tree_ops.load_error()
     report = tree_ops.execution_report()
     assert report["library_loaded"] and "kernels" in report["devices"].values(), report["summary"]
-
-
-@contextlib.contextmanager
-def precision(dtype):
-    """float64 arrays need JAX's x64 mode."""
-    if BACKEND == "jax" and dtype == "float64":
-        import jax
-
-        with jax.enable_x64(True):
-            yield
-    else:
-        yield
-
-
-def compiled(fn):
-    if BACKEND == "jax":
-        import jax
-
-        return jax.jit(fn)
-    import tensorflow as tf
-
-    return tf.function(fn)
 
 
 def numpy(tree):

@@ -21,7 +21,7 @@ import pytest
 from keras_trees import ops as tree_ops
 from keras_trees.ops import _library
 
-BACKEND = keras.backend.backend()
+from tests._backend import BACKEND, runtime_errors
 NAN = float("nan")
 
 
@@ -35,18 +35,6 @@ def _paths():
 
 
 PATHS = _paths()
-
-
-def _runtime_errors():
-    if BACKEND == "tensorflow":
-        import tensorflow as tf
-
-        return (tf.errors.InvalidArgumentError,)
-    if BACKEND == "jax":
-        import jax
-
-        return (jax.errors.JaxRuntimeError,)
-    return ()
 
 
 def _numpy(out):
@@ -86,7 +74,7 @@ def run(fn, args, kwargs, path, mode):
 
 @contextlib.contextmanager
 def rejected(mode, error, message):
-    errors = (error,) if mode == "eager" else (error, ValueError, TypeError) + _runtime_errors()
+    errors = (error,) if mode == "eager" else (error, ValueError, TypeError) + runtime_errors()
     with pytest.raises(errors, match=message):
         yield
 

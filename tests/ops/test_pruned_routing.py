@@ -10,6 +10,7 @@ from keras_trees import ops as tree_ops
 from keras_trees import topology
 from keras_trees.ops import _library, path_probabilities
 from keras_trees.ops import pruned_routing as pr
+from keras_trees.validation.arguments import prune_threshold
 from tests.conftest import finite_difference_check, run_python
 from tests.ops import pruned_oracle
 from tests.ops.pruned_oracle import pruned_outputs
@@ -73,7 +74,7 @@ def test_op_matches_reference_and_oracle(rng, dtype, form, threshold):
     np.testing.assert_array_equal(kept, ref[1])
     np.testing.assert_array_equal(evals, ref[2])
     np.testing.assert_allclose(dropped, ref[3], rtol=tol, atol=tol)
-    o_out, o_kept, o_evals, o_dropped = oracle(args, pr.check_threshold(threshold))
+    o_out, o_kept, o_evals, o_dropped = oracle(args, prune_threshold(threshold))
     np.testing.assert_allclose(out, o_out, rtol=tol, atol=tol)
     np.testing.assert_array_equal(kept, o_kept)
     np.testing.assert_array_equal(evals, o_evals)
@@ -233,7 +234,7 @@ def test_em_statistics_match_the_oracle_the_reference_and_the_two_pass_e_step(rn
     # 700 samples: several sample blocks and groups in the kernel.
     args, labels, weights = em_args(rng, batch=700, dtype=dtype)
     weights = weights if weighted else None
-    thr = pr.check_threshold(threshold)
+    thr = prune_threshold(threshold)
     tol = 1e-10 if dtype == "float64" else 2e-5
     counts = em(pr.pruned_em_statistics, args, labels, weights, threshold)
     assert counts.shape == (3, 63, 4) and counts.dtype == dtype
@@ -257,12 +258,12 @@ def test_em_statistics_edge_cases_and_no_gradient(rng):
     args, labels, weights = em_args(rng, batch=5, trees=2, depth=4)
     args["is_split"][0] = False  # tree 0 is a single leaf
     counts = em(pr.pruned_em_statistics, args, labels, weights, 0.01)
-    np.testing.assert_allclose(counts, em_oracle(args, labels, weights, pr.check_threshold(0.01)), atol=1e-12)
+    np.testing.assert_allclose(counts, em_oracle(args, labels, weights, prune_threshold(0.01)), atol=1e-12)
     np.testing.assert_allclose(counts[0, 1:], 0.0)
     for batch in (0, 1):
         c = em(pr.pruned_em_statistics, {**args, "x": args["x"][:batch]}, labels[:batch], weights[:batch], 0.01)
         np.testing.assert_allclose(c, em_oracle({**args, "x": args["x"][:batch]}, labels[:batch], weights[:batch],
-                                                pr.check_threshold(0.01)), atol=1e-12)
+                                                prune_threshold(0.01)), atol=1e-12)
     w = tf.Variable(args["split_weights"])
     with tf.GradientTape() as tape:
         loss = tf.reduce_sum(pr.pruned_em_statistics(args["x"], w, args["split_bias"], args["gamma"],
@@ -310,7 +311,7 @@ def test_batch_zero_and_one(rng, batch):
     args, _ = make(rng, batch=batch)
     out, kept, evals, dropped = run(pr.pruned_route, args, 0.01, with_statistics=True)
     assert tuple(out.shape) == (batch, 3, 3) and tuple(kept.shape) == (batch, 3)
-    np.testing.assert_allclose(np.asarray(out), oracle(args, pr.check_threshold(0.01))[0], atol=1e-12)
+    np.testing.assert_allclose(np.asarray(out), oracle(args, prune_threshold(0.01))[0], atol=1e-12)
     x = tf.Variable(args["x"])
     w = tf.Variable(args["split_weights"])
     with tf.GradientTape() as tape:
@@ -325,7 +326,7 @@ def test_root_leaf_and_unbalanced_trees(rng):
     out, kept, evals, dropped = (np.asarray(v) for v in run(pr.pruned_route, args, 0.01, with_statistics=True))
     np.testing.assert_allclose(out[:, 0], np.broadcast_to(args["leaf_values"][0, 0], out[:, 0].shape))
     assert (kept[:, 0] == 1).all() and (evals[:, 0] == 0).all() and (dropped[:, 0] == 0).all()
-    np.testing.assert_allclose(out, oracle(args, pr.check_threshold(0.01))[0], atol=1e-12)
+    np.testing.assert_allclose(out, oracle(args, prune_threshold(0.01))[0], atol=1e-12)
 
 
 _DETERMINISM = """
@@ -333,6 +334,7 @@ import sys, hashlib
 import numpy as np, tensorflow as tf
 tf.config.threading.set_intra_op_parallelism_threads(int(sys.argv[1]) if len(sys.argv) > 1 else {threads})
 from keras_trees.ops import pruned_routing as pr
+from keras_trees.validation.arguments import prune_threshold
 from tests.ops.test_pruned_routing import determinism_digest
 print("DIGEST", determinism_digest())
 """

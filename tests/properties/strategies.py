@@ -19,7 +19,6 @@
   carrying the message inside a compiled function).
 """
 
-import contextlib
 import re
 
 import keras
@@ -29,7 +28,7 @@ from hypothesis import strategies as st
 
 from keras_trees import topology
 
-BACKEND = keras.backend.backend()
+from tests._backend import BACKEND, compiled, precision, runtime_errors  # noqa: F401 (used as S.*)
 
 
 def props(max_examples):
@@ -163,44 +162,6 @@ BROKEN_TOPOLOGIES = ["bad_value", "split_on_last_level", "inconsistent"]
 
 
 # ---------------------------------------------------------------- paths and errors
-
-
-@contextlib.contextmanager
-def precision(dtype):
-    """float64 arrays need JAX's x64 mode (elsewhere a no-op)."""
-    if BACKEND == "jax" and "64" in str(dtype):
-        import jax
-
-        with jax.enable_x64(True):
-            yield
-    else:
-        yield
-
-
-def compiled(fn):
-    """``fn`` compiled by the backend: ``tf.function`` or ``jax.jit`` (torch: as is)."""
-    if BACKEND == "jax":
-        import jax
-
-        return jax.jit(fn)
-    if BACKEND == "tensorflow":
-        import tensorflow as tf
-
-        return tf.function(fn)
-    return fn
-
-
-def runtime_errors():
-    """The backend's error for a check that fails inside a compiled function."""
-    if BACKEND == "tensorflow":
-        import tensorflow as tf
-
-        return (tf.errors.InvalidArgumentError,)
-    if BACKEND == "jax":
-        import jax
-
-        return (jax.errors.JaxRuntimeError,)
-    return ()
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

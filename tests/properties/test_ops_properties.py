@@ -65,6 +65,7 @@ class Spec:
     post: callable = None  # outputs -> comparable outputs (applied to every path)
     kernels: bool = True  # False: keras.ops only (the op is its own reference path)
     unread: dict = field(default_factory=dict)  # reference label -> arguments it does not take
+    jax_jit: bool = True  # False: output shapes depend on values, so jax.jit cannot trace the op
 
 
 def paths(spec):
@@ -72,7 +73,7 @@ def paths(spec):
     ``spec``: the public op on the kernels and on the reference path, eager and
     compiled; its ``*_reference`` functions eagerly (inside a compiled function
     they are the op under ``reference_only()``)."""
-    out = {"op": (spec.op, False, True)}
+    out = {"op": (spec.op, False, spec.jax_jit or S.BACKEND != "jax")}
     if spec.kernels:
         out["op under reference_only()"] = (spec.op, True, True)
     for label, fn in spec.references.items():
@@ -714,7 +715,8 @@ SPECS = [
     Spec("surrogate", build_surrogate, surrogate_op, {"loss_augmented_inference bound": surrogate_bound},
          SURROGATE_CORRUPTIONS, kernels=False, unread={"loss_augmented_inference bound": {"g_leaf"}}),
     Spec("soft_leaf_log_probabilities", build_path_probabilities, soft_leaf_op,
-         {"pruned_leaf_probabilities": soft_leaf_pruned_ref}, SOFT_LEAF_CORRUPTIONS, post=_heap_post, kernels=False),
+         {"pruned_leaf_probabilities": soft_leaf_pruned_ref}, SOFT_LEAF_CORRUPTIONS, post=_heap_post, kernels=False,
+         jax_jit=False),
     Spec("heap_leaf_probabilities", build_path_probabilities, heap_op,
          {"soft_leaf_log_probabilities": heap_soft_leaf_ref}, PATH_CORRUPTIONS, post=_heap_post, kernels=False),
     Spec("frontier", build_frontier, frontier_op, {}, FRONTIER_CORRUPTIONS),
