@@ -35,7 +35,8 @@ def main(argv=None):
     if args.processes > 1:
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
         jax.distributed.initialize(coordinator_address=f"localhost:{args.port}", num_processes=args.processes,
-                                   process_id=args.process, initialization_timeout=120)
+                                   process_id=args.process, initialization_timeout=120,
+                                   coordinator_bind_address=f"127.0.0.1:{args.port}")  # loopback only
     import keras
 
     from keras_trees import streaming
