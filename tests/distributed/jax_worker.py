@@ -16,10 +16,7 @@ import argparse
 import os
 import sys
 
-os.environ["KERAS_BACKEND"] = "jax"
-os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
-
-import numpy as np  # noqa: E402
+import numpy as np
 
 
 def main(argv=None):
@@ -29,7 +26,9 @@ def main(argv=None):
     parser.add_argument("--processes", type=int, default=1)
     parser.add_argument("--port", type=int, default=None)
     args = parser.parse_args(argv)
-
+    # Set here, not at import: pytest imports this module (doctests) too.
+    os.environ["KERAS_BACKEND"] = "jax"
+    os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
     import jax
 
     if args.processes > 1:
