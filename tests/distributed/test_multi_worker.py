@@ -16,6 +16,13 @@ each. The cluster runs once per module:
 3. the reference: the same script without ``TF_CONFIG`` (one process, all the
    data, the same global batch), run alongside step 1.
 
+Step 2's tree runs once ``GreedyLevelGrowth`` and ``EMLeafUpdate`` take a
+dataset without ``y`` (issue #17 part 1); before, its test is skipped.
+
+Addresses: ``TF_CONFIG`` names only ``localhost`` ports and the workers connect
+only there, but TensorFlow's gRPC server listens on all interfaces (it binds
+``0.0.0.0:<port>``; ``TF_CONFIG`` has no bind address).
+
 Tolerance: the workers hold identical weights (mirrored variables), so their
 results must be bit-identical. Against the single process they differ only by
 the float32 summation order of the gradients (two half-batch gradients summed
