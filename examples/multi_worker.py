@@ -70,27 +70,6 @@ def make_data(rows, seed=0):
     return x, y
 
 
-def keras_compatible(strategy):
-    """Works around two failures of Keras 3's ``fit`` (3.15 at the time of
-    writing) under ``MultiWorkerMirroredStrategy`` (keras-team/keras#20585):
-    ``fit`` reduces the whole first ``(x, y)`` batch in one ``strategy.reduce``
-    call, and every step reduces scalar losses with ``axis=0``; this lets
-    ``strategy.reduce`` take a nest (reduced tensor by tensor) and scalars
-    (averaged over the replicas)."""
-    import tensorflow as tf
-
-    reduce = strategy.reduce
-
-    def one(reduce_op, v, axis):
-        if axis is not None and all(t.shape.rank == 0 for t in strategy.experimental_local_results(v)):
-            axis = None
-        return reduce(reduce_op, v, axis=axis)
-
-    strategy.reduce = lambda reduce_op, value, axis=None: tf.nest.map_structure(
-        lambda v: one(reduce_op, v, axis), value)
-    return strategy
-
-
 def train_worker(config):
     """One worker: trains a Tree Ensemble Layer under MultiWorkerMirroredStrategy
     (``TF_CONFIG`` must be set) and returns its metrics."""
@@ -98,7 +77,11 @@ def train_worker(config):
 
     tf.config.threading.set_intra_op_parallelism_threads(config["threads"])
     tf.config.threading.set_inter_op_parallelism_threads(config["threads"])
-    strategy = keras_compatible(tf.distribute.MultiWorkerMirroredStrategy())
+    from keras_trees.distribute import multi_worker_strategy
+
+    # keras_trees.distribute: the strategy with a workaround for Keras' fit
+    # under several workers (keras-team/keras#20585).
+    strategy = multi_worker_strategy()
 
     import keras
 

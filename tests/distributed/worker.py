@@ -34,6 +34,7 @@ import tensorflow as tf  # noqa: E402
 import keras  # noqa: E402
 
 from keras_trees import streaming  # noqa: E402
+from keras_trees.distribute import multi_worker_strategy  # noqa: E402
 
 DIED = 17  # exit status of the worker killed on purpose
 ROWS, FEATURES, CLASSES = 1024, 6, 3
@@ -58,39 +59,13 @@ def dataset(x, y):
     return tf.data.Dataset.from_tensor_slices((x, y)).batch(GLOBAL_BATCH)
 
 
-def keras_compatible(strategy):
-    """Works around two failures of Keras 3's ``fit`` (3.15 here) under
-    ``MultiWorkerMirroredStrategy`` (keras-team/keras#20585), by letting
-    ``strategy.reduce`` take what Keras gives it:
-
-    * a nest: ``fit`` reduces the whole first ``(x, y)`` batch in one call
-      before training ("Attempt to convert a value (PerReplica...) to a
-      Tensor"): reduced tensor by tensor;
-    * ``axis=0`` on scalars: every step reduces the scalar loss and metrics
-      with ``MEAN`` over ``axis=0`` ("Invalid reduction dimension 0 for input
-      with 0 dimensions"): scalars are averaged over the replicas.
-    """
-    reduce = strategy.reduce
-
-    def one(reduce_op, v, axis):
-        if axis is not None and all(t.shape.rank == 0 for t in strategy.experimental_local_results(v)):
-            axis = None
-        return reduce(reduce_op, v, axis=axis)
-
-    def reduce_each(reduce_op, value, axis=None):
-        return tf.nest.map_structure(lambda v: one(reduce_op, v, axis), value)
-
-    strategy.reduce = reduce_each
-    return strategy
-
-
 def strategy():
     if "TF_CONFIG" in os.environ:
-        return keras_compatible(tf.distribute.MultiWorkerMirroredStrategy(
+        return multi_worker_strategy(
             communication_options=tf.distribute.experimental.CommunicationOptions(
                 implementation=tf.distribute.experimental.CommunicationImplementation.RING
             )
-        ))
+        )
     return tf.distribute.get_strategy()
 
 
