@@ -199,6 +199,11 @@ class Batches:
         self._one_shot = one_shot
         self._read = False
 
+    @property
+    def one_shot(self):
+        """Whether the data is a one-shot iterator (it can be read once only)."""
+        return self._one_shot
+
     def __iter__(self):
         if self._one_shot:
             if self._read:
@@ -342,3 +347,10 @@ def _is_array_like(x):
         return bool(x) and all(isinstance(v, np.ndarray) or keras.ops.is_tensor(v) for v in x) and \
             len({len(v) for v in x}) == 1 and not all(isinstance(v, (tuple, list)) for v in x)
     return False
+
+
+def is_array_like(x):
+    """Whether ``x`` is training arrays (an array or tensor, or a non-empty
+    dict/list of them: a multi-input model's inputs) rather than a data
+    source of batches."""
+    return _is_array_like(x)
