@@ -1,6 +1,7 @@
 """Helpers of the streaming tests: the same data as every kind of source, and
 a simulated two-worker run of a statistic pass."""
 
+import keras
 import numpy as np
 import tensorflow as tf
 
@@ -8,10 +9,11 @@ from keras_trees import streaming
 
 
 def as_sources(x, y, w=None, batch=32):
-    """``{kind: data}``: the same samples as a batched tf.data.Dataset and as a
-    list of batches (with ``w`` as the batches' third element when given)."""
-    parts = [(x[i:i + batch], y[i:i + batch]) + (() if w is None else (w[i:i + batch],))
-             for i in range(0, len(x), batch)]
+    """``{kind: data}``: the same samples (``x`` arrays or a dict of them) as a
+    batched tf.data.Dataset and as a list of batches (with ``w`` as the batches' third element when given)."""
+    cut = lambda i: keras.tree.map_structure(lambda a: a[i:i + batch], x)  # noqa: E731 (also a dict of inputs)
+    parts = [(cut(i), y[i:i + batch]) + (() if w is None else (w[i:i + batch],))
+             for i in range(0, len(y), batch)]
     ds = tf.data.Dataset.from_tensor_slices((x, y) if w is None else (x, y, w)).batch(batch)
     return {"dataset": ds, "list": parts}
 

@@ -197,3 +197,20 @@ def test_polytope_statistics_of_two_workers_sum_to_the_one_worker_statistics(mon
     theirs, total = local[0][0], summed[0][0]
     assert 0 < theirs[0].sum() < total[0].sum()  # the root holds each worker's total weight
     np.testing.assert_allclose(total[0].sum(), w.sum(), rtol=1e-6)
+
+
+def test_em_leaves_of_a_multi_input_model_from_a_dict_of_arrays_or_a_dataset_of_dicts():
+    x, y, w = problem()
+    inputs = {"a": x[:, :2], "b": x[:, 2:]}
+
+    def dict_model():
+        keras.utils.set_random_seed(0)
+        a, b = keras.Input((2,), name="a"), keras.Input((1,), name="b")
+        tree = EndToEndTree(max_depth=2, num_classes=3, seed=0, name="t")
+        return keras.Model({"a": a, "b": b}, tree(keras.layers.Concatenate()([a, b]))), tree
+
+    expected = em_leaves(EMLeafUpdate(inputs, y, sample_weight=w, batch_size=40), *dict_model())
+    np.testing.assert_allclose(expected, em_leaves(EMLeafUpdate(x, y, sample_weight=w), *em_model()),
+                               rtol=1e-5, atol=1e-7)
+    ds = as_sources(inputs, y, w)["dataset"]
+    np.testing.assert_allclose(em_leaves(EMLeafUpdate(ds), *dict_model()), expected, rtol=1e-5, atol=1e-7)
