@@ -214,3 +214,87 @@ def test_em_leaves_of_a_multi_input_model_from_a_dict_of_arrays_or_a_dataset_of_
                                rtol=1e-5, atol=1e-7)
     ds = as_sources(inputs, y, w)["dataset"]
     np.testing.assert_allclose(em_leaves(EMLeafUpdate(ds), *dict_model()), expected, rtol=1e-5, atol=1e-7)
+
+
+_WORKER = """
+import json, os, sys
+os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": %(hosts)r},
+                                      "task": {"type": "worker", "index": int(sys.argv[1])}})
+import numpy as np, tensorflow as tf, keras
+from keras_trees import streaming, topology
+from keras_trees.callbacks import EMLeafUpdate
+from keras_trees.layers import ConvexPolytopeTree, EndToEndTree
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+rng = np.random.default_rng(0)
+x = rng.normal(size=(150, 3)).astype("float32")
+y = ((x[:, 0] > 0).astype(int) + (x[:, 1] > 0.3)).astype("int32")
+w = rng.uniform(0.2, 3.0, size=150)
+ds = tf.data.Dataset.from_tensor_slices((x, y, w)).batch(32)
+out = {}
+for name in ("arrays", "dataset"):
+    with strategy.scope():
+        keras.utils.set_random_seed(0)
+        tree = EndToEndTree(max_depth=2, num_classes=3, seed=0)
+        model = keras.Sequential([keras.Input((3,)), tree])
+    cb = EMLeafUpdate(x, y, sample_weight=w, batch_size=32) if name == "arrays" else EMLeafUpdate(ds)
+    cb.set_model(model)
+    out["workers"] = streaming.workers(model)
+    cb.on_train_begin()
+    cb.update()
+    out["em_" + name] = tree.leaves_numpy().tolist()
+with strategy.scope():
+    poly = ConvexPolytopeTree(max_depth=2, num_experts=2, num_classes=3, seed=0)
+    poly.build((None, 3))
+    poly.node_state.assign(topology.perfect(1, 2))
+    out["counts"] = poly.set_leaves_from_data(ds).tolist()
+    out["polytope"] = np.asarray(poly.leaf_values).tolist()
+print("RESULT" + json.dumps(out))
+"""
+
+
+def test_two_real_tensorflow_workers_set_the_one_worker_leaves(tmp_path):
+    """Two processes of a MultiWorkerMirroredStrategy (CPU, localhost): each
+    reads half of the batches and the all-reduced statistics give every worker
+    the leaves one process computes from all the data."""
+    import json
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO_ROOT
+
+    ports = []
+    for _ in range(2):
+        with socket.socket() as s:
+            s.bind(("localhost", 0))
+            ports.append(s.getsockname()[1])
+    script = tmp_path / "worker.py"
+    script.write_text(_WORKER % {"hosts": [f"localhost:{p}" for p in ports]})
+    env = dict(os.environ, PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               TF_CPP_MIN_LOG_LEVEL="2", KERAS_BACKEND="tensorflow", CUDA_VISIBLE_DEVICES="")
+    procs = [subprocess.Popen([sys.executable, str(script), str(i)], cwd=tmp_path, env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for i in range(2)]
+    results = []
+    try:
+        for proc in procs:
+            stdout, stderr = proc.communicate(timeout=300)
+            assert proc.returncode == 0, stderr[-3000:]
+            results.append(json.loads(stdout.split("RESULT")[-1]))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+
+    x, y, w = problem()
+    expected_em = em_leaves(EMLeafUpdate(x, y, sample_weight=w), *em_model())
+    tree = ConvexPolytopeTree(max_depth=2, num_experts=2, num_classes=3, seed=0)
+    tree.build((None, 3))
+    tree.node_state.assign(topology.perfect(1, 2))
+    counts = tree.set_leaves_from_data(x, y, sample_weight=w)
+    for index, result in enumerate(results):
+        assert result["workers"] == [2, index]
+        np.testing.assert_allclose(result["em_arrays"], expected_em, rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(result["em_dataset"], expected_em, rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(result["counts"], counts, rtol=1e-6)
+        np.testing.assert_allclose(result["polytope"], np.asarray(tree.leaf_values), rtol=1e-5, atol=1e-6)
