@@ -5,7 +5,7 @@ import numpy as np
 
 from keras_trees import streaming, topology
 from keras_trees.api_export import keras_trees_export
-from keras_trees.inspection.export import forest_features, tree_layers
+from keras_trees.inspection.export import forest_features, _is_stream, tree_layers
 
 
 @keras_trees_export("keras_trees.inspection")
@@ -68,17 +68,6 @@ def tree_statistics(model, x=None):
         _require_samples(x, "x")
     return [layer_statistics(layer, None if x is None else forest_features(model, layer, x))
             for layer in layers]
-
-
-def _is_stream(x):
-    """Whether ``x`` is a data source of batches rather than model inputs."""
-    if keras.ops.is_tensor(x) or hasattr(x, "shape") or streaming.is_array_like(x):
-        return False
-    if isinstance(x, (list, tuple)):  # a list of (x, y[, w]) batches, not nested lists of numbers
-        return bool(x) and all(isinstance(b, (list, tuple)) and 2 <= len(b) <= 3 and
-                               (hasattr(b[0], "shape") or isinstance(b[0], dict)) for b in x)
-    return streaming._is_dataset(x) or isinstance(x, keras.utils.PyDataset) or callable(x) or \
-        (hasattr(x, "__iter__") and not isinstance(x, (str, bytes, dict)))
 
 
 def _streamed_statistics(model, layers, data):
