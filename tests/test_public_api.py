@@ -25,6 +25,7 @@ PACKAGES = [
     "keras_trees.losses",
     "keras_trees.ops",
     "keras_trees.regularizers",
+    "keras_trees.streaming",
     "keras_trees.topology",
     "keras_trees.tuner",
 ]
