@@ -27,7 +27,11 @@ Layer hooks (the family's objective and split proposal):
 * ``_init_stump(growth, arrays, t, n, nodes)``: a fresh stump at leaf ``n`` of
   tree ``t`` (writes its split parameters into ``arrays``); its samples are
   those that stop at the heap positions ``nodes`` under the current routing
-  (:meth:`LevelGrowth.rows`, :meth:`LevelGrowth.center`).
+  (:meth:`LevelGrowth.center`, :meth:`LevelGrowth.feature_std` from the
+  node statistics; :meth:`LevelGrowth.rows` for arrays only).
+* ``_finish_stumps(growth, arrays, stumps)`` (optional): completes the
+  round's new stumps ``[(t, n, nodes)]`` at once, after all were drawn (a
+  stream needs a pass over the data for statistics of a drawn split).
 * ``_judge_stumps(growth, arrays, stumps)``: ``({(t, n): gain or None}, moved)``
   for the trained stumps: None where the stump failed, else its gain (used
   by best-first growth); ``moved`` when the test changed split parameters
@@ -135,6 +139,7 @@ class LevelGrowth:
         self.feature_moments = int(feature_moments)
         self.stops = self.stats = None
         self.is_split = None
+        self._new_stumps = []
 
     # ------------------------------------------------------------- data
     def _stops(self, feats, is_split):
@@ -284,6 +289,16 @@ class LevelGrowth:
         self.layer._init_stump(self, a, t, n, nodes)
         a["candidate"][t, n] = 1
         a["gain"][t, n] = -np.inf
+        self._new_stumps.append((t, n, list(nodes)))
+
+    def _finish_stumps(self, a):
+        """The layer's optional ``_finish_stumps(growth, arrays, stumps)`` hook
+        completes this round's new stumps ``[(t, n, nodes)]`` together (e.g.
+        with one more pass over a stream, under the current routing)."""
+        new, self._new_stumps = self._new_stumps, []
+        finish = getattr(self.layer, "_finish_stumps", None)
+        if new and finish is not None:
+            finish(self, a, new)
 
     def start(self, arrays=None, before_stumps=None):
         """Root leaves everywhere, with a stump where the root may split.
@@ -303,6 +318,7 @@ class LevelGrowth:
         for t in range(T):
             if self.splittable(a["state"], t, 0):
                 self._stump(a, t, 0, [0])
+        self._finish_stumps(a)
         self.layer._write_growth(a)
         return a
 
@@ -372,5 +388,6 @@ class LevelGrowth:
                         break
                     n = best_waiting(t)
         topology.validate(a["state"])
+        self._finish_stumps(a)
         self.layer._write_growth(a)
         return stumps, committed
