@@ -79,19 +79,33 @@ class GreedyLevelGrowth(keras.callbacks.Callback):
     line per finished level (depth, leaves, the epoch's loss and validation
     metrics) and one when finetuning starts and ends.
 
+    Data: arrays ``x``, ``y`` (as given to ``fit``), or a stream of batches
+    with ``y=None``: a batched ``tf.data.Dataset``, a ``keras.utils.PyDataset``
+    or any re-iterable (or function returning an iterable) of ``(x, y)`` or
+    ``(x, y, sample_weight)`` batches (:func:`keras_trees.streaming.stream`).
+    Every round makes one pass over the data: each batch is mapped to the
+    layer's split features, routed, and its node statistics (class counts or
+    target moments, sample counts, feature sums for the stump centers) are
+    added up; under a multi-worker strategy each worker reads its shard and
+    the sums are added across workers (one
+    :func:`keras_trees.streaming.all_reduce_sum` per pass) before any leaf,
+    split or topology changes, so every replica decides the same. No row is
+    kept (arrays are read the same way, in blocks of ``batch_size``).
+
     Args:
-        x, y: training inputs (as given to ``fit``) and labels (integer classes;
-            float targets for regression layers).
+        x, y: training inputs and labels (integer classes; float targets for
+            regression layers), or a stream of batches as ``x`` and no ``y``.
         epochs_per_level: epochs each stump trains (paper: 20-65; 45 for forests).
         finetune_epochs: joint finetuning epochs after growth (default 3x).
         max_leaves: optional leaf limit per tree (required for ``best_first``).
         min_samples_split: nodes with fewer samples become leaves.
         max_attempts: tries per split (authors: 5).
         best_first: grow by largest information gain instead of level by level.
-        batch_size: samples per routing batch.
+        batch_size: samples per batch of arrays (a stream keeps its batches).
         layers: optional layer name(s) to grow (default: every end-to-end layer,
             also inside nested sub-models).
-        sample_weight: optional ``(n,)`` non-negative weights of the samples.
+        sample_weight: optional ``(n,)`` non-negative weights of the samples
+            (arrays only: a stream gives them in its batches).
         class_weight: optional dict class id -> weight.
         verbose: 0 (silent) or 1 (one line per level).
 

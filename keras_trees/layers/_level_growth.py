@@ -16,7 +16,10 @@ is the same procedure with a different objective:
    stumps on the new leaves that may still split (``_init_stump``).
 
 The engine owns routing the data, the node statistics, the eligibility of a
-leaf and the topology edits; all state lives in the layer's variables (read
+leaf and the topology edits. The statistics are sums over samples, computed
+by one pass over the data per routing (batch by batch; for a stream summed
+across workers with one :func:`keras_trees.streaming.all_reduce_sum`, so that
+every worker takes the same decisions); all state lives in the layer's variables (read
 and written through ``_read_growth`` / ``_write_growth``: NumPy arrays with at
 least ``"state"`` (``node_state``) and ``"candidate"`` (``(num_trees,
 2**max_depth - 1)`` 0/1), and optionally ``"attempts"`` and ``"gain"``,
@@ -51,6 +54,17 @@ def _same_mask(a, b):
     if a is None or b is None:
         return a is None and b is None
     return a is b or np.array_equal(a, b)
+
+
+def _check_rows(layer, feats, targets, weights):
+    rows = {len(feats), len(targets), len(weights)}
+    if len(rows) != 1 or np.ndim(feats) != 2:
+        raise ValueError(
+            f"growing {type(layer).__name__} {layer.name!r} needs one row of features per target and "
+            f"weight, got features of shape {np.shape(feats)}, {len(targets)} targets and "
+            f"{len(weights)} weights (growth reads inputs of shape (samples, features); inputs "
+            "with extra leading axes are not supported here)"
+        )
 
 
 class LevelGrowth:
@@ -96,14 +110,7 @@ class LevelGrowth:
                  feature_moments=1):
         self.feats, self.targets = feats, targets
         self.weights = np.asarray(weights, np.float64)
-        rows = {len(feats), len(targets), len(self.weights)}
-        if len(rows) != 1 or np.ndim(feats) != 2:
-            raise ValueError(
-                f"growing {type(layer).__name__} {layer.name!r} needs one row of features per target and "
-                f"weight, got features of shape {np.shape(feats)}, {len(targets)} targets and "
-                f"{len(self.weights)} weights (growth reads inputs of shape (samples, features); inputs "
-                "with extra leading axes are not supported here)"
-            )
+        _check_rows(layer, feats, targets, self.weights)
         self._setup(layer, lambda: iter([(feats, targets, self.weights)]), True, None, min_samples_split,
                     count_samples, max_depth, max_leaves, max_attempts, best_first, batch_size, options,
                     feature_moments)
@@ -161,6 +168,8 @@ class LevelGrowth:
             is_split = self.is_split
         total = None
         for feats, targets, weights in self._source():
+            if not self.in_memory:
+                _check_rows(self.layer, feats, targets, weights)
             if self.in_memory and self.stops is not None and _same_mask(is_split, self.is_split):
                 stops = self.stops  # routed already
             else:

@@ -17,6 +17,12 @@ Not public: use :meth:`ConvexPolytopeTree.fit_greedy` and
   together with the probabilistic tree; thresholds then become ``S0`` (the
   threshold 0.5 on the annealed ``f_lambda``).
 
+Streams: both accept a stream of ``(x, y[, sample_weight])`` batches instead
+of arrays; every statistic (node sums, the stumps' initial ``S0``, the
+threshold search, the leaves) is then accumulated batch by batch and summed
+across workers, with histograms where arrays use sorted values (see
+:func:`fit_greedy`).
+
 Everything here is ``keras.ops`` and NumPy, so it runs on every Keras backend;
 the optimizer steps come from :func:`keras_trees.layers._gradient_step.make_train_step`
 (under ``tf.distribute`` every replica computes the step on the full batch).
@@ -765,7 +771,8 @@ def fit_greedy(layer, x, y=None, validation_data=None, max_depth=None, epochs=20
     """Grows the tree from a root stump (Section 3.3.2) and sets its leaves.
 
     Args:
-        x, y: training data (integer classes or float targets).
+        x, y: training data (integer classes or float targets), or a stream
+            of batches as ``x`` and ``y=None`` (see "Streams" below).
         validation_data: optional ``(x_val, y_val)`` or
             ``(x_val, y_val, sample_weight_val)``: the tree is cut back to the
             depth with the best (weighted) validation accuracy (lowest MSE),
