@@ -14,6 +14,10 @@ from keras_trees.layers import EndToEndForest, EndToEndTree
 from keras_trees.layers._level_growth import LevelGrowth
 
 
+def npy(value):
+    return np.asarray(keras.ops.convert_to_numpy(value))
+
+
 def classification_data(rng, n=320):
     x = rng.normal(size=(n, 2)).astype("float32")
     y = ((x[:, 0] > 0).astype(int) + 2 * (x[:, 1] > 0.3)).astype("int32")
@@ -58,10 +62,10 @@ def grown(make_layer, loss, x, y, w, source, **kwargs):
 
 def same_trees(a, b, x):
     (la, ma), (lb, mb) = a, b
-    np.testing.assert_array_equal(np.asarray(la.node_state), np.asarray(lb.node_state))
-    np.testing.assert_array_equal(np.asarray(la.attempts), np.asarray(lb.attempts))
-    np.testing.assert_allclose(np.asarray(la.leaf_values), np.asarray(lb.leaf_values), atol=1e-5)
-    np.testing.assert_allclose(np.asarray(la.split_bias), np.asarray(lb.split_bias), atol=1e-5)
+    np.testing.assert_array_equal(npy(la.node_state), npy(lb.node_state))
+    np.testing.assert_array_equal(npy(la.attempts), npy(lb.attempts))
+    np.testing.assert_allclose(npy(la.leaf_values), npy(lb.leaf_values), atol=1e-5)
+    np.testing.assert_allclose(npy(la.split_bias), npy(lb.split_bias), atol=1e-5)
     np.testing.assert_allclose(ma.predict(x, verbose=0), mb.predict(x, verbose=0), atol=1e-5)
 
 
@@ -165,10 +169,10 @@ def _grow_without_training(make_layer, callback, rounds):
     callback.set_model(model)
     callback.on_train_begin()
     for _ in range(rounds):
-        if int(np.asarray(layer.growth_phase)) != 1:
+        if int(npy(layer.growth_phase)) != 1:
             break
         callback._end_level(layer)
-    return {name: np.asarray(getattr(layer, name)) for name in
+    return {name: npy(getattr(layer, name)) for name in
             ("node_state", "attempts", "split_kernel", "split_bias", "leaf_values", "candidate_gain")}
 
 

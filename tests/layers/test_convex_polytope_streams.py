@@ -15,6 +15,10 @@ from keras_trees.layers._level_growth import LevelGrowth
 from keras_trees.layers.convex_polytope_tree import ConvexPolytopeTree
 
 
+def npy(value):
+    return np.asarray(keras.ops.convert_to_numpy(value))
+
+
 def disk_data(n=600, seed=0):
     rng = np.random.default_rng(seed)
     x = rng.uniform(-1, 1, size=(n, 2)).astype("float32")
@@ -49,8 +53,8 @@ def new_tree(**kwargs):
 
 
 def state_of(tree, model, x):
-    return {"node_state": np.asarray(tree.node_state), "threshold": np.asarray(tree.threshold),
-            "leaf_values": np.asarray(tree.leaf_values), "kernel": np.asarray(tree.expert_kernel),
+    return {"node_state": npy(tree.node_state), "threshold": npy(tree.threshold),
+            "leaf_values": npy(tree.leaf_values), "kernel": npy(tree.expert_kernel),
             "prediction": model.predict(x, verbose=0)}
 
 
@@ -90,9 +94,9 @@ def test_streams_reach_the_accuracy_of_arrays_and_leaves_are_the_data_distributi
         pred = model.predict(x, verbose=0)
         accuracy[source] = float(np.average(pred.argmax(1) == y, weights=w))
         # leaves: the weighted class distribution of the rows routed there
-        node = np.asarray(tree.route(x))[:, 0]
-        values = np.asarray(tree.leaf_values)[0]
-        for leaf in topology.leaves(np.asarray(tree.node_state), 0):
+        node = npy(tree.route(x))[:, 0]
+        values = npy(tree.leaf_values)[0]
+        for leaf in topology.leaves(npy(tree.node_state), 0):
             at = (node == leaf) & (w > 0)
             if at.any():
                 expected = np.bincount(y[at], w[at], minlength=2) / w[at].sum()
@@ -151,10 +155,10 @@ def test_histogram_thresholds_are_close_to_the_exact_ones():
     exact = LevelGrowth(tree, x, y, w, count_samples=True, options=opts)
     exact.start()
     stream = LevelGrowth.streamed(tree, batches(x, y, w, 64), count_samples=True, options=opts)
-    mask = topology.is_split_mask(np.asarray(tree.node_state)) | (np.asarray(tree.trained_splits) > 0)
+    mask = topology.is_split_mask(npy(tree.node_state)) | (npy(tree.trained_splits) > 0)
     exact.route(mask)
     stream.route(mask)
-    rate = np.asarray(tree.split_values(x))[:, 0]
+    rate = npy(tree.split_values(x))[:, 0]
     threshold, gain, _ = pt.best_threshold(rate[w > 0], y[w > 0], 2, 1, sample_weight=w[w > 0])
     (hist_threshold, hist_gain), = pt.stream_thresholds(tree, stream, [(0, 0)]).values()
     assert hist_gain <= gain + 1e-9 and hist_gain > 0.97 * gain
@@ -239,8 +243,8 @@ def test_new_stumps_on_a_stream_start_as_on_arrays():
         else:
             growth = LevelGrowth(tree, x, y, w, count_samples=True)
         growth.start()
-        started.append((np.asarray(tree.expert_kernel)[0, 0], np.asarray(tree.expert_bias)[0, 0],
-                        np.asarray(tree.log_expert_weight)[0, 0], np.asarray(tree.rate0())[0, 0]))
+        started.append((npy(tree.expert_kernel)[0, 0], npy(tree.expert_bias)[0, 0],
+                        npy(tree.log_expert_weight)[0, 0], npy(tree.rate0())[0, 0]))
     (k0, b0, r0, s0), (k1, b1, r1, s1) = started
     np.testing.assert_allclose(k1, k0, rtol=1e-5)
     np.testing.assert_allclose(b1, b0, rtol=1e-5, atol=1e-6)
