@@ -619,6 +619,36 @@ def _padded_chunks(sel, size):
         yield part, keep
 
 
+def _worker_steps(growth, data, size, rows, is_split=None):
+    """``(mine, most)``: this worker's optimizer steps per epoch (chunks of
+    ``size`` of the rows ``rows(stops, weights)`` picks in each batch) and the
+    most any worker makes (one pass, one all-reduce). Synchronous
+    ``tf.distribute`` steps are collectives: a worker with fewer makes
+    zero-weight steps until every worker made ``most``."""
+    num, index = data.num_workers, data.worker_index
+
+    def fn(feats, targets, w, stops):
+        out = np.zeros(num)
+        out[index] = -(-int(rows(stops, w).size) // size)
+        return [out]
+
+    (steps,) = growth.accumulate(fn, is_split=is_split)
+    return int(round(steps[index])), int(round(steps.max()))
+
+
+def _idle_steps(count, step, size, dim, node, inverse_weight, classifier, units):
+    """``count`` steps on rows of weight 0 (the data terms vanish), so that
+    this worker takes part in every synchronized step of the others."""
+    x = np.zeros((size, dim), np.float32)
+    y = np.zeros(size, np.float32) if classifier else np.zeros((size, units), np.float32)
+    w = np.zeros(size, np.float32)
+    for _ in range(count):
+        if node is None:
+            step(x, y, w, inverse_weight)
+        else:
+            step(x, y, w, np.full(size, node, np.int32), inverse_weight)
+
+
 def _fit_greedy_stream(layer, x, validation_data, depth_limit, epochs, batch_size, learning_rate,
                        annealing_increment, min_samples_split, min_samples_leaf, min_gain, refine_epochs,
                        refine_learning_rate, verbose, sample_weight, class_weight):
@@ -644,6 +674,11 @@ def _fit_greedy_stream(layer, x, validation_data, depth_limit, epochs, batch_siz
             break
         routing = topology.is_split_mask(np.asarray(ops.convert_to_numpy(layer.node_state)))
         _, step = _train_step(layer, "stump", learning_rate)  # fresh Adam state per level
+        idle = 0
+        if data.num_workers > 1 and epochs:
+            mine, most = _worker_steps(growth, data, size, lambda stops, w: np.flatnonzero(
+                np.isin(stops[:, 0], candidates) & (w > 0)), routing)
+            idle = most - mine
         losses = []
         for epoch in range(epochs):
             anneal(layer, epoch, annealing_increment, mask)
@@ -660,6 +695,8 @@ def _fit_greedy_stream(layer, x, validation_data, depth_limit, epochs, batch_siz
                     loss = step(xb[part], targets[part], w_part, node[part].astype(np.int32), inverse_weight)
                     total += float(loss) * wsum
                     mass += wsum
+            _idle_steps(idle, step, size, layer.feature_dim, int(candidates[0]), inverse_weight,
+                        layer.is_classifier, getattr(layer, "units", 1))
             losses.append(total / max(mass, 1e-300))
         # Deterministic splits: the best threshold on each stump's split function (histogram search).
         stumps, committed = growth.end_round()
@@ -722,6 +759,10 @@ def _refine_stream(layer, x, validation_data, epochs, batch_size, learning_rate,
     _, step = _train_step(layer, "tree", learning_rate)
     inverse_weight = np.asarray(1.0 / total_weight, np.float32)
     size = min(int(batch_size), count)
+    idle = 0
+    if data.num_workers > 1:
+        mine, most = _worker_steps(growth, data, size, lambda stops, w: np.flatnonzero(w > 0))
+        idle = most - mine
     losses = []
     for epoch in range(epochs):
         anneal(layer, 0, 0.0, is_split)  # reset to steepness0, then offset
@@ -741,6 +782,8 @@ def _refine_stream(layer, x, validation_data, epochs, batch_size, learning_rate,
                 wsum = float(w_part.sum(dtype=np.float64))
                 total += float(step(xb[part], targets[part], w_part, inverse_weight)) * wsum
                 mass += wsum
+        _idle_steps(idle, step, size, layer.feature_dim, None, inverse_weight, layer.is_classifier,
+                    getattr(layer, "units", 1))
         losses.append(total / max(mass, 1e-300))
         if verbose:
             print_msg(f"Refine epoch {epoch + 1}/{epochs} - objective: {losses[-1]:.4f}")
@@ -809,9 +852,12 @@ def fit_greedy(layer, x, y=None, validation_data=None, max_depth=None, epochs=20
     thresholds come from a histogram search (:func:`stream_thresholds`)
     instead of the exact search over sorted values used for arrays, so the
     thresholds (and possibly the splits) can differ slightly from the
-    arrays'. Under a multi-worker strategy each worker steps on its own
-    shard: the optimizer's gradient all-reduce (``tf.distribute``) keeps the
-    replicas equal only when every worker makes the same number of steps.
+    arrays'. Several workers (a multi-worker ``tf.distribute`` strategy) each
+    step on their own shard, and the strategy's gradient all-reduce keeps
+    the replicas equal; a worker with fewer mini-batches makes steps on
+    rows of weight 0 (only the prior's gradient) so that every worker takes
+    part in every synchronized step. JAX and PyTorch steps are not
+    synchronized across processes: there only the statistics are summed.
     """
     _check_training_args(epochs, batch_size, learning_rate, annealing_increment)
     verbose = _check_verbose(verbose)

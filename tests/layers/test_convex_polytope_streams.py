@@ -250,3 +250,58 @@ def test_new_stumps_on_a_stream_start_as_on_arrays():
     np.testing.assert_allclose(b1, b0, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(r1, r0, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(s1, s0, rtol=0.03)
+
+
+def test_workers_with_fewer_batches_take_part_in_every_step(monkeypatch):
+    # Synchronized (tf.distribute) steps are collectives: a worker whose shard
+    # holds fewer mini-batches makes steps on rows of weight 0.
+    x, y, w = disk_data(500)
+    local = threading.local()
+    barrier = threading.Barrier(2)
+    slots = [None, None]
+
+    def all_reduce_sum(arrays, model=None):
+        slots[local.index] = [np.asarray(a, np.float64) for a in arrays]
+        barrier.wait()
+        total = [a + b for a, b in zip(*slots)]
+        barrier.wait()
+        return total
+
+    monkeypatch.setattr(streaming, "workers", lambda model=None: (2, local.index))
+    monkeypatch.setattr(streaming, "all_reduce_sum", all_reduce_sum)
+    train_step = pt._train_step
+    steps = {0: [], 1: []}  # per worker: (kind, total weight of the rows) of every step
+
+    def counting(layer, kind, learning_rate):
+        optimizer, step = train_step(layer, kind, learning_rate)
+
+        def counted(x, y, w, *rest):
+            steps[local.index].append((kind, float(np.sum(w))))
+            return step(x, y, w, *rest)
+
+        return optimizer, counted
+
+    monkeypatch.setattr(pt, "_train_step", counting)
+    trees = [new_tree(num_classes=2) for _ in range(2)]
+    errors = []
+
+    def worker(index):
+        local.index = index
+        try:  # 5 batches: worker 0 reads 3, worker 1 reads 2
+            trees[index][0].fit_greedy(batches(x, y, w, 100), epochs=2, batch_size=50, learning_rate=0.05,
+                                       min_gain=0.01, refine_epochs=1, verbose=0)
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append(e)
+            barrier.abort()
+            raise
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not errors, errors
+    assert [k for k, _ in steps[0]] == [k for k, _ in steps[1]]  # the same steps, in the same order
+    assert {k for k, _ in steps[0]} == {"stump", "tree"}
+    idle = [s for s in steps[1] if s[1] == 0.0]
+    assert idle and not [s for s in steps[0] if s[1] == 0.0]  # only the smaller shard idles
