@@ -89,8 +89,10 @@ class GreedyLevelGrowth(keras.callbacks.Callback):
     added up; under a multi-worker strategy each worker reads its shard and
     the sums are added across workers (one
     :func:`keras_trees.streaming.all_reduce_sum` per pass) before any leaf,
-    split or topology changes, so every replica decides the same. No row is
-    kept (arrays are read the same way, in blocks of ``batch_size``).
+    split or topology changes, so every replica decides the same (give the
+    layer a ``seed``, or the same global seed on every worker, so their new
+    stumps are drawn alike). No row is kept (arrays are read the same way,
+    in blocks of ``batch_size``).
 
     Args:
         x, y: training inputs and labels (integer classes; float targets for
