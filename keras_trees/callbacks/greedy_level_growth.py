@@ -6,9 +6,10 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_trees import streaming
 from keras_trees.api_export import keras_trees_export
 from keras_trees.callbacks._common import (
-    batches, check_data, check_labels, check_weights, compiled, effective_weights, end_to_end_layers,
+    check_data, check_labels, check_weights, compiled, end_to_end_layers,
     ensure_built, flag, identity, layer_input_fn, layer_names, nonnegative_int, positive_int, reset_optimizer,
     weights_config,
 )
@@ -78,19 +79,35 @@ class GreedyLevelGrowth(keras.callbacks.Callback):
     line per finished level (depth, leaves, the epoch's loss and validation
     metrics) and one when finetuning starts and ends.
 
+    Data: arrays ``x``, ``y`` (as given to ``fit``), or a stream of batches
+    with ``y=None``: a batched ``tf.data.Dataset``, a ``keras.utils.PyDataset``
+    or any re-iterable (or function returning an iterable) of ``(x, y)`` or
+    ``(x, y, sample_weight)`` batches (:func:`keras_trees.streaming.stream`).
+    Every round makes one pass over the data: each batch is mapped to the
+    layer's split features, routed, and its node statistics (class counts or
+    target moments, sample counts, feature sums for the stump centers) are
+    added up; under a multi-worker strategy each worker reads its shard and
+    the sums are added across workers (one
+    :func:`keras_trees.streaming.all_reduce_sum` per pass) before any leaf,
+    split or topology changes, so every replica decides the same (give the
+    layer a ``seed``, or the same global seed on every worker, so their new
+    stumps are drawn alike). No row is kept (arrays are read the same way,
+    in blocks of ``batch_size``).
+
     Args:
-        x, y: training inputs (as given to ``fit``) and labels (integer classes;
-            float targets for regression layers).
+        x, y: training inputs and labels (integer classes; float targets for
+            regression layers), or a stream of batches as ``x`` and no ``y``.
         epochs_per_level: epochs each stump trains (paper: 20-65; 45 for forests).
         finetune_epochs: joint finetuning epochs after growth (default 3x).
         max_leaves: optional leaf limit per tree (required for ``best_first``).
         min_samples_split: nodes with fewer samples become leaves.
         max_attempts: tries per split (authors: 5).
         best_first: grow by largest information gain instead of level by level.
-        batch_size: samples per routing batch.
+        batch_size: samples per batch of arrays (a stream keeps its batches).
         layers: optional layer name(s) to grow (default: every end-to-end layer,
             also inside nested sub-models).
-        sample_weight: optional ``(n,)`` non-negative weights of the samples.
+        sample_weight: optional ``(n,)`` non-negative weights of the samples
+            (arrays only: a stream gives them in its batches).
         class_weight: optional dict class id -> weight.
         verbose: 0 (silent) or 1 (one line per level).
 
@@ -103,12 +120,21 @@ class GreedyLevelGrowth(keras.callbacks.Callback):
     15
     """
 
-    def __init__(self, x, y, epochs_per_level=45, finetune_epochs=None, max_leaves=None,
+    def __init__(self, x, y=None, epochs_per_level=45, finetune_epochs=None, max_leaves=None,
                  min_samples_split=2, max_attempts=5, best_first=False, batch_size=4096, layers=None,
                  sample_weight=None, class_weight=None, verbose=0):
         super().__init__()
-        self.num_samples = check_data(x, y, "GreedyLevelGrowth")
-        self.x, self.y = x, np.asarray(y)
+        self.x, self.y = x, y
+        self.in_memory = y is not None or streaming._is_array_like(x)
+        if self.in_memory:
+            self.num_samples = check_data(x, y, "GreedyLevelGrowth")
+            self.y = np.asarray(y)
+        else:
+            self.num_samples = None
+            if sample_weight is not None:
+                raise ValueError("GreedyLevelGrowth: with a dataset, give the sample weights inside its batches "
+                                 "(x, y, sample_weight), not as sample_weight")
+            streaming.stream(x, name="GreedyLevelGrowth")  # a data source it can read (else a clear error)
         self.epochs_per_level = positive_int("epochs_per_level", epochs_per_level)
         if finetune_epochs is None:
             finetune_epochs = 3 * self.epochs_per_level
@@ -157,24 +183,48 @@ class GreedyLevelGrowth(keras.callbacks.Callback):
         return clone
 
     # ---------------------------------------------------------------- data
-    def _weights(self, layer, targets):
-        """Per-sample weights ``(n,)`` (ones without weights)."""
-        labels = targets if layer.is_classifier else None
-        w = effective_weights(self.sample_weight, self.class_weight, labels, "GreedyLevelGrowth",
-                              layer.num_classes if layer.is_classifier else None)
-        return np.ones(self.num_samples) if w is None else w
+    def _stream(self):
+        """The training data as batches (this worker's part in a distributed run)."""
+        if self.in_memory:
+            return streaming.stream(self.x, self.y, self.sample_weight, batch_size=self.batch_size,
+                                    name="GreedyLevelGrowth", model=self.model)
+        return streaming.stream(self.x, name="GreedyLevelGrowth", model=self.model)
 
-    def _targets(self, layer):
+    def _class_table(self, layer):
+        """Weights per class from ``class_weight`` (None without)."""
+        if self.class_weight is None:
+            return None
+        if not layer.is_classifier:
+            raise ValueError("GreedyLevelGrowth: class_weight needs a classification layer (num_classes=...)")
+        outside = sorted(k for k in self.class_weight if not 0 <= k < layer.num_classes)
+        if outside:
+            raise ValueError(f"GreedyLevelGrowth: class_weight has class ids {outside} outside "
+                             f"[0, {layer.num_classes})")
+        return np.array([self.class_weight.get(c, 1.0) for c in range(layer.num_classes)])
+
+    def _weights(self, targets, sample_weight, table):
+        """Per-sample weights of one batch (ones without weights)."""
+        n = len(targets)
+        w = np.ones(n) if sample_weight is None else np.asarray(sample_weight, np.float64)
+        if sample_weight is not None and not self.in_memory and (
+                not np.all(np.isfinite(w)) or np.any(w < 0)):
+            raise ValueError("GreedyLevelGrowth: sample_weight must be finite and >= 0")
+        if table is not None:
+            w = table[targets] if sample_weight is None else w * table[targets]
+        return w
+
+    def _targets(self, layer, y):
         if layer.is_classifier:
-            return check_labels(self.y, layer.num_classes, "GreedyLevelGrowth")
-        y = np.asarray(self.y, dtype=np.float64).reshape(self.num_samples, -1)
+            return check_labels(y, layer.num_classes, "GreedyLevelGrowth")
+        y = np.asarray(y, dtype=np.float64).reshape(len(y), -1)
         if y.shape[1] != layer.units:
             raise ValueError(f"GreedyLevelGrowth: targets have {y.shape[1]} columns, the layer has units={layer.units}")
         if not np.all(np.isfinite(y)):
             raise ValueError("GreedyLevelGrowth: targets contain NaN or Inf")
         return y
 
-    def _features(self, layer):
+    def _features(self, layer, x):
+        """The split features ``(b, feature_dim)`` of one batch of inputs."""
         key = id(layer)
         if key not in self._fns:
             to_input = layer_input_fn(self.model, layer)
@@ -184,29 +234,42 @@ class GreedyLevelGrowth(keras.callbacks.Callback):
                 self._fns[key] = compiled(lambda x: layer.features(to_input(x), training=False), self.model)
         fn = self._fns[key]
         if fn is None:
-            feats = np.asarray(ops.convert_to_numpy(layer.features(self.x))).astype(np.float64)
+            feats = np.asarray(ops.convert_to_numpy(layer.features(x))).astype(np.float64)
         else:
-            out = [ops.convert_to_numpy(fn(ops.convert_to_tensor(self.x[sl])))
-                   for sl in batches(self.num_samples, self.batch_size)]
-            feats = np.concatenate(out).astype(np.float64)
+            x = keras.tree.map_structure(ops.convert_to_tensor, x)
+            feats = np.asarray(ops.convert_to_numpy(fn(x))).astype(np.float64)
         if not np.all(np.isfinite(feats)):
             raise ValueError("GreedyLevelGrowth: the split features contain NaN or Inf")
         return feats
 
     def _engine(self, layer):
-        """The level-growth engine on this data (the features change while
-        ``split_features`` trains: one engine per round)."""
-        targets = self._targets(layer)
-        return LevelGrowth(
-            layer, self._features(layer), targets, self._weights(layer, targets),
+        """The level-growth engine on this data: every round maps each batch to
+        the layer's split features (they change while ``split_features``
+        trains), routes it and adds up the node statistics, summed across
+        workers once per pass."""
+        table = self._class_table(layer)
+
+        def batches():
+            for x, y, w in self._stream():
+                targets = self._targets(layer, y)
+                yield self._features(layer, x), targets, self._weights(targets, w, table)
+
+        return LevelGrowth.streamed(
+            layer, batches, model=self.model,
             min_samples_split=self.min_samples_split, max_leaves=self.max_leaves,
             max_attempts=self.max_attempts, best_first=self.best_first, batch_size=self.batch_size,
         )
 
+    def _sample(self):
+        """A few inputs (to build the model)."""
+        if self.in_memory:
+            return self.x
+        return self._stream().sample()
+
     # ------------------------------------------------------------ callbacks
     def on_train_begin(self, logs=None):
         self._fns = {}
-        for layer in ensure_built(self.model, end_to_end_layers(self.model, self.layer_names), self.x):
+        for layer in ensure_built(self.model, end_to_end_layers(self.model, self.layer_names), self._sample()):
             if int(ops.convert_to_numpy(layer.growth_phase)) in (PHASE_GROWING, PHASE_FINETUNING):
                 continue  # resume where a previous fit stopped
             a = self._engine(layer).start(before_stumps=_root_leaf_values)

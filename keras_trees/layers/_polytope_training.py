@@ -17,6 +17,12 @@ Not public: use :meth:`ConvexPolytopeTree.fit_greedy` and
   together with the probabilistic tree; thresholds then become ``S0`` (the
   threshold 0.5 on the annealed ``f_lambda``).
 
+Streams: both accept a stream of ``(x, y[, sample_weight])`` batches instead
+of arrays; every statistic (node sums, the stumps' initial ``S0``, the
+threshold search, the leaves) is then accumulated batch by batch and summed
+across workers, with histograms where arrays use sorted values (see
+:func:`fit_greedy`).
+
 Everything here is ``keras.ops`` and NumPy, so it runs on every Keras backend;
 the optimizer steps come from :func:`keras_trees.layers._gradient_step.make_train_step`
 (under ``tf.distribute`` every replica computes the step on the full batch).
@@ -37,7 +43,8 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_trees import topology
+from keras_trees import streaming, topology
+from keras_trees.forest import node_sums
 from keras_trees.layers._gradient_step import make_train_step
 from keras_trees.layers._level_growth import LevelGrowth
 from keras_trees.layers._random import numpy_generator
@@ -132,6 +139,227 @@ def best_threshold(rate, y, num_classes=None, min_samples_leaf=1, sample_weight=
     gain = np.where(valid, gain, -np.inf)
     k = int(np.argmax(gain))
     return float(0.5 * (s[k] + s[k + 1])), float(gain[k]), k + 1
+
+
+# --------------------------------------------------------------- streams
+# On a stream (data that is not held in memory) a node's values are only seen
+# batch by batch, so statistics that need all of them (a median, the sorted
+# values of the threshold search) come from histograms, summed over batches
+# and workers. The split value S >= 0 spans orders of magnitude: bins are
+# spaced in log S on [LOG_LOW, LOG_HIGH] (values outside fall in the end bins).
+LOG_LOW, LOG_HIGH = -50.0, 50.0
+MEDIAN_BINS = 4096  # log-spaced bins of the rate median of a new stump
+COARSE_BINS = 256  # first pass of the threshold search: where a node's values lie
+THRESHOLD_BINS = 1024  # second pass: candidate thresholds between these bins
+
+
+def _log_values(v):
+    return np.log(np.maximum(np.asarray(v, np.float64), 1e-300))
+
+
+def _bin_index(log_v, low, high, bins):
+    """Bin ``i`` holds ``edges[i] < log_v <= edges[i + 1]`` (clipped to the end
+    bins), so a cut at an edge sends each bin wholly to one side of
+    ``S <= threshold``."""
+    inner = np.linspace(low, high, bins + 1)[1:-1]
+    return np.searchsorted(inner, log_v, side="left")
+
+
+def stream_finish_stumps(layer, growth, a, stumps):
+    """Expert weights and ``S0`` of new stumps on a stream: ``r_k`` scaled by
+    the inverse standard deviation of the drawn split's rate on the node's
+    samples (weighted moments) and ``S0`` at its weighted median (from a
+    histogram of ``MEDIAN_BINS`` log-spaced bins: within about 2.5% of the
+    exact median), as :meth:`ConvexPolytopeTree._init_stump` does on arrays.
+    One pass over the data, one all-reduce."""
+    m, bins = len(stumps), MEDIAN_BINS
+    kernels = [np.asarray(a["kernel"][t, n], np.float64) for t, n, _ in stumps]
+    biases = [np.asarray(a["bias"][t, n], np.float64) for t, n, _ in stumps]
+
+    def fn(feats, targets, w, stops):
+        moments, hist = np.zeros((m, 3)), np.zeros((m, bins))
+        for i, (t, n, nodes) in enumerate(stumps):
+            at = np.isin(stops[:, t], nodes) & (w > 0)
+            if not at.any():
+                continue
+            wc = w[at]
+            rate = np.logaddexp(0.0, feats[at] @ kernels[i].T + biases[i]).mean(-1)
+            moments[i] = [wc.sum(), (wc * rate).sum(), (wc * rate * rate).sum()]
+            hist[i] = np.bincount(_bin_index(_log_values(rate), LOG_LOW, LOG_HIGH, bins), wc, bins)
+        return [moments, hist]
+
+    moments, hist = growth.accumulate(fn)
+    edges = np.linspace(LOG_LOW, LOG_HIGH, bins + 1)
+    for i, (t, n, _) in enumerate(stumps):
+        total, s1, s2 = moments[i]
+        if not total > 0:
+            continue
+        mean = s1 / total
+        rate_std = math.sqrt(max(s2 / total - mean * mean, 0.0))
+        log_scale = float(np.clip(np.log(1.0 / max(rate_std, 1e-6)), -9.0, 9.0))
+        a["log_r"][t, n] = log_scale - math.log(layer.num_experts)
+        cum = np.cumsum(hist[i])
+        j = min(int(np.searchsorted(cum, 0.5 * cum[-1])), bins - 1)
+        below = cum[j - 1] if j else 0.0
+        frac = (0.5 * cum[-1] - below) / max(hist[i][j], 1e-300)  # linear inside the bin
+        median = math.exp(edges[j] + min(max(frac, 0.0), 1.0) * (edges[j + 1] - edges[j]))
+        a["p0"][t, n] = softplus_inverse(median * math.exp(log_scale))
+
+
+def _stump_rows(layer, stumps, feats, w, stops):
+    """Rows (positive weight) that reach a stump's children under the
+    growth routing, their stump index and the stump's split value."""
+    index = {n: i for i, (_, n) in enumerate(stumps)}
+    stop = stops[:, 0]
+    parent = np.where(stop > 0, (stop - 1) // 2, -1)
+    at = np.flatnonzero(np.isin(parent, list(index)) & (w > 0))
+    if not at.size:
+        return at, at, np.zeros(0)
+    rate = layer._split_values_numpy(feats[at].astype(np.float32))
+    which = np.array([index[p] for p in parent[at]], np.int64)
+    return at, which, rate[np.arange(len(at)), parent[at]]
+
+
+def stream_thresholds(layer, growth, stumps):
+    """``{(t, n): (threshold or None, gain)}``: the cut of each stump's split
+    value ``S`` with the largest information gain (variance reduction) on a
+    stream, from two passes (two all-reduces): where the node's values lie
+    (``COARSE_BINS`` log-spaced bins on ``[LOG_LOW, LOG_HIGH]``), then
+    ``THRESHOLD_BINS`` equal bins in ``log S`` over that range holding the
+    samples, the class weights (target moments) and the weight. Candidate
+    thresholds are the bin edges (a cut falls in the middle, in ``log S``,
+    of the empty bins between two filled ones); the exact search on arrays
+    (:func:`best_threshold`) cuts between any two distinct values, so the
+    two differ only when distinct values share a bin (a cut between them is
+    missed) and in where the chosen gap is cut."""
+    m = len(stumps)
+    classifier = layer.is_classifier
+    k = layer.num_classes if classifier else 1 + 2 * layer.units
+
+    def coarse(feats, targets, w, stops):
+        at, which, rate = _stump_rows(layer, stumps, feats, w, stops)
+        out = np.zeros((m, COARSE_BINS))
+        if at.size:
+            np.add.at(out, (which, _bin_index(_log_values(rate), LOG_LOW, LOG_HIGH, COARSE_BINS)), 1.0)
+        return [out]
+
+    (where,) = growth.accumulate(coarse)
+    edges = np.linspace(LOG_LOW, LOG_HIGH, COARSE_BINS + 1)
+    ranges = np.zeros((m, 2))
+    for i in range(m):
+        filled = np.flatnonzero(where[i] > 0)
+        if filled.size:
+            ranges[i] = edges[filled[0]], edges[filled[-1] + 1]
+    B = THRESHOLD_BINS
+
+    def fine(feats, targets, w, stops):
+        at, which, rate = _stump_rows(layer, stumps, feats, w, stops)
+        samples, stats = np.zeros((m, B)), np.zeros((m, B, k))
+        if at.size:
+            log_v = _log_values(rate)
+            inner = np.linspace(0.0, 1.0, B + 1)[1:-1]
+            lo, hi = ranges[which, 0], ranges[which, 1]
+            b = np.searchsorted(inner, (log_v - lo) / np.maximum(hi - lo, 1e-300), side="left")
+            wa = w[at]
+            if classifier:
+                values = np.zeros((len(at), k))
+                values[np.arange(len(at)), np.asarray(targets, np.int64)[at]] = wa
+            else:
+                y = np.asarray(targets, np.float64).reshape(len(feats), -1)[at]
+                values = np.concatenate([wa[:, None], wa[:, None] * y, wa[:, None] * y * y], 1)
+            np.add.at(samples, (which, b), 1.0)
+            np.add.at(stats, (which, b), values)
+        return [samples, stats]
+
+    samples, stats = growth.accumulate(fine)
+    msl = growth.options["min_samples_leaf"]
+    out = {}
+    for i, (t, n) in enumerate(stumps):
+        cut, gain = _best_bin_cut(samples[i], stats[i], classifier, msl)
+        if cut is None:
+            out[(t, n)] = (None, 0.0)
+            continue
+        lo, hi = ranges[i]
+        filled = np.flatnonzero(samples[i] > 0)
+        nxt = filled[filled > cut][0]  # first filled bin right of the cut
+        pos = lo + (hi - lo) * (cut + 1 + nxt) / (2.0 * B)  # middle of the empty bins between
+        out[(t, n)] = (math.exp(pos), gain)
+    return out
+
+
+def _best_bin_cut(samples, stats, classifier, min_samples_leaf):
+    """``(bin, gain)``: cut after ``bin`` (bins in increasing order of the
+    split value) with the largest gain, as :func:`best_threshold` on groups of
+    samples; ``(None, 0.0)`` without a valid cut."""
+    cs = np.cumsum(samples)[:-1]
+    n = samples.sum()
+    cum = np.cumsum(stats, 0)
+    left, total = cum[:-1], cum[-1]
+    if classifier:
+        wl, W = left.sum(-1), total.sum()
+    else:
+        wl, W = left[:, 0], total[0]
+    valid = (samples[:-1] > 0) & (cs >= min_samples_leaf) & (n - cs >= min_samples_leaf) & (wl > 0) & (W - wl > 0)
+    if not valid.any() or not W > 0:
+        return None, 0.0
+    right = total[None] - left
+    if classifier:
+        def hsum(c):
+            m = c.sum(-1, keepdims=True)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                t = np.where(c > 0, c * np.log(np.where(c > 0, c, 1.0) / np.maximum(m, 1e-300)), 0.0)
+            return -t.sum(-1)
+
+        parent, child = hsum(total[None])[0], hsum(left) + hsum(right)
+    else:
+        u = (stats.shape[1] - 1) // 2
+
+        def sse(c):
+            c0 = np.maximum(c[..., :1], 1e-300)
+            return (c[..., 1 + u:] - c[..., 1:1 + u] ** 2 / c0).sum(-1)
+
+        parent, child = float(sse(total[None])[0]), sse(left) + sse(right)
+    gain = np.where(valid, (parent - child) / W, -np.inf)
+    k = int(np.argmax(gain))
+    return k, float(gain[k])
+
+
+def stream_judge_stumps(layer, growth, a, stumps):
+    """:meth:`ConvexPolytopeTree._judge_stumps` on a stream (histogram search)."""
+    results = {}
+    for (t, n), (threshold, gain) in stream_thresholds(layer, growth, stumps).items():
+        ok = threshold is not None and gain > growth.options["min_gain"]
+        if ok:
+            a["threshold"][t, n] = threshold
+        results[(t, n)] = gain if ok else None
+    return results
+
+
+def stream_set_leaves(layer, growth):
+    """Every position's value from the samples routed through it by the
+    committed splits (subtree totals at internal positions), as
+    :meth:`ConvexPolytopeTree.set_leaves_from_data` on arrays: one pass, one
+    all-reduce. Positions no sample of positive weight reaches keep their value."""
+    state = np.asarray(ops.convert_to_numpy(layer.node_state))
+    N = layer.num_positions
+
+    def fn(feats, targets, w, stops):
+        if layer.is_classifier:
+            values = np.eye(layer.num_classes)[np.asarray(targets, np.int64)]
+        else:
+            y = np.asarray(targets, np.float64).reshape(len(feats), -1)
+            values = np.concatenate([np.ones((len(y), 1)), y], 1)
+        return [node_sums(stops[:, 0], values, N, w, subtrees=True)]
+
+    (stats,) = growth.accumulate(fn, is_split=topology.is_split_mask(state))
+    old = np.asarray(ops.convert_to_numpy(layer.leaf_values))[0].astype(np.float64)
+    if layer.is_classifier:
+        total = stats.sum(-1, keepdims=True)
+        new = np.where(total > 0, stats / np.maximum(total, 1e-300), old)
+    else:
+        mass = stats[:, :1]
+        new = np.where(mass > 0, stats[:, 1:] / np.maximum(mass, 1e-300), old)
+    layer.leaf_values.assign(new[None].astype(np.float32))
 
 
 # --------------------------------------------------------------- objectives
@@ -316,15 +544,278 @@ def _shown_score(layer, score):
     return score if layer.is_classifier else -score
 
 
+# --------------------------------------------------------------- stream data
+def _in_memory(x, y):
+    """Arrays (with ``y``) or a stream of batches (``y=None``)."""
+    if y is not None:
+        return True
+    if streaming._is_array_like(x):
+        raise ValueError("x is an array, so y (the labels) is needed as well; pass y=None only with a dataset "
+                         "of (x, y[, sample_weight]) batches")
+    return False
+
+
+def _stream_source(layer, x, sample_weight, class_weight, where):
+    """``(data, source)``: the stream (this worker's part) and a function
+    returning its checked batches ``(x float32, y, weights float64)``."""
+    if sample_weight is not None:
+        raise ValueError(f"{where}: with a dataset, give the sample weights inside its batches (x, y, sample_weight)")
+    data = streaming.stream(x, name=where)
+    table = None
+    if class_weight is not None:
+        if not layer.is_classifier:
+            raise ValueError(f"{where}: class_weight needs a classification tree (num_classes)")
+        table = sample_weights(np.arange(layer.num_classes), None, class_weight, layer.num_classes, where)
+
+    def source():
+        for xb, yb, wb in data:
+            if len(yb) == 0:
+                continue
+            xb, yb = layer._check_xy(xb, yb, where)
+            w = np.ones(len(yb)) if wb is None else np.asarray(wb, np.float64).reshape(len(yb))
+            if not np.all(np.isfinite(w)) or np.any(w < 0):
+                raise ValueError(f"{where}: sample weights (sample_weight times class_weight) must be finite and >= 0")
+            if table is not None:
+                w = w * table[yb]
+            yield xb, yb, w
+
+    return data, source
+
+
+def _stream_totals(growth, layer):
+    """Total weight, samples of positive weight and (regression) the weighted
+    mean and standard deviation of the targets: one pass."""
+    u = 1 if layer.is_classifier else layer.units
+
+    def fn(feats, targets, w, stops):
+        y = np.zeros((len(w), u)) if layer.is_classifier else np.asarray(targets, np.float64).reshape(len(w), u)
+        return [np.array([w.sum(), float((w > 0).sum())]), (w[:, None] * y).sum(0), (w[:, None] * y * y).sum(0)]
+
+    head, s1, s2 = growth.accumulate(fn, is_split=None)
+    total, count = float(head[0]), int(round(head[1]))
+    if not total > 0:
+        raise ValueError(f"{growth.layer.name}: all sample weights (sample_weight times class_weight) are 0")
+    mean = s1 / total
+    std = np.sqrt(np.maximum(s2 / total - mean * mean, 0.0))
+    return total, count, (mean, np.where(std > 0, std, 1.0))
+
+
+def _stream_targets(layer, y, scaling):
+    if layer.is_classifier:
+        return y.astype(np.float32)
+    mean, std = scaling
+    return ((y - mean) / std).astype(np.float32)
+
+
+def _padded_chunks(sel, size):
+    """Chunks of ``size`` row indices, the last one filled up with copies of
+    its first row, flagged by ``keep`` (their weight is set to 0)."""
+    for start in range(0, len(sel), size):
+        part = sel[start: start + size]
+        keep = np.ones(size, bool)
+        if len(part) < size:
+            keep[len(part):] = False
+            part = np.concatenate([part, np.full(size - len(part), part[0])])
+        yield part, keep
+
+
+def _worker_steps(growth, data, size, rows, is_split=None):
+    """``(mine, most)``: this worker's optimizer steps per epoch (chunks of
+    ``size`` of the rows ``rows(stops, weights)`` picks in each batch) and the
+    most any worker makes (one pass, one all-reduce). Synchronous
+    ``tf.distribute`` steps are collectives: a worker with fewer makes
+    zero-weight steps until every worker made ``most``."""
+    num, index = data.num_workers, data.worker_index
+
+    def fn(feats, targets, w, stops):
+        out = np.zeros(num)
+        out[index] = -(-int(rows(stops, w).size) // size)
+        return [out]
+
+    (steps,) = growth.accumulate(fn, is_split=is_split)
+    return int(round(steps[index])), int(round(steps.max()))
+
+
+def _idle_steps(count, step, size, dim, node, inverse_weight, classifier, units):
+    """``count`` steps on rows of weight 0 (the data terms vanish), so that
+    this worker takes part in every synchronized step of the others."""
+    x = np.zeros((size, dim), np.float32)
+    y = np.zeros(size, np.float32) if classifier else np.zeros((size, units), np.float32)
+    w = np.zeros(size, np.float32)
+    for _ in range(count):
+        if node is None:
+            step(x, y, w, inverse_weight)
+        else:
+            step(x, y, w, np.full(size, node, np.int32), inverse_weight)
+
+
+def _fit_greedy_stream(layer, x, validation_data, depth_limit, epochs, batch_size, learning_rate,
+                       annealing_increment, min_samples_split, min_samples_leaf, min_gain, refine_epochs,
+                       refine_learning_rate, verbose, sample_weight, class_weight):
+    """:func:`fit_greedy` on a stream of batches (see its docstring)."""
+    data, source = _stream_source(layer, x, sample_weight, class_weight, "fit_greedy")
+    layer._ensure_built(data.sample())
+    val = _validation(layer, validation_data, "fit_greedy")
+    growth = LevelGrowth.streamed(
+        layer, source, min_samples_split=max(int(min_samples_split), 2 * int(min_samples_leaf)),
+        count_samples=True, max_depth=depth_limit, feature_moments=2,
+        options={"min_samples_leaf": int(min_samples_leaf), "min_gain": min_gain},
+    )
+    total_weight, count, scaling = _stream_totals(growth, layer)
+    growth.start()
+    history = {"levels": [], "validation": {}}
+    size = min(int(batch_size), count)
+    inverse_weight = np.asarray(1.0 / total_weight, np.float32)
+    leaves_set = False
+    for level in range(depth_limit):
+        mask = np.asarray(ops.convert_to_numpy(layer.trained_splits)) > 0  # this level's stumps
+        candidates = np.flatnonzero(mask[0])
+        if not candidates.size:
+            break
+        routing = topology.is_split_mask(np.asarray(ops.convert_to_numpy(layer.node_state)))
+        _, step = _train_step(layer, "stump", learning_rate)  # fresh Adam state per level
+        idle = 0
+        if data.num_workers > 1 and epochs:
+            mine, most = _worker_steps(growth, data, size, lambda stops, w: np.flatnonzero(
+                np.isin(stops[:, 0], candidates) & (w > 0)), routing)
+            idle = most - mine
+        losses = []
+        for epoch in range(epochs):
+            anneal(layer, epoch, annealing_increment, mask)
+            total, mass = 0.0, 0.0
+            for xb, yb, wb in source():
+                node = layer.route_rows(xb, routing)[:, 0]
+                sel = np.flatnonzero(np.isin(node, candidates) & (wb > 0))
+                if not sel.size:
+                    continue
+                targets, w32 = _stream_targets(layer, yb, scaling), wb.astype(np.float32)
+                for part, keep in _padded_chunks(sel, size):
+                    w_part = np.where(keep, w32[part], np.float32(0))
+                    wsum = float(w_part.sum(dtype=np.float64))
+                    loss = step(xb[part], targets[part], w_part, node[part].astype(np.int32), inverse_weight)
+                    total += float(loss) * wsum
+                    mass += wsum
+            _idle_steps(idle, step, size, layer.feature_dim, int(candidates[0]), inverse_weight,
+                        layer.is_classifier, getattr(layer, "units", 1))
+            losses.append(total / max(mass, 1e-300))
+        # Deterministic splits: the best threshold on each stump's split function (histogram search).
+        stumps, committed = growth.end_round()
+        stream_set_leaves(layer, growth)
+        leaves_set = True
+        record = {"level": level, "candidates": len(stumps), "splits": len(committed),
+                  "depth": layer.depth(), "leaves": layer.num_leaves(),
+                  "loss": losses[-1] if losses else None}
+        if val is not None:
+            record["val_score"] = _score(layer, *val)
+        history["levels"].append(record)
+        if verbose:
+            _print_level(layer, record, depth_limit, val is not None)
+    if not leaves_set:
+        stream_set_leaves(layer, growth)
+    if val is not None:
+        history["validation"] = select_depth(layer, *val)
+    if refine_epochs:
+        history["refine"] = refine(
+            layer, x, validation_data=validation_data, epochs=refine_epochs, batch_size=batch_size,
+            learning_rate=refine_learning_rate or learning_rate * 0.1, annealing_increment=annealing_increment,
+            verbose=verbose, class_weight=class_weight,
+        )
+    history["depth"] = layer.depth()
+    history["leaves"] = layer.num_leaves()
+    return history
+
+
+def _print_level(layer, record, depth_limit, validation):
+    line = (f"Level {record['level'] + 1}/{depth_limit} - depth: {record['depth']} - leaves: {record['leaves']}"
+            f" - splits: {record['splits']}/{record['candidates']}")
+    if record["loss"] is not None:
+        line += f" - objective: {record['loss']:.4f}"
+    if validation:
+        line += f" - {_score_name(layer)}: {_shown_score(layer, record['val_score']):.4f}"
+    print_msg(line)
+
+
+def _refine_stream(layer, x, validation_data, epochs, batch_size, learning_rate, annealing_increment,
+                   start_steepness, verbose, sample_weight, class_weight):
+    """:func:`refine` on a stream of batches."""
+    data, source = _stream_source(layer, x, sample_weight, class_weight, "refine")
+    layer._ensure_built(data.sample())
+    val = _validation(layer, validation_data, "refine")
+    state = np.asarray(ops.convert_to_numpy(layer.node_state))
+    is_split = topology.is_split_mask(state)
+    if not is_split.any() or epochs == 0:
+        return {"losses": [], "kept": False}
+    growth = LevelGrowth.streamed(layer, source, feature_moments=0)
+    total_weight, count, scaling = _stream_totals(growth, layer)
+    backup = [np.array(ops.convert_to_numpy(v)) for v in layer.weights]
+    before = _score(layer, *val) if val is not None else None
+    thr = np.asarray(ops.convert_to_numpy(layer.threshold), dtype=np.float64)
+    p0 = np.array(ops.convert_to_numpy(layer.p0_logit))
+    p0[is_split] = softplus_inverse(thr[is_split])
+    layer.p0_logit.assign(p0)
+    layer.trained_splits.assign(is_split.astype(np.float32))
+    lam0 = float(np.asarray(ops.convert_to_numpy(layer.steepness))[is_split].max()) if start_steepness is None \
+        else float(start_steepness)
+    _, step = _train_step(layer, "tree", learning_rate)
+    inverse_weight = np.asarray(1.0 / total_weight, np.float32)
+    size = min(int(batch_size), count)
+    idle = 0
+    if data.num_workers > 1:
+        mine, most = _worker_steps(growth, data, size, lambda stops, w: np.flatnonzero(w > 0))
+        idle = most - mine
+    losses = []
+    for epoch in range(epochs):
+        anneal(layer, 0, 0.0, is_split)  # reset to steepness0, then offset
+        lam = np.array(ops.convert_to_numpy(layer.steepness))
+        lam[is_split] = lam0 + annealing_increment * epoch
+        layer.steepness.assign(lam)
+        total, mass = 0.0, 0.0
+        for xb, yb, wb in source():
+            sel = np.flatnonzero(wb > 0)
+            if not sel.size:
+                continue
+            targets, w32 = _stream_targets(layer, yb, scaling), wb.astype(np.float32)
+            if not layer.is_classifier:
+                targets = targets.reshape(len(targets), -1)
+            for part, keep in _padded_chunks(sel, size):
+                w_part = np.where(keep, w32[part], np.float32(0))
+                wsum = float(w_part.sum(dtype=np.float64))
+                total += float(step(xb[part], targets[part], w_part, inverse_weight)) * wsum
+                mass += wsum
+        _idle_steps(idle, step, size, layer.feature_dim, None, inverse_weight, layer.is_classifier,
+                    getattr(layer, "units", 1))
+        losses.append(total / max(mass, 1e-300))
+        if verbose:
+            print_msg(f"Refine epoch {epoch + 1}/{epochs} - objective: {losses[-1]:.4f}")
+    thr = np.array(ops.convert_to_numpy(layer.threshold))
+    thr[is_split] = np.asarray(ops.convert_to_numpy(layer.rate0()))[is_split]
+    layer.threshold.assign(thr)
+    layer.trained_splits.assign(np.zeros_like(is_split, dtype=np.float32))
+    stream_set_leaves(layer, growth)
+    result = {"losses": losses, "kept": True}
+    if before is not None:
+        after = _score(layer, *val)
+        result.update(before=before, after=after)
+        if after < before:
+            for v, value in zip(layer.weights, backup):
+                v.assign(value)
+            result["kept"] = False
+        if verbose:
+            print_msg(f"Refinement {'kept' if result['kept'] else 'undone'} - {_score_name(layer)}: "
+                      f"{_shown_score(layer, before):.4f} -> {_shown_score(layer, after):.4f}")
+    return result
+
+
 # --------------------------------------------------------------- greedy
-def fit_greedy(layer, x, y, validation_data=None, max_depth=None, epochs=20, batch_size=512,
+def fit_greedy(layer, x, y=None, validation_data=None, max_depth=None, epochs=20, batch_size=512,
                learning_rate=0.01, annealing_increment=0.1, min_samples_split=10, min_samples_leaf=1,
                min_gain=1e-6, refine_epochs=0, refine_learning_rate=None, verbose="auto",
                sample_weight=None, class_weight=None):
     """Grows the tree from a root stump (Section 3.3.2) and sets its leaves.
 
     Args:
-        x, y: training data (integer classes or float targets).
+        x, y: training data (integer classes or float targets), or a stream
+            of batches as ``x`` and ``y=None`` (see "Streams" below).
         validation_data: optional ``(x_val, y_val)`` or
             ``(x_val, y_val, sample_weight_val)``: the tree is cut back to the
             depth with the best (weighted) validation accuracy (lowest MSE),
@@ -349,9 +840,25 @@ def fit_greedy(layer, x, y, validation_data=None, max_depth=None, epochs=20, bat
     Returns:
         A dict with per-level ``levels`` records, the validation score per
         depth (``validation``), ``depth`` and ``leaves``.
+
+    Streams: ``x`` may also be a batched ``tf.data.Dataset``, a
+    ``keras.utils.PyDataset`` or a re-iterable of ``(x, y)`` /
+    ``(x, y, sample_weight)`` batches (``y=None``, weights inside the
+    batches; :func:`keras_trees.streaming.stream`). Every statistic is then
+    summed batch by batch (and across workers), no row is kept: stumps train
+    each epoch on the stream's batches in its own order (the rows of each
+    batch at this level's stumps, in mini-batches of ``batch_size``), new
+    stumps' ``S0`` is a histogram median (:func:`stream_finish_stumps`) and
+    thresholds come from a histogram search (:func:`stream_thresholds`)
+    instead of the exact search over sorted values used for arrays, so the
+    thresholds (and possibly the splits) can differ slightly from the
+    arrays'. Several workers (a multi-worker ``tf.distribute`` strategy) each
+    step on their own shard, and the strategy's gradient all-reduce keeps
+    the replicas equal; a worker with fewer mini-batches makes steps on
+    rows of weight 0 (only the prior's gradient) so that every worker takes
+    part in every synchronized step. JAX and PyTorch steps are not
+    synchronized across processes: there only the statistics are summed.
     """
-    layer._ensure_built(x)
-    x, y = layer._check_xy(x, y, "fit_greedy")
     _check_training_args(epochs, batch_size, learning_rate, annealing_increment)
     verbose = _check_verbose(verbose)
     depth_limit = layer.max_depth if max_depth is None else int(max_depth)
@@ -361,6 +868,13 @@ def fit_greedy(layer, x, y, validation_data=None, max_depth=None, epochs=20, bat
         raise ValueError(f"min_samples_split must be an integer >= 2, got {min_samples_split!r}")
     if int(min_samples_leaf) < 1:
         raise ValueError(f"min_samples_leaf must be an integer >= 1, got {min_samples_leaf!r}")
+    if not _in_memory(x, y):
+        return _fit_greedy_stream(
+            layer, x, validation_data, depth_limit, epochs, batch_size, learning_rate, annealing_increment,
+            min_samples_split, min_samples_leaf, min_gain, refine_epochs, refine_learning_rate, verbose,
+            sample_weight, class_weight)
+    layer._ensure_built(x)
+    x, y = layer._check_xy(x, y, "fit_greedy")
     w = sample_weights(y, sample_weight, class_weight, layer.num_classes, "fit_greedy")
     val = _validation(layer, validation_data, "fit_greedy")
     total_weight = float(w.sum())
@@ -461,7 +975,7 @@ def select_depth(layer, x_val, y_val, w_val=None):
 
 
 # --------------------------------------------------------------- refinement
-def refine(layer, x, y, validation_data=None, epochs=10, batch_size=512, learning_rate=1e-3,
+def refine(layer, x, y=None, validation_data=None, epochs=10, batch_size=512, learning_rate=1e-3,
            annealing_increment=0.1, start_steepness=None, verbose=0, sample_weight=None, class_weight=None):
     """Joint refinement of all splits of the current topology (Algorithm 1).
 
@@ -475,11 +989,18 @@ def refine(layer, x, y, validation_data=None, epochs=10, batch_size=512, learnin
     refinement is undone when it lowers the validation score. ``verbose``
     (``"auto"``, 0, 1 or 2) prints one line per epoch. Returns a dict of
     losses and scores.
+
+    ``x`` may be a stream of batches (``y=None``), as for :func:`fit_greedy`:
+    the steps then follow the stream's batches, and the leaves come from one
+    streamed pass.
     """
-    layer._ensure_built(x)
-    x, y = layer._check_xy(x, y, "refine")
     _check_training_args(epochs, batch_size, learning_rate, annealing_increment)
     verbose = _check_verbose(verbose)
+    if not _in_memory(x, y):
+        return _refine_stream(layer, x, validation_data, epochs, batch_size, learning_rate, annealing_increment,
+                              start_steepness, verbose, sample_weight, class_weight)
+    layer._ensure_built(x)
+    x, y = layer._check_xy(x, y, "refine")
     w = sample_weights(y, sample_weight, class_weight, layer.num_classes, "refine")
     val = _validation(layer, validation_data, "refine")
     state = np.asarray(ops.convert_to_numpy(layer.node_state))

@@ -541,7 +541,14 @@ class ConvexPolytopeTree(CheckedLoading, XLACompatibility, HeapTreeLayer):
             var.assign(a[key].astype(var.dtype))
 
     def _init_stump(self, growth, a, t, n, nodes):
-        """A fresh stump: a random polytope around the node's samples."""
+        """A fresh stump: a random polytope around the node's samples (their
+        weighted mean and standard deviation per feature). On a stream the
+        expert weights and ``S0``, which need the drawn split's values on the
+        node's samples, are set by :meth:`_finish_stumps`."""
+        if not growth.in_memory:
+            k, b = self._draw_experts(1, growth.center(t, nodes), np.maximum(growth.feature_std(t, nodes), 1e-3))
+            a["kernel"][t, n], a["bias"][t, n] = k[0], b[0]
+            return
         at = growth.rows(t, nodes)
         xc, wc = growth.feats[at], growth.weights[at]
         mean = np.average(xc, axis=0, weights=wc)
@@ -559,11 +566,22 @@ class ConvexPolytopeTree(CheckedLoading, XLACompatibility, HeapTreeLayer):
         a["log_r"][t, n] = log_scale - math.log(self.num_experts)
         a["p0"][t, n] = _polytope_training.softplus_inverse(_polytope_training.weighted_median(rate, wc) * math.exp(log_scale))
 
+    def _finish_stumps(self, growth, a, stumps):
+        """On a stream: the new stumps' expert weights and ``S0`` from one pass
+        (the rates' weighted moments and a log-spaced histogram for their
+        median); with arrays :meth:`_init_stump` set them already."""
+        if not growth.in_memory:
+            _polytope_training.stream_finish_stumps(self, growth, a, stumps)
+
     def _judge_stumps(self, growth, a, stumps):
         """The threshold on each trained stump's split function with the
         largest information gain (variance reduction) on its samples becomes
         the deterministic split; a stump fails without a cut of gain above
-        ``min_gain``."""
+        ``min_gain``. Arrays: the exact search over the sorted values; a
+        stream: the search over histogram bins
+        (:func:`keras_trees.layers._polytope_training.stream_thresholds`)."""
+        if not growth.in_memory:
+            return _polytope_training.stream_judge_stumps(self, growth, a, stumps), True
         stop = growth.stops[:, 0]
         idx = np.flatnonzero(np.isin((stop - 1) // 2, [n for _, n in stumps]) & (stop > 0) & (growth.weights > 0))
         rate = self._split_values_numpy(growth.feats[idx])
@@ -665,10 +683,14 @@ class ConvexPolytopeTree(CheckedLoading, XLACompatibility, HeapTreeLayer):
         return config
 
     # ------------------------------------------------------------ training
-    def fit_greedy(self, x, y, validation_data=None, **kwargs):
+    def fit_greedy(self, x, y=None, validation_data=None, **kwargs):
         """Greedy topology learning (Section 3.3.2).
 
-        ``x`` are the layer's inputs. Keyword arguments (see
+        ``x`` are the layer's inputs (with labels ``y``), or a stream of
+        ``(x, y[, sample_weight])`` batches (a ``tf.data.Dataset``, a
+        ``keras.utils.PyDataset``, a list; ``y=None``): every statistic is then
+        summed batch by batch and across workers, and thresholds come from a
+        histogram search instead of the exact one. Keyword arguments (see
         :func:`keras_trees.layers._polytope_training.fit_greedy`): ``max_depth``,
         ``epochs`` (per level), ``batch_size``, ``learning_rate``,
         ``annealing_increment``, ``min_samples_split``, ``min_samples_leaf``,
@@ -680,10 +702,11 @@ class ConvexPolytopeTree(CheckedLoading, XLACompatibility, HeapTreeLayer):
         with _gradient_step.distribution_scope(self.variables):
             return _polytope_training.fit_greedy(self, x, y, validation_data=validation_data, **kwargs)
 
-    def refine(self, x, y, validation_data=None, **kwargs):
+    def refine(self, x, y=None, validation_data=None, **kwargs):
         """Joint refinement of all splits (Section 3.3.1, Algorithm 1); see
         :func:`keras_trees.layers._polytope_training.refine` (``epochs``,
         ``batch_size``, ``learning_rate``, ``annealing_increment``,
-        ``start_steepness``, ``verbose``, ``sample_weight``, ``class_weight``)."""
+        ``start_steepness``, ``verbose``, ``sample_weight``, ``class_weight``);
+        ``x`` may be a stream of batches (``y=None``) as for :meth:`fit_greedy`."""
         with _gradient_step.distribution_scope(self.variables):
             return _polytope_training.refine(self, x, y, validation_data=validation_data, **kwargs)
