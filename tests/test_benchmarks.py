@@ -64,6 +64,6 @@ def test_scale_script_prints_its_table(tmp_path):
     assert "TreeEnsembleLayer depth 8 at N=2,000" in out
     (result,) = json.loads(out_json.read_text())["results"]
     assert result["family"] == "TreeEnsembleLayer" and result["n"] == 2000 and result["epochs"] == 1
-    assert result["rows_per_s"] > 0 and result["peak_rss_mb"] > 100  # TensorFlow alone takes more
+    assert result["rows_per_s"] > 0 and result["rows_per_cpu_s"] > 0 and result["peak_rss_mb"] > 100  # TensorFlow alone takes more
     assert 0.0 <= result["accuracy"] <= 1.0
     assert (tmp_path / "data" / "manifest.json").exists()
