@@ -236,6 +236,8 @@ def dataset(data_dir, rows, batch_size, test=False):
         ds = ds.enumerate().map(lambda i, b: b[: tf.where(i == blocks - 1, last, BLOCK_ROWS)])
     ds = ds.rebatch(batch_size)
     ds = ds.map(lambda b: (b[:, :FEATURES], tf.cast(b[:, FEATURES], tf.int32)))
+    # interleave hides the length; Keras and the callbacks can know the steps per epoch.
+    ds = ds.apply(tf.data.experimental.assert_cardinality(-(-rows // batch_size)))
     return ds.prefetch(tf.data.AUTOTUNE)
 
 
@@ -357,11 +359,12 @@ def run_one(args):
     if warm_callbacks is not None:
         # Traces the train step on a full and a partial batch, outside the clock.
         warm_rows = min(n, args.batch_size + max(1, args.batch_size // 2))
-        model.fit(dataset(data_dir, warm_rows, args.batch_size), epochs=1, verbose=0, callbacks=warm_callbacks)
+        model.fit(dataset(data_dir, warm_rows, args.batch_size), epochs=1, verbose=0, shuffle=False,
+                  callbacks=warm_callbacks)
     clock = make_clock()
     cpu_begin = time.process_time()
     train = dataset(data_dir, n, args.batch_size)
-    model.fit(train, epochs=epochs, verbose=0, callbacks=[*callbacks, clock])
+    model.fit(train, epochs=epochs, verbose=0, shuffle=False, callbacks=[*callbacks, clock])
     rows = clock.epochs * n
     first_rows = min(args.batch_size, n)
     if rows > first_rows and clock.end > clock.first:
