@@ -3,27 +3,28 @@
 Generates once, on disk, a synthetic tabular classification set (32 float32
 features; 4 classes from a fixed nonlinear teacher, ``argmax(tanh(x W1) W2 +
 0.5 sin(2 x[:, :4]))``, with 5% of the labels replaced by a uniformly drawn
-class, so the best accuracy is about 96%) as sharded TFRecord files, and a
+class, which caps the accuracy at about 96%) as sharded TFRecord files, and a
 separate 10,000-row test shard. One record holds a block of 1024 rows as raw
 float32 bytes (32 features and the label per row), parsed with
 ``tf.io.decode_raw``: no ``tf.train.Example`` per row. The set is generated
-shard by shard (never all in memory) from a fixed seed; shard ``i`` depends
-only on the seed and ``i``, so a larger set extends a smaller one, and a
+shard by shard (never all in memory) from a fixed seed; every block of 1024
+rows depends only on the seed and its position, so a larger set extends a
+smaller one with the same rows, and a
 manifest written last (with the byte size of every shard) detects a
 half-written cache, which is then completed. The cache lives in
 ``$KERAS_TREES_CACHE_DIR/scale-data`` (default ``~/.cache/keras_trees/scale-data``)
 or ``--data-dir``; 1e7 rows take about 1.3 GB.
 
-Each (family, N) then runs in a fresh process that trains on the first N rows
-streamed from the shards (``interleave`` of ``TFRecordDataset`` -> parse ->
-``rebatch`` -> ``prefetch``; the data never sits in memory as a whole) and
-reports:
+Each (family, N) then runs in a fresh process that trains on N rows streamed
+from the first shards (``interleave`` of ``TFRecordDataset`` -> parse ->
+``rebatch`` -> ``prefetch``; the data never sits in memory as a whole; the rows
+are independent draws, so they are not shuffled) and reports:
 
 * rows/s: training throughput of one epoch (greedy growth: of all its epochs,
   rows counted once per epoch). Graph tracing is excluded: a warm-up ``fit``
   on two batches (a full and a partial one, so the relaxed-shape trace exists
-  too) runs first on the same model, and the clock starts after the first step
-  of the timed ``fit``. Statistics passes of callbacks over the stream at the
+  too) runs first on the same model (so it trains on 1.5 batches more), and
+  the clock starts after the first step of the timed ``fit``. Statistics passes of callbacks over the stream at the
   end of an epoch (leaf updates, growth) are inside the timed epoch.
 * rows/CPU-s: the same rows over the CPU time of the process (all threads)
   in that interval: steadier than wall time when other jobs share the cores
@@ -31,6 +32,10 @@ reports:
 * peak RSS MB: the child's peak resident set size (``os.wait4`` rusage
   ``ru_maxrss`` of that one process, TensorFlow itself included).
 * test accuracy on the fixed 10,000-row test shard.
+* note: for the Tree Ensemble Layer, the mean number of reachable leaves per
+  tree and test sample after training (its cost per row follows it: trees
+  that train longer, i.e. on more rows, can reach more leaves and get slower
+  per row for that reason, not because of N).
 
 Then, per family, the ratios the issue's goals are about: rows/s at the
 largest N over rows/s at the smallest (flat cost per row: about 1) and the
@@ -46,7 +51,8 @@ Families (each trained by ``model.fit`` on the stream, Adam unless noted):
   gradient-trained leaves (no EM), deterministic routing at test time.
 * ``ConvexPolytopeTree``: a perfect tree of depth 4 (4 experts per split)
   trained soft inside ``fit`` with ``PolytopeAnnealing`` and
-  ``PolytopeLeafUpdate(train_dataset)`` (empirical leaves from the stream);
+  ``PolytopeLeafUpdate(train_dataset)`` (empirical leaves from the stream at
+  the end of the epoch; the warm-up sets the first leaves from its rows);
   skipped, with the reason printed, where ``PolytopeLeafUpdate`` does not
   accept a dataset (it needs the streaming statistics of issue #17).
 * ``NonGreedyTree``: NonGreedyTree(depth 6, nu=1) initialized from a CART tree
@@ -55,10 +61,10 @@ Families (each trained by ``model.fit`` on the stream, Adam unless noted):
   momentum on the whole stream.
 * ``GreedyLevelGrowth``: an EndToEndTree of maximum depth 3 grown by
   ``GreedyLevelGrowth(train_dataset, epochs_per_level=1, finetune_epochs=0,
-  max_attempts=1)`` (growth statistics from the stream, no warm-up: growth
-  changes the model); skipped, with the reason printed, where the callback
-  does not accept a dataset (it needs the streaming GreedyLevelGrowth of
-  issue #17).
+  max_attempts=1)`` (growth statistics from the stream; no warm-up, since
+  growth changes the model, so tracing at each level is inside the clock);
+  skipped, with the reason printed, where the callback does not accept a
+  dataset (it needs the streaming GreedyLevelGrowth of issue #17).
 
     python benchmarks/scale.py [--quick] [--families ...] [--sizes 1e4 1e5 ...]
         [--batch-size 1024] [--data-dir PATH] [--threads N] [--json PATH]
@@ -378,6 +384,10 @@ def run_one(args):
         pred = np.asarray(model.predict_on_batch(x))
         correct += int((pred.argmax(-1) == y.numpy()).sum())
         total += len(y)
+    if family == "TreeEnsembleLayer":
+        x = next(iter(dataset(data_dir, TEST_ROWS, 4096, test=True)))[0]
+        leaves = model.layers[-1].mean_reachable_leaves(model.layers[0](x, training=False))
+        result["note"] = f"reachable leaves {float(np.asarray(leaves)):.1f}"
     result.update(rows_per_s=timed_rows / seconds, rows_per_cpu_s=timed_rows / max(cpu_seconds, 1e-9),
                   epochs=clock.epochs, fit_s=clock.end - clock.begin, accuracy=correct / total)
     return result
@@ -413,7 +423,7 @@ def fmt_n(n):
 
 
 HEADER = (f"{'family':<20} {'N':>10} {'rows/s':>10} {'rows/CPU-s':>10} {'epochs':>6} {'fit s':>8} "
-          f"{'peak RSS MB':>11} {'test acc':>8}")
+          f"{'peak RSS MB':>11} {'test acc':>8}  note")
 
 
 def row(r):
@@ -423,7 +433,7 @@ def row(r):
     if "failed" in r:
         return f"{head}  FAILED: {r['failed'].strip().splitlines()[-1]}"
     return (f"{head} {r['rows_per_s']:>10,.0f} {r['rows_per_cpu_s']:>10,.0f} {r['epochs']:>6} {r['fit_s']:>8.1f} "
-            f"{r['peak_rss_mb']:>11.0f} {100 * r['accuracy']:>7.2f}%")
+            f"{r['peak_rss_mb']:>11.0f} {100 * r['accuracy']:>7.2f}%  {r.get('note', '')}").rstrip()
 
 
 def print_table(results):
