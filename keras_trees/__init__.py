@@ -15,6 +15,7 @@ _load_ops()
 
 from keras_trees import callbacks  # noqa: E402,F401
 from keras_trees import constraints  # noqa: E402,F401
+from keras_trees import distribute  # noqa: E402,F401
 from keras_trees import export  # noqa: E402,F401
 from keras_trees import initializers  # noqa: E402,F401
 from keras_trees import inspection  # noqa: E402,F401
@@ -22,6 +23,7 @@ from keras_trees import interop  # noqa: E402,F401
 from keras_trees import layers  # noqa: E402,F401
 from keras_trees import losses  # noqa: E402,F401
 from keras_trees import regularizers  # noqa: E402,F401
+from keras_trees import streaming  # noqa: E402,F401
 from keras_trees import topology  # noqa: E402,F401
 from keras_trees.forest import Forest  # noqa: E402,F401
 from keras_trees.api_export import public_api  # noqa: E402

@@ -591,12 +591,15 @@ class Forest:
         return {"kind": "noisy_or", "weights": self.weights[t, i].tolist(), "bias": self.bias[t, i].tolist(),
                 "expert_weights": self.expert_weights[t, i].tolist(), "threshold": float(self.threshold[t, i])}
 
-    def to_dict(self, x=None, y=None, num_classes=None):
+    def to_dict(self, x=None, y=None, num_classes=None, statistics=None):
         """The forest as a plain JSON-friendly dict (format in
         :mod:`keras_trees.inspection.export`); with ``x`` (and ``y``) its nodes
-        carry the :meth:`node_statistics` of those samples. :meth:`from_dict`
-        reads it back."""
-        stats = None if x is None else self.node_statistics(x, y, num_classes)
+        carry the :meth:`node_statistics` of those samples (or the given
+        ``statistics``, a dict as :meth:`node_statistics` returns, e.g. summed
+        over batches of a stream). :meth:`from_dict` reads it back."""
+        if statistics is not None and x is not None:
+            raise ValueError("to_dict: pass samples x (and y) or their statistics, not both")
+        stats = statistics if x is None else self.node_statistics(x, y, num_classes)
         state = self.node_state
         sizes = zip(self.tree_depths(), self.num_leaves(), self.num_splits())
         trees = []

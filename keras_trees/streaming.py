@@ -38,6 +38,8 @@ import sys
 import keras
 import numpy as np
 
+from keras_trees.api_export import keras_trees_export, public_api
+
 
 def _tf():
     return sys.modules.get("tensorflow")
@@ -78,6 +80,7 @@ def _tf_workers(strategy):
     return num, index
 
 
+@keras_trees_export("keras_trees.streaming")
 def workers(model=None):
     """``(num_workers, worker_index)`` of the current distributed run
     (``(1, 0)`` outside one). ``model``: the model being trained (its
@@ -97,6 +100,7 @@ def workers(model=None):
     return 1, 0
 
 
+@keras_trees_export("keras_trees.streaming")
 def all_reduce_sum(arrays, model=None):
     """The element-wise sums over all workers of ``arrays`` (a list of NumPy
     arrays, the same shapes on every worker), as float64 NumPy arrays.
@@ -178,6 +182,7 @@ def _numpy(value):
                                     if not isinstance(a, np.ndarray) else a, value)
 
 
+@keras_trees_export("keras_trees.streaming")
 class Batches:
     """A re-iterable stream of ``(x, y, sample_weight)`` NumPy batches
     (``sample_weight`` None when not given). Build it with :func:`stream`.
@@ -198,6 +203,11 @@ class Batches:
         self.num_workers, self.worker_index = num_workers, worker_index
         self._one_shot = one_shot
         self._read = False
+
+    @property
+    def one_shot(self):
+        """Whether the data is a one-shot iterator (it can be read once only)."""
+        return self._one_shot
 
     def __iter__(self):
         if self._one_shot:
@@ -261,6 +271,7 @@ def _shard_off(dataset):
     return policy == tf.data.experimental.AutoShardPolicy.OFF
 
 
+@keras_trees_export("keras_trees.streaming")
 def stream(x, y=None, sample_weight=None, batch_size=4096, name="the data", model=None):
     """The :class:`Batches` of training data given as arrays or as a stream.
 
@@ -342,3 +353,14 @@ def _is_array_like(x):
         return bool(x) and all(isinstance(v, np.ndarray) or keras.ops.is_tensor(v) for v in x) and \
             len({len(v) for v in x}) == 1 and not all(isinstance(v, (tuple, list)) for v in x)
     return False
+
+
+@keras_trees_export("keras_trees.streaming")
+def is_array_like(x):
+    """Whether ``x`` is training arrays (an array or tensor, or a non-empty
+    dict/list of them: a multi-input model's inputs) rather than a data
+    source of batches."""
+    return _is_array_like(x)
+
+
+__all__ = public_api(__name__)

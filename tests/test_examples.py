@@ -2,6 +2,8 @@
 
 import os
 
+import pytest
+
 from tests.conftest import REPO_ROOT, run_python
 
 
@@ -84,3 +86,28 @@ def test_interpret_breast_cancer(tmp_path):
     assert "gain importances equal scikit-learn's: True" in out
     assert (tmp_path / "cart.png").stat().st_size > 10_000
     assert "hard trees agree with the soft model on" in out
+
+
+def _multi_worker_lines(out, workers=2):
+    lines = [line for line in out.splitlines() if line.startswith("worker ")]
+    assert lines, out
+    for line in lines:
+        assert f" of {workers}: 2 epochs," in line and "on 2048 rows (all workers)" in line, line
+        assert line.endswith("same weights on all workers = True"), line
+    return lines
+
+
+def test_multi_worker_tf_config(tmp_path):
+    out = run_script("examples/multi_worker.py", "--launch", "local", "--epochs", "2", "--rows", "2048",
+                     tmp_path=tmp_path)
+    lines = _multi_worker_lines(out)
+    assert [line.split(":")[0] for line in lines] == ["worker 0 of 2", "worker 1 of 2"]
+    assert lines[0].split(":", 1)[1] == lines[1].split(":", 1)[1]  # the same loss and accuracy
+
+
+def test_multi_worker_ray(tmp_path):
+    pytest.importorskip("ray.train.tensorflow")
+    out = run_script("examples/multi_worker.py", "--launch", "ray", "--epochs", "2", "--rows", "2048",
+                     tmp_path=tmp_path)
+    assert "Ray Train finished" in out
+    assert [line.split(":")[0] for line in _multi_worker_lines(out)] == ["worker 0 of 2"]

@@ -17,6 +17,7 @@ PACKAGES = [
     "keras_trees",
     "keras_trees.callbacks",
     "keras_trees.constraints",
+    "keras_trees.distribute",
     "keras_trees.initializers",
     "keras_trees.inspection",
     "keras_trees.interop",
@@ -24,6 +25,7 @@ PACKAGES = [
     "keras_trees.losses",
     "keras_trees.ops",
     "keras_trees.regularizers",
+    "keras_trees.streaming",
     "keras_trees.topology",
     "keras_trees.tuner",
 ]

@@ -1,6 +1,8 @@
 // Hard-routing engine and its two split forms (see core/hard_routing.h).
 // Parallel over samples; each output element is written by exactly one range,
 // so results do not depend on the thread count.
+#include <atomic>
+#include <cmath>
 #include "core/hard_routing.h"
 
 #include <algorithm>
@@ -109,7 +111,7 @@ inline void DotGroup<float>(const float* const* w, const float* const* x, int64_
 // which hides the memory latency there (each of their rows is read by only a
 // few samples of a chunk).
 template <typename T, typename SplitValues, typename SplitRow>
-void RouteForest(const RoutingDims& d, const T* xd, const bool* md, int32_t* nd, T* pd,
+bool RouteForest(const RoutingDims& d, const T* xd, const bool* md, int32_t* nd, T* pd,
                  int64_t cost_per_split, const SplitValues& split_values,
                  const SplitRow& split_row, int64_t row_bytes, const ParallelFor& parallel_for) {
   const int64_t batch = d.batch, p = d.input_dim, trees = d.trees;
@@ -118,7 +120,9 @@ void RouteForest(const RoutingDims& d, const T* xd, const bool* md, int32_t* nd,
   const int64_t levels = pd != nullptr ? depth : 0;
   const int64_t chunk_size = kChunk;
   const int64_t cost = trees * depth * (cost_per_split + 16);
+  std::atomic<bool> finite{true};
   parallel_for(batch, cost, [&](int64_t begin, int64_t end) {
+    bool shard_finite = true;
     std::vector<int32_t> node(chunk_size), active(chunk_size), next(chunk_size);
     for (int64_t c0 = begin; c0 < end; c0 += chunk_size) {
       const int64_t count = std::min(chunk_size, end - c0);
@@ -159,6 +163,7 @@ void RouteForest(const RoutingDims& d, const T* xd, const bool* md, int32_t* nd,
               const int32_t i = idx[q];
               const int32_t n = node[i];
               const T value = v[q];
+              shard_finite &= std::isfinite(value);
               if (levels) pd[((c0 + i) * trees + t) * levels + level] = value;
               const int32_t child = value > T(0) ? 2 * n + 2 : 2 * n + 1;
               node[i] = child;
@@ -171,14 +176,16 @@ void RouteForest(const RoutingDims& d, const T* xd, const bool* md, int32_t* nd,
         for (int64_t i = 0; i < count; ++i) nd[(c0 + i) * trees + t] = node[i];
       }
     }
+    if (!shard_finite) finite.store(false, std::memory_order_relaxed);
   });
+  return finite.load();
 }
 
 }  // namespace
 
 // Oblique splits: v = <split_weights[t, n], x> + split_bias[t, n].
 template <typename T>
-void HardRoute(const RoutingDims& d, const T* x, const T* split_weights, const T* split_bias,
+bool HardRoute(const RoutingDims& d, const T* x, const T* split_weights, const T* split_bias,
                const bool* is_split, int32_t* node, T* path_values,
                const ParallelFor& parallel_for) {
   const int64_t p = d.input_dim, num_internal = d.num_internal;
@@ -192,14 +199,14 @@ void HardRoute(const RoutingDims& d, const T* x, const T* split_weights, const T
   auto split_row = [&](int64_t t, int32_t n) -> const void* {
     return split_weights + (t * num_internal + n) * p;
   };
-  RouteForest<T>(d, x, is_split, node, path_values, 2 * p, split_values, split_row,
+  return RouteForest<T>(d, x, is_split, node, path_values, 2 * p, split_values, split_row,
                  p * static_cast<int64_t>(sizeof(T)), parallel_for);
 }
 
 // Noisy-OR (convex polytope) splits with K experts:
 // v = sum_k r[t, n, k] * softplus(<w[t, n, k], x> + b[t, n, k]) - threshold[t, n].
 template <typename T>
-void HardRouteExperts(const RoutingDims& d, const T* x, const T* split_weights,
+bool HardRouteExperts(const RoutingDims& d, const T* x, const T* split_weights,
                       const T* split_bias, const T* expert_weights, const T* threshold,
                       const bool* is_split, int32_t* node, T* path_values,
                       const ParallelFor& parallel_for) {
@@ -226,14 +233,14 @@ void HardRouteExperts(const RoutingDims& d, const T* x, const T* split_weights,
   auto split_row = [&](int64_t t, int32_t n) -> const void* {
     return split_weights + (t * num_internal + n) * k * p;
   };
-  RouteForest<T>(d, x, is_split, node, path_values, k * (2 * p + 40), split_values, split_row,
+  return RouteForest<T>(d, x, is_split, node, path_values, k * (2 * p + 40), split_values, split_row,
                  k * p * static_cast<int64_t>(sizeof(T)), parallel_for);
 }
 
 #define KT_INSTANTIATE_HARD_ROUTING(T)                                                        \
-  template void HardRoute<T>(const RoutingDims&, const T*, const T*, const T*, const bool*,   \
+  template bool HardRoute<T>(const RoutingDims&, const T*, const T*, const T*, const bool*,   \
                              int32_t*, T*, const ParallelFor&);                               \
-  template void HardRouteExperts<T>(const RoutingDims&, const T*, const T*, const T*,         \
+  template bool HardRouteExperts<T>(const RoutingDims&, const T*, const T*, const T*,         \
                                     const T*, const T*, const bool*, int32_t*, T*,            \
                                     const ParallelFor&);
 

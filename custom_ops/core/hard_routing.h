@@ -42,16 +42,25 @@ struct RoutingDims {
   int depth = 0;
 };
 
+// Both return false when a split value on some sample's path is not finite
+// (NaN or +-Inf: <w, x> + b overflowed); the adapters then raise
+// kSplitValueOverflow (the walk itself completes, sending NaN left).
 template <typename T>
-void HardRoute(const RoutingDims& d, const T* x, const T* split_weights, const T* split_bias,
+bool HardRoute(const RoutingDims& d, const T* x, const T* split_weights, const T* split_bias,
                const bool* is_split, int32_t* node, T* path_values,
                const ParallelFor& parallel_for);
 
 template <typename T>
-void HardRouteExperts(const RoutingDims& d, const T* x, const T* split_weights,
+bool HardRouteExperts(const RoutingDims& d, const T* x, const T* split_weights,
                       const T* split_bias, const T* expert_weights, const T* threshold,
                       const bool* is_split, int32_t* node, T* path_values,
                       const ParallelFor& parallel_for);
+
+// The error of a non-finite split value (the same text as the keras.ops reference).
+inline const char* kSplitValueOverflow =
+    "x: a split value on the path of a sample is not finite (<w, x> + b overflows the range "
+    "of the dtype of x); the inputs or the split parameters are too large: scale the inputs (e.g. "
+    "standardize them) or compute in float64";
 
 }  // namespace keras_trees
 

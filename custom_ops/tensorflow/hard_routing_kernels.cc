@@ -55,8 +55,9 @@ class HardRoutingOp : public OpKernel {
     if (!AllocateRoutingOutputs<T>(ctx, with_path_values_, d, &node, &path_values)) {
       return;
     }
-    HardRoute<T>(d, x.flat<T>().data(), w.flat<T>().data(), b.flat<T>().data(),
-                 m.flat<bool>().data(), node, path_values, CpuParallelFor(ctx));
+    const bool finite = HardRoute<T>(d, x.flat<T>().data(), w.flat<T>().data(), b.flat<T>().data(),
+                                     m.flat<bool>().data(), node, path_values, CpuParallelFor(ctx));
+    OP_REQUIRES(ctx, finite, ::tensorflow::errors::InvalidArgument(kSplitValueOverflow));
   }
 
  private:
@@ -90,9 +91,11 @@ class HardRoutingExpertsOp : public OpKernel {
     if (!AllocateRoutingOutputs<T>(ctx, with_path_values_, d, &node, &path_values)) {
       return;
     }
-    HardRouteExperts<T>(d, x.flat<T>().data(), w.flat<T>().data(), b.flat<T>().data(), rd,
-                        c.flat<T>().data(), m.flat<bool>().data(), node, path_values,
-                        CpuParallelFor(ctx));
+    const bool finite = HardRouteExperts<T>(d, x.flat<T>().data(), w.flat<T>().data(),
+                                            b.flat<T>().data(), rd, c.flat<T>().data(),
+                                            m.flat<bool>().data(), node, path_values,
+                                            CpuParallelFor(ctx));
+    OP_REQUIRES(ctx, finite, ::tensorflow::errors::InvalidArgument(kSplitValueOverflow));
   }
 
  private:

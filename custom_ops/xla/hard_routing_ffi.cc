@@ -29,9 +29,11 @@ ffi::Error Route(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::
       return InvalidArgument(m);
     }
     if (auto m = CheckRoutingValues<T>(d, Data<T>(x), Data<T>(w), Data<T>(b), nullptr, nullptr); !m.empty()) return InvalidArgument(m);
-    HardRoute<T>(d, Data<T>(x), Data<T>(w), Data<T>(b), Data<bool>(is_split),
-                 Data<int32_t>(node), with_path_values ? Data<T>(path_values) : nullptr,
-                 XlaParallelFor(pool));
+    if (!HardRoute<T>(d, Data<T>(x), Data<T>(w), Data<T>(b), Data<bool>(is_split),
+                      Data<int32_t>(node), with_path_values ? Data<T>(path_values) : nullptr,
+                      XlaParallelFor(pool))) {
+      return InvalidArgument(kSplitValueOverflow);
+    }
     return ffi::Error::Success();
   });
 }
@@ -59,9 +61,12 @@ ffi::Error RouteExperts(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer w
     if (auto m = CheckRoutingValues<T>(d, Data<T>(x), Data<T>(w), Data<T>(b), Data<T>(r), Data<T>(c)); !m.empty()) {
       return InvalidArgument(m);
     }
-    HardRouteExperts<T>(d, Data<T>(x), Data<T>(w), Data<T>(b), Data<T>(r), Data<T>(c),
-                        Data<bool>(is_split), Data<int32_t>(node),
-                        with_path_values ? Data<T>(path_values) : nullptr, XlaParallelFor(pool));
+    if (!HardRouteExperts<T>(d, Data<T>(x), Data<T>(w), Data<T>(b), Data<T>(r), Data<T>(c),
+                             Data<bool>(is_split), Data<int32_t>(node),
+                             with_path_values ? Data<T>(path_values) : nullptr,
+                             XlaParallelFor(pool))) {
+      return InvalidArgument(kSplitValueOverflow);
+    }
     return ffi::Error::Success();
   });
 }

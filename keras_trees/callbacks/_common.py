@@ -6,6 +6,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_trees import streaming
 from keras_trees.layers import _validation
 from keras_trees.validation import arguments, bounds
 from keras_trees.layers._end_to_end import find_layers
@@ -64,19 +65,30 @@ def end_to_end_layers(model, names=None, classifiers_only=False):
 def ensure_built(model, layers, x):
     """Builds ``model`` on one sample of ``x`` when some of ``layers`` are not built yet
     (a subclassed model on TensorFlow is only built by the first training step,
-    after ``on_train_begin``)."""
+    after ``on_train_begin``). ``x``: the model's inputs as arrays (or a
+    dict/list of arrays), or a :class:`keras_trees.streaming.Batches` stream
+    (its first batch is read)."""
     if not all(layer.built for layer in layers):
-        model(x[:1], training=False)
+        if isinstance(x, streaming.Batches):
+            x = x.sample()
+        model(keras.tree.map_structure(lambda a: a[:1], x), training=False)
     return layers
 
 
 def check_data(x, y, name):
-    if x is None or y is None:
-        raise ValueError(f"{name} needs the training data: pass x and y")
+    if x is None:
+        raise ValueError(f"{name} needs the training data: pass x and y (or a dataset of (x, y) batches as x)")
+    if y is None:
+        raise ValueError(f"{name}: x is an array, so y (the labels) is needed as well (or pass a dataset of "
+                         "(x, y) batches as x)")
+    # A dict/list of arrays (a multi-input model's inputs) counts the rows of its arrays.
+    multi = isinstance(x, (dict, list, tuple)) and streaming.is_array_like(x)
     for arg, value in (("x", x), ("y", y)):
+        if multi and arg == "x":
+            continue
         if not hasattr(value, "__len__") or np.ndim(value) == 0:
             raise ValueError(f"{name}: {arg} must hold one entry per training sample, got {type(value).__name__}")
-    n = len(x)
+    n = len(keras.tree.flatten(x)[0]) if multi else len(x)
     if len(y) != n:
         raise ValueError(f"{name}: x has {n} samples but y has {len(y)}")
     if n == 0:
@@ -148,6 +160,23 @@ def effective_weights(sample_weight, class_weight, labels, name, num_classes=Non
             raise ValueError(f"{name}: class_weight gives every sample weight zero")
         return weights
     return sample_weight
+
+
+def class_weight_table(class_weight, num_classes, name):
+    """``(num_classes,)`` float64 weight of each class from a validated
+    ``class_weight`` dict (omitted classes weigh 1): per-batch weights are
+    ``table[y]``."""
+    outside = sorted(k for k in class_weight if not 0 <= k < num_classes)
+    if outside:
+        raise ValueError(f"{name}: class_weight has class ids {outside} outside [0, {num_classes})")
+    return np.array([class_weight.get(c, 1.0) for c in range(num_classes)], np.float64)
+
+
+def batch_weights(w, name):
+    """A stream batch's ``sample_weight`` (None or ``(b,)``), checked finite and >= 0."""
+    if w is not None and (not np.all(np.isfinite(w)) or np.any(w < 0)):
+        raise ValueError(f"{name}: the sample weights in the data's batches must be finite and >= 0")
+    return w
 
 
 def weights_config(class_weight):

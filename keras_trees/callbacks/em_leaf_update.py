@@ -4,10 +4,11 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_trees import streaming
 from keras_trees.api_export import keras_trees_export
 from keras_trees.callbacks._common import (
-    batches, check_data, check_labels, check_weights, compiled, effective_weights, end_to_end_layers,
-    ensure_built, layer_input_fn, layer_names, positive_int, weights_config,
+    batch_weights, check_data, check_labels, check_weights, class_weight_table, compiled, effective_weights,
+    end_to_end_layers, ensure_built, layer_input_fn, layer_names, positive_int, weights_config,
 )
 
 
@@ -37,16 +38,40 @@ class EMLeafUpdate(keras.callbacks.Callback):
     class ids to weights (omitted classes weigh 1) and excludes
     ``sample_weight``, as in Keras.
 
+    Data: arrays ``x, y`` (as given to ``fit``), or a stream of batches as
+    ``EMLeafUpdate(dataset)`` (``y`` None): a batched ``tf.data.Dataset``, a
+    ``keras.utils.PyDataset``, a list (or other re-iterable) of ``(x, y)`` or
+    ``(x, y, sample_weight)`` batches or a function returning a fresh iterable
+    of them (see :mod:`keras_trees.streaming`; it is read once per update, so a
+    one-shot generator does not do). A stream's per-sample weights are the
+    third element of its batches; ``class_weight`` applies to batches without
+    one (both at once are refused, as in Keras). The counts are accumulated
+    batch by batch, so the data never has to fit in memory; a model not built
+    yet is built on the first batch.
+
+    Distributed training: under a multi-worker ``tf.distribute`` strategy (or
+    several JAX processes / an initialized ``torch.distributed``) each worker
+    reads its share of the data (every ``num_workers``-th batch; a dataset
+    whose ``auto_shard_policy`` is ``OFF`` is taken as the worker's own shard)
+    and the counts are summed over the workers
+    (:func:`keras_trees.streaming.all_reduce_sum`) before the M-step, so every
+    replica sets the same leaves. Every worker must run the callback.
+
     The E-step runs compiled: ``tf.function`` on TensorFlow, ``jax.jit`` (of a
     stateless function of the model's variable values) on JAX.
 
     Args:
-        x, y: the training inputs (as given to ``fit``) and integer labels.
-        batch_size: samples per E-step batch.
+        x: the training inputs (arrays, or a dict/list of arrays for a
+            multi-input model, as given to ``fit``), or a data stream of
+            ``(x, y[, sample_weight])`` batches (then ``y`` is None).
+        y: integer labels of array ``x`` (None for a stream).
+        batch_size: samples per E-step batch of arrays (a stream keeps its
+            own batches).
         layers: optional layer name(s) (default: every classification
             ``EndToEndTree``/``EndToEndForest`` in the model, also inside
             nested sub-models; ``leaf_learning="gradient"`` layers are skipped).
-        sample_weight: optional ``(n,)`` non-negative weights of the samples.
+        sample_weight: optional ``(n,)`` non-negative weights of array
+            samples (a stream carries them in its batches).
         class_weight: optional dict class id -> weight.
 
     Example:
@@ -58,18 +83,35 @@ class EMLeafUpdate(keras.callbacks.Callback):
     4096
     """
 
-    def __init__(self, x, y, batch_size=4096, layers=None, sample_weight=None, class_weight=None):
+    def __init__(self, x, y=None, batch_size=4096, layers=None, sample_weight=None, class_weight=None):
         super().__init__()
-        self.num_samples = check_data(x, y, "EMLeafUpdate")
-        self.x = x
-        self.y = np.asarray(y)
         self.batch_size = positive_int("batch_size", batch_size)
         self.layer_names = layer_names(layers)
-        self.sample_weight, self.class_weight = check_weights(
-            sample_weight, class_weight, self.num_samples, "EMLeafUpdate"
-        )
+        self.x = x
+        if y is None and not streaming.is_array_like(x):
+            # A stream of (x, y[, sample_weight]) batches: checked here, read per update.
+            data = streaming.stream(x, None, sample_weight, self.batch_size, name="EMLeafUpdate")
+            if data.one_shot:
+                raise ValueError(
+                    "EMLeafUpdate reads the data at every epoch, but x is a one-shot iterator; pass a "
+                    "tf.data.Dataset, a keras.utils.PyDataset, a list of batches or a function returning a "
+                    "fresh iterable of (x, y[, sample_weight]) batches"
+                )
+            self.y, self.num_samples = None, None
+            self.sample_weight, self.class_weight = check_weights(None, class_weight, 0, "EMLeafUpdate")
+        else:
+            self.num_samples = check_data(x, y, "EMLeafUpdate")
+            self.y = np.asarray(y)
+            self.sample_weight, self.class_weight = check_weights(
+                sample_weight, class_weight, self.num_samples, "EMLeafUpdate"
+            )
         self._fns = {}
         self._inputs = {}
+
+    def _data(self):
+        """The training data as a stream (this worker's share in a distributed run)."""
+        return streaming.stream(self.x, self.y, self.sample_weight, self.batch_size, name="EMLeafUpdate",
+                                model=self.model)
 
     def _layers(self):
         layers = end_to_end_layers(self.model, self.layer_names, classifiers_only=True)
@@ -82,7 +124,7 @@ class EMLeafUpdate(keras.callbacks.Callback):
                 )
             layers = em
         # Named layers: use_em_leaves() refuses gradient ones.
-        return ensure_built(self.model, layers, self.x)
+        return ensure_built(self.model, layers, self.x if self.y is not None else self._data())
 
     def _statistics_fn(self, layer):
         # One compiled E-step per training-time model (greedy growth or soft),
@@ -99,21 +141,39 @@ class EMLeafUpdate(keras.callbacks.Callback):
         return self._fns[key]
 
     def update(self):
-        """One E-step over the data and one leaf M-step, for every layer."""
+        """One E-step over the data and one leaf M-step, for every layer: the
+        counts are summed batch by batch and over the workers of a distributed
+        run before the leaves are set."""
         for layer in self._layers():
-            y = check_labels(self.y, layer.num_classes, "EMLeafUpdate")
-            w = effective_weights(self.sample_weight, self.class_weight, y, "EMLeafUpdate", layer.num_classes)
-            if w is None:
-                w = np.ones(self.num_samples)
+            table = None
+            if self.y is not None:
+                # Arrays: every label and the class weights checked at once, as before.
+                y = check_labels(self.y, layer.num_classes, "EMLeafUpdate")
+                effective_weights(self.sample_weight, self.class_weight, y, "EMLeafUpdate", layer.num_classes)
+            if self.class_weight is not None:
+                table = class_weight_table(self.class_weight, layer.num_classes, "EMLeafUpdate")
             fn = self._statistics_fn(layer)
-            counts = None
-            for sl in batches(self.num_samples, self.batch_size):
+            counts = np.zeros((layer.num_trees * layer.num_positions, layer.num_classes))
+            for xb, yb, wb in self._data():
+                yb = check_labels(yb, layer.num_classes, "EMLeafUpdate")
+                wb = batch_weights(wb, "EMLeafUpdate")
+                if table is not None:
+                    if wb is not None:
+                        raise ValueError("EMLeafUpdate: the data's batches carry sample weights, so class_weight "
+                                         "cannot be given as well (as in Model.fit)")
+                    wb = table[yb]
+                if wb is None:
+                    wb = np.ones(len(yb))
                 c = ops.convert_to_numpy(fn(
-                    ops.convert_to_tensor(self.x[sl]),
-                    ops.convert_to_tensor(y[sl].astype("int32")),
-                    ops.convert_to_tensor(w[sl].astype("float32")),
+                    keras.tree.map_structure(ops.convert_to_tensor, xb),
+                    ops.convert_to_tensor(yb.astype("int32")),
+                    ops.convert_to_tensor(wb.astype("float32")),
                 ))
-                counts = c.astype(np.float64) if counts is None else counts + c
+                counts += np.asarray(c, np.float64).reshape(counts.shape)
+            counts, = streaming.all_reduce_sum([counts], model=self.model)
+            if not counts.sum() > 0:
+                raise ValueError("EMLeafUpdate: the data holds no samples of positive weight (the stream is "
+                                 "empty or all its sample weights are 0)")
             layer.set_leaf_distributions(counts)
 
     def on_train_begin(self, logs=None):

@@ -50,8 +50,10 @@ NumPy alone (through :meth:`~keras_trees.forest.Forest.from_dict`).
 import json
 import os
 
+import keras
 import numpy as np
 
+from keras_trees import streaming
 from keras_trees.api_export import keras_trees_export
 from keras_trees.forest import Forest
 from keras_trees.inspection import names as _names
@@ -80,6 +82,19 @@ def forest_features(model, layer, x):
     return layer.forest_features(layer_input_fn(model, layer)(x))
 
 
+def _num_classes(forest, y):
+    num_classes = forest.num_classes
+    if y is not None and num_classes is None and not forest.leaf_prediction \
+            and np.issubdtype(np.asarray(y).dtype, np.integer):
+        num_classes = forest.output_dim  # leaves of scores (soft or hinge trees): one per class
+    return num_classes
+
+
+def _layer_doc(layer, forest, doc):
+    return {"format": doc.pop("format"), "family": doc.pop("family"), "class_name": type(layer).__name__,
+            "name": layer.name, **doc}
+
+
 @keras_trees_export("keras_trees.inspection")
 def export_layer(layer, features=None, y=None, feature_names=None):
     """Dict of one built tree layer; ``features`` are what its splits read
@@ -88,13 +103,55 @@ def export_layer(layer, features=None, y=None, feature_names=None):
     forest = layer.to_forest()
     if feature_names is not None:
         forest.feature_names = _names.resolve(forest.input_dim, feature_names)
-    num_classes = forest.num_classes
-    if y is not None and num_classes is None and not forest.leaf_prediction \
-            and np.issubdtype(np.asarray(y).dtype, np.integer):
-        num_classes = forest.output_dim  # leaves of scores (soft or hinge trees): one per class
-    doc = forest.to_dict(features, y, num_classes)
-    return {"format": doc.pop("format"), "family": doc.pop("family"), "class_name": type(layer).__name__,
-            "name": layer.name, **doc}
+    return _layer_doc(layer, forest, forest.to_dict(features, y, _num_classes(forest, y)))
+
+
+def _is_stream(x):
+    """Whether ``x`` is a data source of ``(x, y[, sample_weight])`` batches
+    (:mod:`keras_trees.streaming`) rather than model inputs (arrays, tensors,
+    a DataFrame, or a dict/list of them)."""
+    if keras.ops.is_tensor(x) or hasattr(x, "shape") or streaming.is_array_like(x):
+        return False
+    if isinstance(x, (list, tuple)):  # a list of (x, y[, w]) batches, not nested lists of numbers
+        return bool(x) and all(isinstance(b, (list, tuple)) and 2 <= len(b) <= 3 and
+                               (hasattr(b[0], "shape") or isinstance(b[0], dict)) for b in x)
+    return streaming._is_dataset(x) or isinstance(x, keras.utils.PyDataset) or callable(x) or \
+        (hasattr(x, "__iter__") and not isinstance(x, (str, bytes, dict)))
+
+
+def _streamed_docs(model, layers, data):
+    """Per layer, the node statistics of a stream of batches, summed batch by
+    batch and over the workers, in :func:`export_layer` documents."""
+    data = streaming.stream(data, name="export_trees", model=model)
+    forests = [layer.to_forest() for layer in layers]
+    sums, kinds = [None] * len(layers), [None] * len(layers)
+    for xb, yb, _ in data:
+        for i, (layer, forest) in enumerate(zip(layers, forests)):
+            stats = forest.node_statistics(forest_features(model, layer, xb), yb, _num_classes(forest, yb))
+            if "target_mean" in stats:  # back to sums: additive over batches
+                stats["target_mean"] = np.nan_to_num(stats["target_mean"]) * stats["samples"][..., None]
+            parts = [stats[k].astype(np.float64) for k in ("samples", "class_counts", "target_mean") if k in stats]
+            if sums[i] is None:
+                sums[i], kinds[i] = parts, [k for k in ("samples", "class_counts", "target_mean") if k in stats]
+            elif [p.shape for p in parts] != [p.shape for p in sums[i]]:
+                raise ValueError("export_trees: the labels of the data's batches differ in kind or shape")
+            else:
+                sums[i] = [a + b for a, b in zip(sums[i], parts)]
+    if any(s is None for s in sums):
+        raise ValueError("export_trees: the data is empty")
+    flat = streaming.all_reduce_sum([a for s in sums for a in s], model=model)
+    docs = []
+    for layer, forest, kind in zip(layers, forests, kinds):
+        parts, flat = flat[:len(kind)], flat[len(kind):]
+        stats = dict(zip(kind, parts))
+        stats["samples"] = np.rint(stats["samples"]).astype(np.int64)
+        if "class_counts" in stats:
+            stats["class_counts"] = np.rint(stats["class_counts"]).astype(np.int64)
+        if "target_mean" in stats:
+            with np.errstate(invalid="ignore", divide="ignore"):
+                stats["target_mean"] = stats["target_mean"] / stats["samples"][..., None]
+        docs.append(_layer_doc(layer, forest, forest.to_dict(statistics=stats)))
+    return docs
 
 
 @keras_trees_export("keras_trees.inspection")
@@ -105,7 +162,14 @@ def export_trees(model, x=None, y=None, feature_names=None):
         model: a built Keras model containing keras-trees layers, or one layer.
         x: optional model inputs; nodes then carry the number of samples
             routed deterministically through them. A pandas DataFrame names
-            the features of the layers that read the model inputs.
+            the features of the layers that read the model inputs. ``x`` may
+            also be a stream of ``(x, y)`` / ``(x, y, sample_weight)`` batches
+            (a batched ``tf.data.Dataset``, a ``keras.utils.PyDataset``, a
+            list of batches or a function returning a fresh iterable of them;
+            ``y`` None, the batches' labels are used, weights are not): the
+            node statistics are summed batch by batch (the data never has to
+            fit in memory) and, in a distributed run, over the workers (each
+            reads its share; :func:`keras_trees.streaming.all_reduce_sum`).
         y: optional labels (class ids, or regression targets) for per-node
             class counts or target means.
         feature_names: names of the model's input features, for the layers
@@ -122,6 +186,14 @@ def export_trees(model, x=None, y=None, feature_names=None):
     >>> doc["family"], doc["trees"][0]["nodes"][0]["samples"]
     ('end_to_end_tree', 5)
     """
+    if x is not None and y is None and _is_stream(x):
+        layers = tree_layers(model)
+        docs = _streamed_docs(model, layers, x)
+        for layer, doc in zip(layers, docs):
+            if feature_names is not None and layer_input_fn(model, layer) is identity \
+                    and len(feature_names) == doc["input_dim"]:
+                doc["feature_names"] = [str(name) for name in feature_names]
+        return docs
     names = feature_names if feature_names is not None else _names.frame_names(x)
     x = None if x is None else _names.as_array(x)
     docs = []

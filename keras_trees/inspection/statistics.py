@@ -3,9 +3,9 @@
 import keras
 import numpy as np
 
-from keras_trees import topology
+from keras_trees import streaming, topology
 from keras_trees.api_export import keras_trees_export
-from keras_trees.inspection.export import forest_features, tree_layers
+from keras_trees.inspection.export import forest_features, _is_stream, tree_layers
 
 
 @keras_trees_export("keras_trees.inspection")
@@ -45,6 +45,15 @@ def layer_statistics(layer, features=None):
 def tree_statistics(model, x=None):
     """:func:`layer_statistics` for every tree layer of ``model`` (inputs ``x``).
 
+    ``x`` may also be a stream of ``(x, y)`` or ``(x, y, sample_weight)``
+    batches (a batched ``tf.data.Dataset``, a ``keras.utils.PyDataset``, a
+    list of such tuples or a function returning a fresh iterable of them; the
+    labels and weights are not used): the per-sample statistics are then
+    summed batch by batch (the data never has to fit in memory) and, in a
+    distributed run, over the workers (each reads its share;
+    :func:`keras_trees.streaming.all_reduce_sum`), then divided by the number
+    of samples: the same means as for the arrays.
+
     >>> import keras, numpy as np
     >>> from keras_trees.layers import TreeEnsembleLayer
     >>> model = keras.Sequential([keras.Input((3,)), TreeEnsembleLayer(2, 3, 1)])
@@ -52,10 +61,44 @@ def tree_statistics(model, x=None):
     >>> s["leaves"], s["split_evaluations"] <= 2 * 7
     ([8, 8], True)
     """
+    layers = tree_layers(model)
+    if x is not None and _is_stream(x):
+        return _streamed_statistics(model, layers, x)
     if x is not None:
         _require_samples(x, "x")
     return [layer_statistics(layer, None if x is None else forest_features(model, layer, x))
-            for layer in tree_layers(model)]
+            for layer in layers]
+
+
+def _streamed_statistics(model, layers, data):
+    data = streaming.stream(data, name="tree_statistics", model=model)
+    soft = [hasattr(layer, "mean_reachable_leaves") for layer in layers]
+    forests = [None if soft[i] else layer.to_forest() for i, layer in enumerate(layers)]
+    # Per layer: the sums over rows of split evaluations and reachable leaves, and the rows.
+    sums = np.zeros((len(layers), 3))
+    for xb, yb, _ in data:
+        n = len(yb)
+        if n == 0:
+            continue
+        for i, layer in enumerate(layers):
+            features = forest_features(model, layer, xb)
+            if soft[i]:  # the layer's means over the batch's rows (n per batch up to a constant factor)
+                sums[i] += [n * layer.split_evaluations(features), n * layer.mean_reachable_leaves(features), n]
+            else:
+                depth = topology.position_depth(forests[i].route(features)).sum(1)
+                sums[i] += [depth.sum(), 0.0, len(depth)]
+    sums, = streaming.all_reduce_sum([sums], model=model)
+    if not np.all(sums[:, 2] > 0):
+        raise ValueError("tree_statistics: the data is empty: split_evaluations and reachable_leaves are means "
+                         "over samples; pass at least one sample, or x=None for the size statistics alone")
+    out = []
+    for i, layer in enumerate(layers):
+        stats = layer_statistics(layer)
+        stats["split_evaluations"] = float(sums[i, 0] / sums[i, 2])
+        if soft[i]:
+            stats["reachable_leaves"] = float(sums[i, 1] / sums[i, 2])
+        out.append(stats)
+    return out
 
 
 def _require_samples(x, name):

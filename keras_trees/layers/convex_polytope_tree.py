@@ -6,7 +6,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_trees import topology
+from keras_trees import streaming, topology
 from keras_trees.api_export import keras_trees_export
 from keras_trees.constraints import ClipValues
 from keras_trees.forest import Forest
@@ -376,19 +376,84 @@ class ConvexPolytopeTree(CheckedLoading, XLACompatibility, HeapTreeLayer):
         mass = stats[:, :1]
         return np.where(mass > 0, stats[:, 1:] / np.maximum(mass, 1e-300), old)
 
-    def set_leaves_from_data(self, x, y, batch_size=4096, sample_weight=None, class_weight=None):
+    def set_leaves_from_data(self, x, y=None, batch_size=4096, sample_weight=None, class_weight=None):
         """Sets every position's value to the empirical class distribution (or
         mean response) of the training samples routed deterministically through
         it (Section 3.3.1), weighted by ``sample_weight`` times
         ``class_weight[y]`` when given (as in ``keras.Model.fit``); positions no
         sample (of positive weight) reaches keep their value. Internal
         positions get the value of their subtree, so pruning needs no new
-        statistics. Returns the (weighted) number of samples per position."""
-        self._ensure_built(x)
-        x, y = self._check_xy(x, y, "set_leaves_from_data")
-        w = _validation.sample_weights(y, sample_weight, class_weight, self.num_classes, "set_leaves_from_data")
-        node = self._route_numpy(x, batch_size)
-        stats = self._leaf_statistics(node, y, w)
+        statistics. Returns the (weighted) number of samples per position.
+
+        ``x`` are the layer's inputs ``(n, features)`` with ``y``, or a stream
+        of ``(x, y)`` / ``(x, y, sample_weight)`` batches (a batched
+        ``tf.data.Dataset``, a ``keras.utils.PyDataset``, a list of batches or
+        a function returning a fresh iterable of them; ``y`` None; the
+        per-sample weights are the batches' third element, times
+        ``class_weight[y]``). The statistics are summed batch by batch (the
+        data never has to fit in memory) and, in a distributed run, over the
+        workers (:func:`keras_trees.streaming.all_reduce_sum`; each worker
+        reads its share of the data), so every replica sets the same leaves.
+        """
+        if y is not None or streaming.is_array_like(x):
+            if y is None:
+                raise ValueError("set_leaves_from_data: x is an array, so y (the labels or targets) is needed "
+                                 "as well")
+            self._ensure_built(x)
+            x, y = self._check_xy(x, y, "set_leaves_from_data")
+            w = _validation.sample_weights(y, sample_weight, class_weight, self.num_classes,
+                                           "set_leaves_from_data")
+            data = streaming.stream(x, y, w, batch_size, name="set_leaves_from_data")
+            class_weight = None
+        else:
+            data = streaming.stream(x, None, sample_weight, batch_size, name="set_leaves_from_data")
+            if not self.built:
+                self._ensure_built(data.sample())
+        stats = self._stream_leaf_statistics(data, batch_size=batch_size, class_weight=class_weight,
+                                             where="set_leaves_from_data", checked=data.in_memory)
+        return self._set_leaves_from_statistics(stats)
+
+    def _stream_leaf_statistics(self, data, batch_size=4096, class_weight=None, to_input=None,
+                                where="set_leaves_from_data", model=None, checked=False):
+        """``(num_positions, U)`` :meth:`_leaf_statistics` of a
+        :class:`keras_trees.streaming.Batches` stream, summed batch by batch
+        and over the workers (``to_input`` maps a batch's x to the layer's
+        inputs; ``class_weight`` multiplies the batches' weights; ``checked``:
+        the batches are arrays :meth:`_check_xy` has checked already)."""
+        table = None
+        if class_weight is not None:
+            if self.num_classes is None:
+                raise ValueError(f"{where}: class_weight needs a classification tree (num_classes)")
+            if not isinstance(class_weight, dict):
+                raise TypeError(f"{where}: class_weight must be a dict {{class: weight}}, "
+                                f"got {type(class_weight).__name__}")
+            table = np.ones(self.num_classes)
+            for k, v in class_weight.items():
+                if not 0 <= int(k) < self.num_classes:
+                    raise ValueError(f"{where}: class_weight has class {k!r} outside [0, {self.num_classes})")
+                table[int(k)] = float(v)
+        width = self.num_classes if self.is_classifier else 1 + self.units
+        stats = np.zeros((self.num_positions, width))
+        for xb, yb, wb in data:
+            if to_input is not None:
+                xb = np.asarray(ops.convert_to_numpy(to_input(xb)))
+            if not checked:
+                xb, yb = self._check_xy(xb, yb, where)
+            if not data.in_memory or table is not None:
+                wb = np.ones(len(yb)) if wb is None else wb
+                if table is not None:
+                    wb = wb * table[yb]
+                if not np.all(np.isfinite(wb)) or np.any(wb < 0):
+                    raise ValueError(f"{where}: sample weights (sample_weight times class_weight) must be "
+                                     "finite and >= 0")
+            stats += self._leaf_statistics(self._route_numpy(xb, batch_size), yb, wb)
+        stats, = streaming.all_reduce_sum([stats], model=model)
+        if not (stats[0].sum() if self.is_classifier else stats[0, 0]) > 0:  # the root holds the total mass
+            raise ValueError(f"{where}: the data holds no samples of positive weight (the stream is empty or "
+                             "all sample weights, sample_weight times class_weight, are 0)")
+        return stats
+
+    def _set_leaves_from_statistics(self, stats):
         old = np.asarray(ops.convert_to_numpy(self.leaf_values))[0].astype(np.float64)
         self.leaf_values.assign(self._values_from_stats(stats, old)[None].astype(np.float32))
         return stats.sum(-1) if self.is_classifier else stats[:, 0]

@@ -7,7 +7,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_trees import _deprecation, topology
+from keras_trees import _deprecation, streaming, topology
 from keras_trees.api_export import keras_trees_export
 from keras_trees.constraints import RowNorm
 from keras_trees.forest import Forest, heap_leaves, node_sums
@@ -473,7 +473,7 @@ class NonGreedyTree(CheckedLoading, CheckedInputs, XLACompatibility, HeapTreeLay
         self.assignment_weights.assign(rows.astype(dtype))
         self.leaf_values.assign(values.astype(self.leaf_values.dtype))
 
-    def refit_leaves(self, x, y, leaf_smoothing=1.0, sample_weight=None, class_weight=None):
+    def refit_leaves(self, x, y=None, leaf_smoothing=1.0, sample_weight=None, class_weight=None, batch_size=4096):
         """Closed-form leaves for the current splits: every leaf that receives
         training samples of positive weight gets their (smoothed) weighted log
         class frequencies (classification, the minimizer of the weighted log
@@ -481,29 +481,77 @@ class NonGreedyTree(CheckedLoading, CheckedInputs, XLACompatibility, HeapTreeLay
         target (regression); other leaves keep their values. Not part of the
         paper's Algorithm 1: an optional post-processing step.
 
+        The per-leaf sums are accumulated batch by batch (the data never has
+        to fit in memory) and, in a distributed run, summed over the workers
+        (:func:`keras_trees.streaming.all_reduce_sum`; each worker reads its
+        share of the data), so every replica sets the same leaves; every
+        worker must call it.
+
         Args:
-            x, y: training inputs and targets.
+            x: training inputs ``(n, features)`` with ``y``, or a stream of
+                ``(x, y)`` / ``(x, y, sample_weight)`` batches (a batched
+                ``tf.data.Dataset``, a ``keras.utils.PyDataset``, a list of
+                batches or a function returning a fresh iterable of them; see
+                :mod:`keras_trees.streaming`), ``y`` None then.
+            y: targets of array ``x``.
             leaf_smoothing: as in :meth:`initialize_from`.
-            sample_weight: optional ``(n,)`` nonnegative weights (as in ``fit``:
-                integer weights equal repeated rows).
+            sample_weight: optional ``(n,)`` nonnegative weights of array
+                ``x`` (as in ``fit``: integer weights equal repeated rows); a
+                stream carries them as its batches' third element.
             class_weight: optional dict ``class -> weight`` (classification;
                 classes not listed weigh 1, as in ``fit``); multiplies
                 ``sample_weight``.
+            batch_size: rows routed at a time for array ``x`` (a stream keeps
+                its own batches).
 
         Returns the number of leaves refitted."""
-        leaf = numpy(self.route(x))[:, 0].astype(np.int64) - self.num_internal
-        n = leaf.shape[0]
-        if len(y) != n:
-            raise ValueError(f"refit_leaves: x has {n} samples but y has {len(y)}")
-        if self.is_classifier:
-            y = _validation.class_labels(y, self.num_classes, "refit_leaves")
-        weight = _validation.sample_weights(y, sample_weight, class_weight, self.num_classes, "refit_leaves")
-        values = np.array(ops.convert_to_numpy(self.leaf_values), dtype=np.float64)
-        if self.is_classifier:
-            sums = node_sums(leaf, np.eye(self.num_classes)[y], self.num_leaves(), weight)
+        where = "refit_leaves"
+        table = None
+        if y is not None or streaming.is_array_like(x):
+            if y is None:
+                raise ValueError(f"{where}: x is an array, so y (the targets) is needed as well")
+            data = streaming.stream(x, y, None, batch_size, name=where)
+            y = data.y
+            if self.is_classifier:
+                y = _validation.class_labels(y, self.num_classes, where)
+            weight = _validation.sample_weights(y, sample_weight, class_weight, self.num_classes, where)
+            data = streaming.stream(data.x, y, weight, batch_size, name=where)
         else:
-            sums = node_sums(leaf, np.asarray(y, dtype=np.float64).reshape(n, -1), self.num_leaves(), weight)
-        totals = np.bincount(leaf, weights=weight, minlength=self.num_leaves())
+            data = streaming.stream(x, None, sample_weight, batch_size, name=where)
+            if class_weight is not None:
+                # Validated as for arrays (on one sample of every class), then a per-class table.
+                labels = np.arange(self.num_classes) if self.is_classifier else np.zeros(1, np.int64)
+                _validation.sample_weights(labels, None, class_weight, self.num_classes, where)
+                table = np.ones(self.num_classes)
+                for k, v in class_weight.items():
+                    table[int(k)] = float(v)
+        width = self.num_classes if self.is_classifier else self.output_dim
+        sums = np.zeros((self.num_leaves(), width))
+        totals = np.zeros(self.num_leaves())
+        for xb, yb, wb in data:
+            leaf = numpy(self.route(xb))[:, 0].astype(np.int64) - self.num_internal
+            n = leaf.shape[0]
+            if len(yb) != n:
+                raise ValueError(f"{where}: x has {n} samples but y has {len(yb)}")
+            if not data.in_memory:
+                if self.is_classifier:
+                    yb = _validation.class_labels(yb, self.num_classes, where)
+                wb = np.ones(n) if wb is None else wb
+                if table is not None:
+                    wb = wb * table[yb]
+                if not np.all(np.isfinite(wb)) or np.any(wb < 0):
+                    raise ValueError(f"{where}: sample weights (sample_weight times class_weight) must be "
+                                     "finite and >= 0")
+            if self.is_classifier:
+                sums += node_sums(leaf, np.eye(self.num_classes)[yb], self.num_leaves(), wb)
+            else:
+                sums += node_sums(leaf, np.asarray(yb, dtype=np.float64).reshape(n, -1), self.num_leaves(), wb)
+            totals += np.bincount(leaf, weights=wb, minlength=self.num_leaves())
+        sums, totals = streaming.all_reduce_sum([sums, totals])
+        if not data.in_memory and not totals.sum() > 0:
+            raise ValueError(f"{where}: the data holds no samples of positive weight (the stream is empty or "
+                             "all sample weights, sample_weight times class_weight, are 0)")
+        values = np.array(ops.convert_to_numpy(self.leaf_values), dtype=np.float64)
         filled = totals > 0
         new = sums / np.where(filled, totals, 1.0)[:, None]
         if self.is_classifier:

@@ -22,6 +22,15 @@ from keras_trees.ops import _library
 from keras_trees.validation import tensors
 
 
+# The error of a non-finite split value on a sample's path, on both paths (the
+# kernels' kSplitValueOverflow in custom_ops/core/hard_routing.h).
+SPLIT_VALUE_OVERFLOW = (
+    "x: a split value on the path of a sample is not finite (<w, x> + b overflows the range "
+    "of the dtype of x); the inputs or the split parameters are too large: scale the inputs (e.g. "
+    "standardize them) or compute in float64"
+)
+
+
 def _validate_experts(x, split_weights, split_bias, is_split, expert_weights, threshold):
     if len(x.shape) != 2:
         raise ValueError(f"x must have rank 2 (batch, input_dim), got shape {tuple(x.shape)}")
@@ -120,6 +129,11 @@ def hard_route_reference(x, split_weights, split_bias, is_split, expert_weights=
     With rank-4 ``split_weights`` (noisy-OR splits) the split value is
     ``sum_k expert_weights[..., k] * softplus(<w_k, x> + b_k) - threshold``.
 
+    Finite inputs can still give a split value that overflows (``inf`` or
+    ``inf - inf``): a non-finite value on a sample's path is refused with a
+    ``ValueError`` on this path and by the kernels alike (only the splits
+    on the path count: the kernels evaluate no others).
+
     Returns:
         ``(node, path_values)``: ``(batch, num_trees)`` int32 heap position where
         each sample stops, and ``(batch, num_trees, depth)`` split values along
@@ -133,7 +147,9 @@ def hard_route_reference(x, split_weights, split_bias, is_split, expert_weights=
         values = ops.sum(expert_weights[None] * ops.softplus(z), axis=-1) - threshold[None]
     else:
         values = ops.einsum("bp,tip->bti", x, split_weights) + split_bias[None]
-    return _walk(values, is_split)
+    node, path = _walk(values, is_split)
+    tensors.require(ops.all(ops.isfinite(path)), SPLIT_VALUE_OVERFLOW)
+    return node, path
 
 
 def _walk(values, is_split):

@@ -97,3 +97,48 @@ def test_bad_inputs_give_clear_errors(rng):
 
     with pytest.raises(tf.errors.InvalidArgumentError, match="split_bias"):
         _library.module().keras_trees_hard_routing(x, w, b[:, :3], is_split)
+
+
+def _overflow_cases(experts):
+    """Finite float32 inputs whose split value on the path overflows: 3e38 + 3e38
+    (inf) and 3e38 + 3e38 - 3e38 - 3e38 (inf or NaN, depending on the order of
+    the sum)."""
+    x = np.array([[3e38, 3e38, 0.0, 0.0], [3e38, 3e38, -3e38, -3e38], [1.0, 2.0, 3.0, 4.0]], "float32")
+    is_split = np.array([[True]])
+    if not experts:
+        return x, (np.ones((1, 1, 4), "float32"), np.zeros((1, 1), "float32"), is_split), {}
+    kw = {"expert_weights": np.ones((1, 1, 1), "float32"), "threshold": np.zeros((1, 1), "float32")}
+    return x, (np.ones((1, 1, 1, 4), "float32"), np.zeros((1, 1, 1), "float32"), is_split), kw
+
+
+@pytest.mark.parametrize("experts", [False, True])
+def test_split_value_overflow_is_refused_on_every_path(experts):
+    x, args, kw = _overflow_cases(experts)
+    paths = {
+        "op": lambda x: tree_ops.hard_route(x, *args, **kw),
+        "reference": lambda x: tree_ops.hard_route_reference(x, *args, **kw),
+        "op in tf.function": tf.function(lambda x: tree_ops.hard_route(x, *args, **kw)),
+        "reference in tf.function": tf.function(lambda x: tree_ops.hard_route_reference(x, *args, **kw)),
+    }
+    for name, fn in paths.items():
+        for row in (0, 1):
+            with pytest.raises((ValueError, tf.errors.InvalidArgumentError),
+                               match="split value on the path of a sample is not finite"):
+                fn(x[row:row + 1])
+        # Large but finite split values route the same way on every path.
+        near = np.array([[3e38, -1e38, 0.0, 0.0], [-3e38, 1e38, 0.0, 0.0]], "float32")
+        node, path = fn(near)
+        np.testing.assert_array_equal(np.asarray(node).ravel(), [2, 1], err_msg=name)
+        assert np.all(np.isfinite(np.asarray(path))), name
+
+
+def test_overflow_off_the_path_is_not_refused():
+    # Split 2 overflows for this sample, but the sample goes left at the root
+    # and never reaches it: neither path evaluates (nor refuses) it.
+    x = np.array([[-1.0, 1e10]], "float32")
+    w = np.array([[[1.0, 0.0], [0.0, 0.0], [0.0, 1e30]]], "float32")
+    b = np.zeros((1, 3), "float32")
+    is_split = np.array([[True, False, True]])
+    for fn in (tree_ops.hard_route, tree_ops.hard_route_reference):
+        node, _ = fn(x, w, b, is_split)
+        assert np.asarray(node).ravel().tolist() == [1]

@@ -1,0 +1,83 @@
+"""Two JAX processes on CPU (``jax.distributed`` with a coordinator on
+``localhost``, gloo collectives) against one process: ``streaming.workers``,
+the per-process shares of a stream, ``streaming.all_reduce_sum`` and an
+``EMLeafUpdate`` M-step (tests/distributed/jax_worker.py).
+
+Every process gives ``EMLeafUpdate`` all the data, as ``fit`` would get it;
+the callback reads the process's share (``streaming.stream``) and sums the
+statistics over processes (``streaming.all_reduce_sum``), so the leaves equal
+the single process's. (A callback that read all the data on every process
+without summing would pass too: the shares and sums are checked above.)"""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.conftest import REPO_ROOT
+from tests.distributed.test_multi_worker import free_ports
+
+pytestmark = pytest.mark.distributed
+
+TIMEOUT = 240
+
+
+def start(out, *args):
+    env = dict(os.environ, KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="2")
+    env["PYTHONPATH"] = REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env.pop("TF_CONFIG", None)
+    return subprocess.Popen([sys.executable, "-m", "tests.distributed.jax_worker", "--out", out, *args],
+                            cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    pytest.importorskip("jax")
+    root = tmp_path_factory.mktemp("jax_processes")
+    out, ref = str(root / "processes"), str(root / "reference")
+    os.makedirs(out)
+    os.makedirs(ref)
+    port = free_ports(1)[0]
+    procs = [start(out, "--process", str(i), "--processes", "2", "--port", str(port)) for i in range(2)]
+    procs.append(start(ref))
+    try:
+        logs = [p.communicate(timeout=TIMEOUT)[0] for p in procs]
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the JAX processes did not finish within {TIMEOUT} s")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=30)
+    for p, log in zip(procs, logs):
+        assert p.returncode == 0, log[-4000:]
+    return ([dict(np.load(os.path.join(out, f"jax_{i}.npz"))) for i in range(2)],
+            dict(np.load(os.path.join(ref, "jax_0.npz"))))
+
+
+def test_shares_and_all_reduce_sum(results):
+    processes, reference = results
+    rows = np.arange(23)
+    for index, r in enumerate(processes):
+        assert r["workers"].tolist() == [2, index]
+        share = ((rows // 4) % 2 == index).astype(float)
+        np.testing.assert_array_equal(r["arrays_local"], share)
+        np.testing.assert_array_equal(r["list_local"], share)
+        np.testing.assert_array_equal(r["arrays_total"], np.ones(23))
+        np.testing.assert_array_equal(r["list_total"], np.ones(23))
+        np.testing.assert_array_equal(r["sum_a"], 3 * np.arange(6.0).reshape(2, 3) + 0.5)
+        assert r["sum_b"][0] == 2e12 + 1  # float32 alone would round it
+        # process_allgather sends float32 hi/lo parts: ~48 bits per summand
+        np.testing.assert_allclose(r["sum_b"][1], 1.0, rtol=1e-14)
+    assert reference["workers"].tolist() == [1, 0]
+    np.testing.assert_array_equal(reference["arrays_local"], np.ones(23))
+    np.testing.assert_array_equal(reference["sum_a"], np.arange(6.0).reshape(2, 3) + 0.25)
+
+
+def test_em_leaves_match_one_process(results):
+    (p0, p1), reference = results
+    np.testing.assert_array_equal(p0["leaves"], p1["leaves"])
+    np.testing.assert_allclose(p0["leaves"], reference["leaves"], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(p0["prediction"], reference["prediction"], rtol=0, atol=1e-6)
