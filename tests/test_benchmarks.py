@@ -1,0 +1,69 @@
+"""benchmarks/scale.py: its on-disk cache and a tiny run of the script (no time is asserted)."""
+
+import json
+import os
+import sys
+
+import numpy as np
+
+from tests.conftest import REPO_ROOT, run_python
+
+sys.path.insert(0, os.path.join(REPO_ROOT, "benchmarks"))
+
+import scale  # noqa: E402
+
+
+def test_scale_cache_streams_the_generated_rows_and_completes_a_half_written_cache(tmp_path):
+    data_dir = str(tmp_path / "data")
+    manifest, _ = scale.ensure_data(data_dir, 3000, verbose=False)
+    assert manifest["rows"] == 3072  # whole blocks of 1024 rows
+    assert scale.read_manifest(data_dir) == manifest
+    shard = os.path.join(data_dir, "train-00000.tfrecord")
+    with open(shard, "rb") as handle:
+        original = handle.read()
+
+    # A batch size that does not divide the block, and N that is not a whole block.
+    batches = [(np.asarray(x), np.asarray(y)) for x, y in scale.dataset(data_dir, 2500, 700)]
+    assert [len(x) for x, _ in batches] == [700, 700, 700, 400]
+    x = np.concatenate([b[0] for b in batches])
+    y = np.concatenate([b[1] for b in batches])
+    expected = scale._rows(0, 0, 2500, scale._teacher())
+    np.testing.assert_array_equal(x, expected[:, : scale.FEATURES])
+    np.testing.assert_array_equal(y, expected[:, scale.FEATURES].astype(np.int32))
+    assert x.dtype == np.float32 and y.dtype == np.int32 and set(np.unique(y)) <= set(range(scale.CLASSES))
+    test_rows = sum(len(x) for x, _ in scale.dataset(data_dir, 0, 4096, test=True))
+    assert test_rows == scale.TEST_ROWS
+
+    # A shard cut short (a crash while writing) makes the cache incomplete; it is regenerated identically.
+    with open(shard, "r+b") as handle:
+        handle.truncate(1000)
+    assert scale.read_manifest(data_dir) is None
+    scale.ensure_data(data_dir, 3000, verbose=False)
+    with open(shard, "rb") as handle:
+        assert handle.read() == original
+    # A larger set extends the smaller one: its first rows are the same.
+    scale.ensure_data(data_dir, 5000, verbose=False)
+    x_large = np.concatenate([np.asarray(x) for x, _ in scale.dataset(data_dir, 2500, 700)])
+    np.testing.assert_array_equal(x_large, x)
+
+
+def test_scale_script_prints_its_table(tmp_path):
+    out_json = tmp_path / "scale.json"
+    benchmarks = os.path.join(REPO_ROOT, "benchmarks")
+    code = (
+        "import runpy, sys\n"
+        f"sys.path.insert(0, {benchmarks!r})\n"
+        f"sys.argv = ['scale.py', '--sizes', '2000', '--families', 'TreeEnsembleLayer', '--threads', '1', "
+        f"'--data-dir', {str(tmp_path / 'data')!r}, '--json', {str(out_json)!r}]\n"
+        f"runpy.run_path({os.path.join(benchmarks, 'scale.py')!r}, run_name='__main__')\n"
+    )
+    out = run_python(code, cwd=tmp_path)
+    assert "family" in out and "rows/s" in out and "peak RSS MB" in out
+    rows = [line for line in out.splitlines() if line.startswith("TreeEnsembleLayer ") and "2,000" in line]
+    assert rows and "FAILED" not in rows[-1] and "skipped" not in rows[-1], out
+    assert "TreeEnsembleLayer depth 8 at N=2,000" in out
+    (result,) = json.loads(out_json.read_text())["results"]
+    assert result["family"] == "TreeEnsembleLayer" and result["n"] == 2000 and result["epochs"] == 1
+    assert result["rows_per_s"] > 0 and result["rows_per_cpu_s"] > 0 and result["peak_rss_mb"] > 100  # TensorFlow alone takes more
+    assert 0.0 <= result["accuracy"] <= 1.0
+    assert (tmp_path / "data" / "manifest.json").exists()
