@@ -30,7 +30,6 @@ by the all-reduce instead of one full batch), carried through 96 Adam steps:
 measured 7e-6 on predictions of magnitude 3.5; the check allows 1e-4.
 """
 
-import inspect
 import json
 import os
 import signal
@@ -65,14 +64,6 @@ def free_ports(count):
     finally:
         for s in sockets:
             s.close()
-
-
-def callbacks_take_datasets():
-    """Whether GreedyLevelGrowth and EMLeafUpdate accept a dataset without y."""
-    from keras_trees.callbacks import EMLeafUpdate, GreedyLevelGrowth
-
-    return all(inspect.signature(cls).parameters["y"].default is not inspect.Parameter.empty
-               for cls in (GreedyLevelGrowth, EMLeafUpdate))
 
 
 class Run:
@@ -131,7 +122,7 @@ def failure(runs, message):
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    growth = callbacks_take_datasets()
+    growth = True
     root = tmp_path_factory.mktemp("multi_worker")
     out, ref_out = str(root / "workers"), str(root / "reference")
     os.makedirs(out)
@@ -177,6 +168,7 @@ def results(tmp_path_factory):
                 item["tel"] = dict(np.load(os.path.join(directory, f"tel_{i}.npz")))
                 if growth:
                     item["growth"] = dict(np.load(os.path.join(directory, f"growth_{i}.npz")))
+                    item["statistics"] = dict(np.load(os.path.join(directory, f"statistics_{i}.npz")))
                 loaded[key].append(item)
         return loaded
     finally:
@@ -242,8 +234,6 @@ def test_tree_ensemble_resumes_and_matches_one_process(results):
 
 
 def test_greedy_growth_with_em_leaves_matches_one_process(results):
-    if not results["growth"]:
-        pytest.skip("GreedyLevelGrowth/EMLeafUpdate do not accept a dataset without y yet (issue #17 part 1)")
     w0, w1 = (w["growth"] for w in results["workers"])
     ref = results["reference"][0]["growth"]
     np.testing.assert_array_equal(w0["node_state"], w1["node_state"])
@@ -253,3 +243,17 @@ def test_greedy_growth_with_em_leaves_matches_one_process(results):
     assert int(np.sum(w0["num_leaves"])) == int(np.sum(ref["num_leaves"])) > 2  # the tree grew
     np.testing.assert_allclose(w0["leaves"], ref["leaves"], rtol=0, atol=ATOL)
     np.testing.assert_allclose(w0["prediction"], ref["prediction"], rtol=0, atol=ATOL)
+
+
+def test_polytope_and_non_greedy_statistics_match_one_process(results):
+    w0, w1 = (w["statistics"] for w in results["workers"])
+    ref = results["reference"][0]["statistics"]
+    for key in w0:  # the workers agree exactly, also after training stumps together
+        np.testing.assert_array_equal(w0[key], w1[key], err_msg=key)
+    # Statistics only (no stump training): the same tree as one process on all the data.
+    np.testing.assert_array_equal(w0["polytope0_state"], ref["polytope0_state"])
+    assert (w0["polytope0_state"] == 2).sum() >= 1  # it split (topology.SPLIT)
+    np.testing.assert_allclose(w0["polytope0_leaves"], ref["polytope0_leaves"], rtol=0, atol=ATOL)
+    np.testing.assert_allclose(w0["polytope0_prediction"], ref["polytope0_prediction"], rtol=0, atol=ATOL)
+    np.testing.assert_array_equal(w0["refitted"], ref["refitted"])
+    np.testing.assert_allclose(w0["nongreedy_leaves"], ref["nongreedy_leaves"], rtol=0, atol=ATOL)

@@ -17,7 +17,9 @@ single-process reference on all the data. In order:
    backup (``tel_<worker>.npz``: predictions and weights);
 3. with ``--growth``, an ``EndToEndTree`` grown by ``GreedyLevelGrowth`` with
    ``EMLeafUpdate`` leaves, both reading the same sharded dataset as ``fit``
-   (``growth_<worker>.npz``: node_state, leaves, predictions).
+   (``growth_<worker>.npz``: node_state, leaves, predictions), then a convex
+   polytope tree's ``fit_greedy`` and a non-greedy tree's ``refit_leaves`` on
+   that dataset (``statistics_<worker>.npz``).
 
 Every process uses one CPU thread (TensorFlow intra- and inter-op threads 1).
 """
@@ -180,6 +182,39 @@ def growth(strat, x, y, x_test, index, args):
              prediction=keras.ops.convert_to_numpy(model(x_test, training=False)))
 
 
+def leaf_statistics(strat, x, y, x_test, index, args):
+    """The other families' statistics over data, read from the same sharded
+    dataset by every worker inside the strategy's scope: a convex polytope tree
+    grown by ``fit_greedy`` without stump training (``epochs=0``: its topology,
+    thresholds and leaves come from streamed, all-reduced histograms and
+    counts only), then one epoch of stump training (the workers step together:
+    they must agree with each other), and a non-greedy tree's
+    ``refit_leaves``."""
+    from sklearn.tree import DecisionTreeClassifier
+
+    from keras_trees.interop import from_sklearn
+    from keras_trees.layers import ConvexPolytopeTree, NonGreedyTree
+
+    data = dataset(x, y)
+    out = {}
+    with strat.scope():
+        for epochs in (0, 1):
+            keras.utils.set_random_seed(0)
+            tree = ConvexPolytopeTree(max_depth=3, num_classes=CLASSES, seed=0)
+            tree.fit_greedy(data, epochs=epochs, batch_size=GLOBAL_BATCH, verbose=0)
+            out[f"polytope{epochs}_state"] = keras.ops.convert_to_numpy(tree.node_state)
+            out[f"polytope{epochs}_leaves"] = keras.ops.convert_to_numpy(tree.leaf_values)
+            out[f"polytope{epochs}_prediction"] = keras.ops.convert_to_numpy(tree(x_test))
+        keras.utils.set_random_seed(0)
+        ngt = NonGreedyTree(max_depth=3, num_classes=CLASSES, seed=0)
+        ngt.build((None, FEATURES))
+        ngt.initialize_from(from_sklearn(DecisionTreeClassifier(max_depth=3, random_state=0).fit(x[:256], y[:256])))
+        out["refitted"] = np.asarray(ngt.refit_leaves(data))
+        out["nongreedy_leaves"] = keras.ops.convert_to_numpy(ngt.leaf_values)
+    print(f"worker {index}: polytope and non-greedy statistics done", flush=True)
+    np.savez(os.path.join(args.out, f"statistics_{index}.npz"), **out)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
@@ -202,6 +237,7 @@ def main(argv=None):
     tree_ensemble(strat, x, y, x_test, index, num_workers, args)
     if args.growth:
         growth(strat, x, y, x_test, index, args)
+        leaf_statistics(strat, x, y, x_test, index, args)
     print(f"worker {index}: done", flush=True)
 
 
