@@ -18,6 +18,7 @@ from keras_trees.api_export import keras_trees_export
 from keras_trees.forest import Forest, check_document
 from keras_trees.inspection import names as _names
 from keras_trees.inspection import rules as _rules
+from keras_trees.inspection.export import require_arrays
 
 
 def _pyplot():
@@ -109,10 +110,14 @@ def plot_tree(doc, tree=0, ax=None, class_names=None, max_leaves=None, feature_n
         fontsize: of the labels (default 7, 6 for more than 128 leaves).
         decimals: digits in split labels.
         x, y: for a forest or layer (not a dict): rows its splits read and
-            optional labels, for sample counts (:meth:`Forest.to_dict`).
+            optional labels, for sample counts (:meth:`Forest.to_dict`):
+            arrays (a stream raises ``TypeError``; give the export of
+            :func:`export_trees` with a stream as ``doc`` instead).
 
     Returns the matplotlib ``Axes``.
     """
+    require_arrays(x, "x", "plot_tree", "a plot takes arrays; for the sample counts of a stream pass "
+                   "export_trees(model, stream)[i] (its nodes carry them) as doc")
     plt = _pyplot()
     doc = _document(doc, x, y)
     forest = Forest.from_dict(doc)
@@ -233,8 +238,10 @@ def plot_split_weights(doc, image_shape, tree=0, nodes=None, max_nodes=12, axes=
 def plot_decision_regions(model, x, y=None, ax=None, resolution=200, padding=0.5):
     """Predicted class of ``model`` over the plane spanned by 2D inputs ``x``.
 
-    Returns the matplotlib ``Axes``.
+    ``x`` (and ``y``) are arrays in memory: every point is drawn (a stream of
+    batches raises ``TypeError``). Returns the matplotlib ``Axes``.
     """
+    require_arrays(x, "x", "plot_decision_regions", "a plot draws every point and spans their range")
     plt = _pyplot()
     x = np.asarray(x, np.float32)
     if x.ndim != 2 or x.shape[1] != 2:
