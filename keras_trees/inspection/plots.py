@@ -18,7 +18,7 @@ from keras_trees.api_export import keras_trees_export
 from keras_trees.forest import Forest, check_document
 from keras_trees.inspection import names as _names
 from keras_trees.inspection import rules as _rules
-from keras_trees.inspection.export import require_arrays
+from keras_trees.inspection.export import _is_stream, require_arrays
 
 
 def _pyplot():
@@ -35,7 +35,9 @@ def _document(doc, x=None, y=None):
     if isinstance(doc, dict):
         check_document(doc)
         return doc
-    return _names.as_forest(doc).to_dict(None if x is None else _names.as_array(x), y)
+    if x is not None and not _is_stream(x):  # a stream is summed batch by batch (Forest.node_statistics)
+        x = _names.as_array(x)
+    return _names.as_forest(doc).to_dict(x, y)
 
 
 def _tree(doc, tree):
@@ -110,14 +112,12 @@ def plot_tree(doc, tree=0, ax=None, class_names=None, max_leaves=None, feature_n
         fontsize: of the labels (default 7, 6 for more than 128 leaves).
         decimals: digits in split labels.
         x, y: for a forest or layer (not a dict): rows its splits read and
-            optional labels, for sample counts (:meth:`Forest.to_dict`):
-            arrays (a stream raises ``TypeError``; give the export of
-            :func:`export_trees` with a stream as ``doc`` instead).
+            optional labels, for sample counts (:meth:`Forest.to_dict`); ``x``
+            may be a stream of ``(x, y[, sample_weight])`` batches (``y``
+            None), summed batch by batch (:meth:`Forest.node_statistics`).
 
     Returns the matplotlib ``Axes``.
     """
-    require_arrays(x, "x", "plot_tree", "a plot takes arrays; for the sample counts of a stream pass "
-                   "export_trees(model, stream)[i] (its nodes carry them) as doc")
     plt = _pyplot()
     doc = _document(doc, x, y)
     forest = Forest.from_dict(doc)

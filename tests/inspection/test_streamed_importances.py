@@ -1,4 +1,4 @@
-"""Importances, rules and active leaves over a stream of batches: the same
+"""Importances, rules, node statistics and plots over a stream of batches: the same
 results as over arrays (with and without sample weights), summed over
 (simulated) workers; the functions that need arrays in memory refuse a stream
 with a TypeError naming the argument."""
@@ -18,7 +18,7 @@ from keras_trees.inspection import (
     plot_tree,
     routing_sensitivity,
 )
-from keras_trees.layers import EndToEndTree, NonGreedyTree, TreeEnsembleLayer
+from keras_trees.layers import EndToEndTree, TreeEnsembleLayer
 from tests._streams import as_sources, lockstep_workers, two_workers
 
 sklearn_tree = pytest.importorskip("sklearn.tree")
@@ -200,30 +200,6 @@ def test_streamed_export_text_counts_equal_those_of_arrays(monkeypatch):
     assert local[0][0][0, 0] == 128  # worker 1's root: its two batches
 
 
-def test_active_leaves_of_a_stream():
-    x, y, w = data()
-    model = NonGreedyTree(max_depth=3, num_classes=3, nu=1.0, seed=0)
-    model(x[:2])
-    model.initialize_from(from_sklearn(sklearn_tree.DecisionTreeClassifier(max_depth=3, random_state=0).fit(x, y)))
-    expected = model.active_leaves(x)
-    assert 2 <= expected <= 8
-    for kind, source in as_sources(x, y, w, batch=64).items():
-        assert model.active_leaves(source) == expected, kind
-    few = as_sources(x[:64], y[:64], batch=32)["list"]  # fewer samples reach fewer leaves
-    assert model.active_leaves(few) == model.active_leaves(x[:64]) <= expected
-
-
-def test_active_leaves_of_two_workers(monkeypatch):
-    x, y, _ = data()
-    model = NonGreedyTree(max_depth=3, num_classes=3, nu=1.0, seed=0)
-    model(x[:2])
-    model.initialize_from(from_sklearn(sklearn_tree.DecisionTreeClassifier(max_depth=3, random_state=0).fit(x, y)))
-    source = as_sources(x, y, batch=64)["list"]
-    got, local, summed = two_workers(monkeypatch, lambda: model.active_leaves(source), lambda: None)
-    assert got == model.active_leaves(x)
-    assert local[0][0].sum() == 128 and summed[0][0].sum() == len(x)
-
-
 def test_array_only_functions_refuse_a_stream():
     x, y, _ = data(n=64)
     source = as_sources(x, y)["dataset"]
@@ -232,10 +208,48 @@ def test_array_only_functions_refuse_a_stream():
     calls = {
         "permutation_importance": lambda: permutation_importance(forest, source, None),
         "hard_forest": lambda: hard_forest(layer, source),
-        "plot_tree": lambda: plot_tree(forest, x=as_sources(x, y)["list"]),
         "plot_decision_regions": lambda: plot_decision_regions(forest, source),
         "layer_statistics": lambda: layer_statistics(layer, source),
     }
     for name, call in calls.items():
         with pytest.raises(TypeError, match=f"{name} needs arrays in memory: .*(x|features) is a stream"):
             call()
+
+
+@pytest.mark.parametrize("task", ["classification", "regression"])
+def test_streamed_node_statistics_equal_those_of_arrays(monkeypatch, task):
+    x, y, w = data()
+    if task == "classification":
+        forest = from_sklearn(sklearn_tree.DecisionTreeClassifier(max_depth=3, random_state=0).fit(x, y))
+        key = "class_counts"
+    else:
+        y = np.stack([x[:, 0] * 2, x[:, 1]], 1)
+        forest = linear_forest(units=2)
+        key = "target_mean"
+    expected = forest.node_statistics(x, y)
+    assert key in expected
+    for kind, source in as_sources(x, y, w, batch=64).items():  # weights are not used
+        got = forest.node_statistics(source)
+        np.testing.assert_array_equal(got["samples"], expected["samples"], err_msg=kind)
+        np.testing.assert_allclose(got[key], expected[key], rtol=1e-9, err_msg=kind)
+        assert forest.to_dict(source)["trees"] == forest.to_dict(x, y)["trees"]
+    got, calls = lockstep_workers(monkeypatch, lambda: forest.node_statistics(as_sources(x, y, batch=64)["dataset"]))
+    for result in got:
+        np.testing.assert_array_equal(result["samples"], expected["samples"])
+        np.testing.assert_allclose(result[key], expected[key], rtol=1e-9)
+    assert calls[-1][1][0][0, 0] == 128  # worker 1's root: its two batches
+    with pytest.raises(ValueError, match="y must be None"):
+        forest.node_statistics(as_sources(x, y)["list"], y)
+
+
+def test_plot_tree_of_a_stream():
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    x, y, _ = data()
+    forest = from_sklearn(sklearn_tree.DecisionTreeClassifier(max_depth=3, random_state=0).fit(x, y))
+    texts = lambda ax: sorted(t.get_text() for t in ax.texts)  # noqa: E731
+    expected = texts(plot_tree(forest, x=x, y=y))
+    assert sum(int(t) for t in expected if t.isdigit()) == len(x)  # the leaves' sample counts are drawn
+    assert texts(plot_tree(forest, x=as_sources(x, y)["dataset"])) == expected
