@@ -559,7 +559,22 @@ class Forest:
             samples of both children), with ``y`` also ``"class_counts"``
             ``(T, N, num_classes)`` int64 or ``"target_mean"`` ``(T, N, U)``
             float64 (NaN where no sample arrives).
+
+        ``x`` may also be a stream of ``(x, y)`` / ``(x, y, sample_weight)``
+        batches (a batched ``tf.data.Dataset``, a ``keras.utils.PyDataset``, a
+        list of batches or a function returning a fresh iterable of them;
+        :mod:`keras_trees.streaming`), ``y`` None: the batches' labels are
+        used (weights are not), the sums are accumulated batch by batch and,
+        in a distributed run, summed over the workers (each reads its share;
+        every worker must call it): the statistics of all the batches.
         """
+        from keras_trees.inspection.export import _is_stream
+
+        if x is not None and _is_stream(x):
+            if y is not None:
+                raise ValueError("node_statistics: x is a stream of (x, y[, sample_weight]) batches: its labels "
+                                 "are in the batches; y must be None")
+            return self._streamed_node_statistics(x, num_classes)
         leaf = self.route(x)
         n, T = leaf.shape
         N = self.node_state.shape[1]
@@ -581,6 +596,49 @@ class Forest:
                 stats["target_mean"] = sums / stats["samples"][..., None]
         return stats
 
+    def _streamed_node_statistics(self, data, num_classes):
+        from keras_trees import streaming
+
+        where = "node_statistics"
+        if num_classes is not None:
+            if isinstance(num_classes, bool) or int(num_classes) != num_classes or num_classes < 1:
+                raise ValueError(f"num_classes must be an integer >= 1, got {num_classes!r}")
+        num_classes = self.num_classes if num_classes is None else int(num_classes)
+        data = streaming.stream(data, name=where)
+        T, N = self.num_trees, self.node_state.shape[1]
+        samples, labels = np.zeros((T, N)), None
+        for xb, yb, _ in data:
+            leaf = self.route(xb)
+            n = len(leaf)
+            samples += node_sums(leaf, np.ones(n), N, subtrees=True)[..., 0]
+            if num_classes is not None:
+                values = np.eye(num_classes)[class_ids(yb, num_classes, where)]
+            else:
+                values = targets(yb, n, where)
+            sums = node_sums(leaf, values, N, subtrees=True)
+            if labels is not None and labels.shape != sums.shape:
+                raise ValueError(f"{where}: the targets of the batches differ in shape")
+            labels = sums if labels is None else labels + sums
+        # The label width (the targets' when there are no classes) over the workers: a worker may have no batch.
+        width = np.zeros(data.num_workers)
+        width[data.worker_index] = 0 if labels is None else labels.shape[-1]
+        total_width = int(streaming.all_reduce_sum([width])[0].max())
+        mismatch = labels is not None and labels.shape[-1] != total_width
+        if labels is None or mismatch:
+            labels = np.zeros((T, N, total_width))
+        samples, labels, flag = streaming.all_reduce_sum([samples, labels, np.array([float(mismatch)])])
+        if flag[0] > 0:
+            raise ValueError(f"{where}: the targets of the workers' batches differ in shape")
+        if samples[:, 0].sum() <= 0:
+            raise ValueError(f"{where}: the data is empty")
+        stats = {"samples": np.rint(samples).astype(np.int64)}
+        if num_classes is not None:
+            stats["class_counts"] = np.rint(labels).astype(np.int64)
+        else:
+            with np.errstate(invalid="ignore", divide="ignore"):
+                stats["target_mean"] = labels / stats["samples"][..., None]
+        return stats
+
     # -------------------------------------------------------------- JSON
     def _split_dict(self, t, i):
         if self.split_kind == "linear":
@@ -594,9 +652,10 @@ class Forest:
     def to_dict(self, x=None, y=None, num_classes=None, statistics=None):
         """The forest as a plain JSON-friendly dict (format in
         :mod:`keras_trees.inspection.export`); with ``x`` (and ``y``) its nodes
-        carry the :meth:`node_statistics` of those samples (or the given
+        carry the :meth:`node_statistics` of those samples (``x`` may be a
+        stream of batches, ``y`` None, as there), or the given
         ``statistics``, a dict as :meth:`node_statistics` returns, e.g. summed
-        over batches of a stream). :meth:`from_dict` reads it back."""
+        over batches of a stream. :meth:`from_dict` reads it back."""
         if statistics is not None and x is not None:
             raise ValueError("to_dict: pass samples x (and y) or their statistics, not both")
         stats = statistics if x is None else self.node_statistics(x, y, num_classes)

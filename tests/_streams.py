@@ -50,3 +50,55 @@ def two_workers(monkeypatch, run, reset):
     assert len(summed) == len(local) > 0  # both workers made the same collective calls
     monkeypatch.undo()
     return result, local, summed
+
+
+def lockstep_workers(monkeypatch, run, num_workers=2):
+    """Runs ``run()`` as each of ``num_workers`` workers at once (one thread
+    each), ``all_reduce_sum`` adding what they all pass at the same call (a
+    barrier): a real all-reduce, where a later pass may depend on an earlier
+    sum. Returns ``(results by worker, [per call: the workers' local sums])``."""
+    import threading
+
+    me = threading.local()
+    barrier = threading.Barrier(num_workers, timeout=300)
+    calls, lock = [], threading.Lock()
+
+    def workers(model=None):
+        return num_workers, me.index
+
+    def all_reduce_sum(arrays, model=None):
+        arrays = [np.array(a, np.float64) for a in arrays]
+        call = me.calls
+        me.calls += 1
+        with lock:
+            while len(calls) <= call:
+                calls.append({})
+            calls[call][me.index] = arrays
+        barrier.wait()
+        theirs = [calls[call][k] for k in range(num_workers)]
+        shapes = [[a.shape for a in arrays] for arrays in theirs]
+        assert all(s == shapes[0] for s in shapes), f"a collective with different shapes: {shapes}"
+        return [np.sum(parts, axis=0) for parts in zip(*theirs)]
+
+    results, errors = [None] * num_workers, []
+
+    def worker(index):
+        me.index, me.calls = index, 0
+        try:
+            results[index] = run()
+        except BaseException as e:  # noqa: BLE001 (re-raised below)
+            errors.append(e)
+            barrier.abort()
+
+    monkeypatch.setattr(streaming, "workers", workers)
+    monkeypatch.setattr(streaming, "all_reduce_sum", all_reduce_sum)
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(num_workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    monkeypatch.undo()
+    if errors:
+        raise errors[0]
+    assert len({len(c) for c in calls}) <= 1 and all(len(c) == num_workers for c in calls)
+    return results, [[c[k] for k in range(num_workers)] for c in calls]

@@ -22,6 +22,19 @@ reads forests:
 * Feature names come from ``feature_names=``, a pandas DataFrame's columns or
   the forest's ``feature_names`` (:mod:`keras_trees.inspection.names`).
 
+Data too large for memory: the statistics that are sums over samples take a
+stream of ``(x, y[, sample_weight])`` batches as well as arrays
+(:mod:`keras_trees.streaming`) and sum it batch by batch and over the workers
+of a distributed run: :func:`export_trees` / :func:`to_json`,
+:func:`tree_statistics`, :func:`feature_importances`,
+:func:`routing_sensitivity`, :func:`export_text`, :func:`plot_tree`'s sample
+counts (and :meth:`Forest.node_statistics <keras_trees.forest.Forest.node_statistics>`).
+The others need arrays in memory and raise ``TypeError`` for a stream:
+:func:`permutation_importance` (shuffles a column across all rows),
+:func:`hard_forest` (every row's outputs and their agreement),
+:func:`layer_statistics` (one batch: use :func:`tree_statistics`),
+:func:`plot_decision_regions` (draws every point).
+
 A new tree layer joins all of the above by defining ``to_forest()`` and
 ``forest_features(inputs)`` (see ``keras_trees.layers._forest_layer``).
 """

@@ -119,6 +119,15 @@ def _is_stream(x):
         (hasattr(x, "__iter__") and not isinstance(x, (str, bytes, dict)))
 
 
+def require_arrays(value, argument, where, reason):
+    """Refuses a stream of batches where ``where`` needs its data in memory:
+    a ``TypeError`` naming ``argument`` and saying why (``reason``)."""
+    if value is not None and _is_stream(value):
+        raise TypeError(
+            f"{where} needs arrays in memory: {argument} is a stream of batches "
+            f"({type(value).__name__}), but {reason}; pass the arrays (e.g. a sample of the data)")
+
+
 def _streamed_docs(model, layers, data):
     """Per layer, the node statistics of a stream of batches, summed batch by
     batch and over the workers, in :func:`export_layer` documents."""

@@ -17,7 +17,7 @@ import numpy as np
 
 from keras_trees.api_export import keras_trees_export
 from keras_trees.inspection import names as _names
-from keras_trees.inspection.export import tree_layers
+from keras_trees.inspection.export import require_arrays, tree_layers
 from keras_trees.layers._forest_layer import numpy
 from keras_trees.layers._layer_inputs import identity, layer_input_fn
 
@@ -56,7 +56,9 @@ def hard_forest(model, x, layer=None, task="auto"):
     Args:
         model: a tree layer (Tree Ensemble Layer, hinge forest / fern; any
             tree layer works) or a model holding it.
-        x: inputs of ``model`` (a DataFrame is fine).
+        x: inputs of ``model`` (a DataFrame is fine); arrays in memory (a
+            stream of batches raises ``TypeError``: the result holds every
+            row's outputs).
         layer: which tree layer of ``model`` (needed if it holds several).
         task: ``"auto"`` (classification when the layer has several outputs),
             ``"classification"`` or ``"regression"``: see :func:`agreement`.
@@ -77,6 +79,8 @@ def hard_forest(model, x, layer=None, task="auto"):
     >>> hard_forest(tel, x)["agreement"]  # width -> 0: the soft trees are hard
     1.0
     """
+    require_arrays(x, "x", "hard_forest", "it returns the soft and hard outputs of every row and their "
+                   "agreement over all of them (argmax matches, R^2, correlation)")
     layer = layer if layer is not None else _single_layer(model)
     values = _names.as_array(x)
     if not layer.built:

@@ -18,6 +18,7 @@ from keras_trees.api_export import keras_trees_export
 from keras_trees.forest import Forest, check_document
 from keras_trees.inspection import names as _names
 from keras_trees.inspection import rules as _rules
+from keras_trees.inspection.export import _is_stream, require_arrays
 
 
 def _pyplot():
@@ -34,7 +35,9 @@ def _document(doc, x=None, y=None):
     if isinstance(doc, dict):
         check_document(doc)
         return doc
-    return _names.as_forest(doc).to_dict(None if x is None else _names.as_array(x), y)
+    if x is not None and not _is_stream(x):  # a stream is summed batch by batch (Forest.node_statistics)
+        x = _names.as_array(x)
+    return _names.as_forest(doc).to_dict(x, y)
 
 
 def _tree(doc, tree):
@@ -109,7 +112,9 @@ def plot_tree(doc, tree=0, ax=None, class_names=None, max_leaves=None, feature_n
         fontsize: of the labels (default 7, 6 for more than 128 leaves).
         decimals: digits in split labels.
         x, y: for a forest or layer (not a dict): rows its splits read and
-            optional labels, for sample counts (:meth:`Forest.to_dict`).
+            optional labels, for sample counts (:meth:`Forest.to_dict`); ``x``
+            may be a stream of ``(x, y[, sample_weight])`` batches (``y``
+            None), summed batch by batch (:meth:`Forest.node_statistics`).
 
     Returns the matplotlib ``Axes``.
     """
@@ -233,8 +238,10 @@ def plot_split_weights(doc, image_shape, tree=0, nodes=None, max_nodes=12, axes=
 def plot_decision_regions(model, x, y=None, ax=None, resolution=200, padding=0.5):
     """Predicted class of ``model`` over the plane spanned by 2D inputs ``x``.
 
-    Returns the matplotlib ``Axes``.
+    ``x`` (and ``y``) are arrays in memory: every point is drawn (a stream of
+    batches raises ``TypeError``). Returns the matplotlib ``Axes``.
     """
+    require_arrays(x, "x", "plot_decision_regions", "a plot draws every point and spans their range")
     plt = _pyplot()
     x = np.asarray(x, np.float32)
     if x.ndim != 2 or x.shape[1] != 2:

@@ -19,9 +19,11 @@ decreasing ``r_k``, facets with ``r_k = 0`` left out).
 
 import numpy as np
 
-from keras_trees import topology
+from keras_trees import streaming, topology
 from keras_trees.api_export import keras_trees_export
+from keras_trees.forest import node_sums
 from keras_trees.inspection import names as _names
+from keras_trees.inspection.export import _is_stream
 from keras_trees.validation import arguments, bounds
 
 
@@ -97,7 +99,11 @@ def export_text(forest, tree=0, feature_names=None, class_names=None, max_depth=
             (None: the whole tree).
         decimals: digits of thresholds, weights and values.
         x: optional rows the splits read: leaves then show ``(samples: n)``,
-            the samples routed there (:meth:`Forest.node_statistics`).
+            the samples routed there (:meth:`Forest.node_statistics`). Or a
+            stream of ``(x, y)`` / ``(x, y, sample_weight)`` batches of such
+            rows (:mod:`keras_trees.streaming`; labels and weights unused):
+            the counts are summed batch by batch and, in a distributed run,
+            over the workers (every worker must call it).
         terms: oblique splits print their ``terms`` largest-``|weight|`` terms
             (noisy-OR splits as many facets), then ``+ ... (k more)``.
         spacing: width of one indentation level.
@@ -121,8 +127,12 @@ def export_text(forest, tree=0, feature_names=None, class_names=None, max_depth=
     terms = arguments.positive_int("terms", terms)
     spacing = arguments.positive_int("spacing", spacing)
     one = forest.tree(tree)
-    names = _names.resolve(forest.input_dim, feature_names, x, forest)
-    samples = None if x is None else one.node_statistics(_names.as_array(x))["samples"]
+    if x is not None and _is_stream(x):
+        names = _names.resolve(forest.input_dim, feature_names, None, forest)
+        samples = _streamed_samples(one, x)
+    else:
+        names = _names.resolve(forest.input_dim, feature_names, x, forest)
+        samples = None if x is None else one.node_statistics(_names.as_array(x))["samples"]
     if class_names is not None and forest.num_classes is not None and len(class_names) != forest.num_classes:
         raise ValueError(f"class_names must hold {forest.num_classes} names, got {len(class_names)}")
     state = one.node_state[0]
@@ -144,3 +154,16 @@ def export_text(forest, tree=0, feature_names=None, class_names=None, max_depth=
 
     recurse(0, 1)
     return "\n".join(lines) + "\n"
+
+
+def _streamed_samples(forest, data):
+    """``(T, N)`` samples routed through every node of ``forest`` from a stream
+    of batches, summed batch by batch and over the workers."""
+    data = streaming.stream(data, name="export_text")
+    N = forest.node_state.shape[1]
+    counts = np.zeros((forest.num_trees, N))
+    for xb, _, _ in data:
+        if len(xb):
+            counts += node_sums(forest.route(xb), np.ones(len(xb)), N, subtrees=True)[..., 0]
+    counts, = streaming.all_reduce_sum([counts])
+    return np.rint(counts).astype(np.int64)

@@ -5,7 +5,7 @@ import numpy as np
 
 from keras_trees import streaming, topology
 from keras_trees.api_export import keras_trees_export
-from keras_trees.inspection.export import forest_features, _is_stream, tree_layers
+from keras_trees.inspection.export import forest_features, _is_stream, require_arrays, tree_layers
 
 
 @keras_trees_export("keras_trees.inspection")
@@ -20,7 +20,11 @@ def layer_statistics(layer, features=None):
     Layer, the internal nodes its conditional forward pass visits) and, for
     soft trees, ``reachable_leaves`` (mean per sample and tree). An empty
     batch of ``features`` raises ``ValueError``: these are means over samples.
+    ``features`` are arrays; for a stream of batches use
+    :func:`tree_statistics` (``tree_statistics(layer, stream)``).
     """
+    require_arrays(features, "features", "layer_statistics",
+                   "it takes one batch of split features; tree_statistics(layer, stream) sums a stream's batches")
     forest = layer.to_forest()
     stats = {
         "family": forest.family,

@@ -563,8 +563,27 @@ class NonGreedyTree(CheckedLoading, CheckedInputs, XLACompatibility, HeapTreeLay
 
     # ------------------------------------------------------------ statistics
     def active_leaves(self, x):
-        """Number of leaves that receive at least one sample of ``x`` (Fig. 3)."""
-        return int(np.unique(numpy(self.route(x))).size)
+        """Number of leaves that receive at least one sample of ``x`` (Fig. 3).
+
+        ``x``: inputs ``(n, features)``, or a stream of ``(x, y)`` /
+        ``(x, y, sample_weight)`` batches (a batched ``tf.data.Dataset``, a
+        ``keras.utils.PyDataset``, a list of batches or a function returning a
+        fresh iterable of them; labels and weights unused): the samples per
+        leaf are counted batch by batch and, in a distributed run, summed over
+        the workers (each reads its share; every worker must call it), so
+        every worker counts the leaves the whole data reaches."""
+        from keras_trees.inspection.export import _is_stream
+
+        if not _is_stream(x):
+            return int(np.unique(numpy(self.route(x))).size)
+        data = streaming.stream(x, name="active_leaves")
+        counts = np.zeros(self.num_leaves())
+        for xb, _, _ in data:
+            if len(keras.tree.flatten(xb)[0]):
+                leaf = numpy(self.route(xb))[:, 0].astype(np.int64) - self.num_internal
+                counts += np.bincount(leaf, minlength=self.num_leaves())
+        counts, = streaming.all_reduce_sum([counts])
+        return int(np.count_nonzero(counts))
 
     def _forest(self):
         rows = numpy(self.split_weights)

@@ -11,6 +11,7 @@ from keras_trees.ops.loss_augmented import loss_augmented_inference_reference
 
 sklearn_tree = pytest.importorskip("sklearn.tree")
 from keras_trees.interop.sklearn import from_sklearn  # noqa: E402
+from tests._streams import as_sources, two_workers  # noqa: E402
 
 
 def problem(n=600, p=4, seed=0):
@@ -164,3 +165,28 @@ def test_bad_arguments_and_inputs():
     with pytest.raises(ValueError, match="without `loss`"):  # the bound is the loss
         model.compile(keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy")
         model.fit(x, y, epochs=1, verbose=0)
+
+
+def test_active_leaves_of_a_stream():
+    x, y = problem(n=300)
+    w = np.random.default_rng(1).integers(0, 3, size=len(y)).astype("float64")
+    model = NonGreedyTree(max_depth=3, num_classes=3, nu=1.0, seed=0)
+    model(x[:2])
+    model.initialize_from(from_sklearn(sklearn_tree.DecisionTreeClassifier(max_depth=3, random_state=0).fit(x, y)))
+    expected = model.active_leaves(x)
+    assert 2 <= expected <= 8
+    for kind, source in as_sources(x, y, w, batch=64).items():
+        assert model.active_leaves(source) == expected, kind
+    few = as_sources(x[:64], y[:64], batch=32)["list"]  # fewer samples reach fewer leaves
+    assert model.active_leaves(few) == model.active_leaves(x[:64]) <= expected
+
+
+def test_active_leaves_of_two_workers(monkeypatch):
+    x, y = problem(n=300)
+    model = NonGreedyTree(max_depth=3, num_classes=3, nu=1.0, seed=0)
+    model(x[:2])
+    model.initialize_from(from_sklearn(sklearn_tree.DecisionTreeClassifier(max_depth=3, random_state=0).fit(x, y)))
+    source = as_sources(x, y, batch=64)["list"]
+    got, local, summed = two_workers(monkeypatch, lambda: model.active_leaves(source), lambda: None)
+    assert got == model.active_leaves(x)
+    assert local[0][0].sum() == 128 and summed[0][0].sum() == len(x)
