@@ -457,14 +457,7 @@ def _batches(rng, idx, batch_size):
     is filled up with copies of its first sample, flagged by ``keep`` (their
     weight is set to 0, so they change nothing). One batch shape means one
     compiled step (``jax.jit`` and ``tf.function`` specialize on shapes)."""
-    perm = rng.permutation(idx)
-    for start in range(0, len(perm), batch_size):
-        sel = perm[start: start + batch_size]
-        keep = np.ones(batch_size, bool)
-        if len(sel) < batch_size:
-            keep[len(sel):] = False
-            sel = np.concatenate([sel, np.full(batch_size - len(sel), sel[0])])
-        yield sel, keep
+    return _padded_chunks(rng.permutation(idx), batch_size)
 
 
 def anneal(layer, epoch, increment, mask=None, max_steepness=None):
@@ -735,6 +728,51 @@ def _print_level(layer, record, depth_limit, validation):
     print_msg(line)
 
 
+def _refine_start(layer, is_split, start_steepness):
+    """Starts :func:`refine`: each split's ``S0`` at its threshold (so the
+    probabilistic tree starts at the deterministic one) and its splits
+    trainable. Returns the start steepness (default: the largest current one)."""
+    thr = np.asarray(ops.convert_to_numpy(layer.threshold), dtype=np.float64)
+    p0 = np.array(ops.convert_to_numpy(layer.p0_logit))
+    p0[is_split] = softplus_inverse(thr[is_split])
+    layer.p0_logit.assign(p0)
+    layer.trained_splits.assign(is_split.astype(np.float32))
+    if start_steepness is not None:
+        return float(start_steepness)
+    return float(np.asarray(ops.convert_to_numpy(layer.steepness))[is_split].max())
+
+
+def _refine_steepness(layer, is_split, steepness):
+    """The splits' steepness for one refinement epoch."""
+    anneal(layer, 0, 0.0, is_split)  # reset to steepness0, then offset
+    lam = np.array(ops.convert_to_numpy(layer.steepness))
+    lam[is_split] = steepness
+    layer.steepness.assign(lam)
+
+
+def _refine_finish(layer, is_split, set_leaves, losses, val, before, backup, verbose):
+    """Ends :func:`refine`: thresholds become ``S0`` (``f_lambda = 0.5``),
+    ``set_leaves()`` resets the leaves from the training data, and with
+    validation data the refinement is undone when it lowers the score."""
+    thr = np.array(ops.convert_to_numpy(layer.threshold))
+    thr[is_split] = np.asarray(ops.convert_to_numpy(layer.rate0()))[is_split]
+    layer.threshold.assign(thr)
+    layer.trained_splits.assign(np.zeros_like(is_split, dtype=np.float32))
+    set_leaves()
+    result = {"losses": losses, "kept": True}
+    if before is not None:
+        after = _score(layer, *val)
+        result.update(before=before, after=after)
+        if after < before:
+            for v, value in zip(layer.weights, backup):
+                v.assign(value)
+            result["kept"] = False
+        if verbose:
+            print_msg(f"Refinement {'kept' if result['kept'] else 'undone'} - {_score_name(layer)}: "
+                      f"{_shown_score(layer, before):.4f} -> {_shown_score(layer, after):.4f}")
+    return result
+
+
 def _refine_stream(layer, x, validation_data, epochs, batch_size, learning_rate, annealing_increment,
                    start_steepness, verbose, sample_weight, class_weight):
     """:func:`refine` on a stream of batches."""
@@ -749,13 +787,7 @@ def _refine_stream(layer, x, validation_data, epochs, batch_size, learning_rate,
     total_weight, count, scaling = _stream_totals(growth, layer)
     backup = [np.array(ops.convert_to_numpy(v)) for v in layer.weights]
     before = _score(layer, *val) if val is not None else None
-    thr = np.asarray(ops.convert_to_numpy(layer.threshold), dtype=np.float64)
-    p0 = np.array(ops.convert_to_numpy(layer.p0_logit))
-    p0[is_split] = softplus_inverse(thr[is_split])
-    layer.p0_logit.assign(p0)
-    layer.trained_splits.assign(is_split.astype(np.float32))
-    lam0 = float(np.asarray(ops.convert_to_numpy(layer.steepness))[is_split].max()) if start_steepness is None \
-        else float(start_steepness)
+    lam0 = _refine_start(layer, is_split, start_steepness)
     _, step = _train_step(layer, "tree", learning_rate)
     inverse_weight = np.asarray(1.0 / total_weight, np.float32)
     size = min(int(batch_size), count)
@@ -765,10 +797,7 @@ def _refine_stream(layer, x, validation_data, epochs, batch_size, learning_rate,
         idle = most - mine
     losses = []
     for epoch in range(epochs):
-        anneal(layer, 0, 0.0, is_split)  # reset to steepness0, then offset
-        lam = np.array(ops.convert_to_numpy(layer.steepness))
-        lam[is_split] = lam0 + annealing_increment * epoch
-        layer.steepness.assign(lam)
+        _refine_steepness(layer, is_split, lam0 + annealing_increment * epoch)
         total, mass = 0.0, 0.0
         for xb, yb, wb in source():
             sel = np.flatnonzero(wb > 0)
@@ -787,23 +816,7 @@ def _refine_stream(layer, x, validation_data, epochs, batch_size, learning_rate,
         losses.append(total / max(mass, 1e-300))
         if verbose:
             print_msg(f"Refine epoch {epoch + 1}/{epochs} - objective: {losses[-1]:.4f}")
-    thr = np.array(ops.convert_to_numpy(layer.threshold))
-    thr[is_split] = np.asarray(ops.convert_to_numpy(layer.rate0()))[is_split]
-    layer.threshold.assign(thr)
-    layer.trained_splits.assign(np.zeros_like(is_split, dtype=np.float32))
-    stream_set_leaves(layer, growth)
-    result = {"losses": losses, "kept": True}
-    if before is not None:
-        after = _score(layer, *val)
-        result.update(before=before, after=after)
-        if after < before:
-            for v, value in zip(layer.weights, backup):
-                v.assign(value)
-            result["kept"] = False
-        if verbose:
-            print_msg(f"Refinement {'kept' if result['kept'] else 'undone'} - {_score_name(layer)}: "
-                      f"{_shown_score(layer, before):.4f} -> {_shown_score(layer, after):.4f}")
-    return result
+    return _refine_finish(layer, is_split, lambda: stream_set_leaves(layer, growth), losses, val, before, backup, verbose)
 
 
 # --------------------------------------------------------------- greedy
@@ -1011,12 +1024,7 @@ def refine(layer, x, y=None, validation_data=None, epochs=10, batch_size=512, le
     before = None
     if val is not None:
         before = _score(layer, *val)
-    thr = np.asarray(ops.convert_to_numpy(layer.threshold), dtype=np.float64)
-    p0 = np.array(ops.convert_to_numpy(layer.p0_logit))
-    p0[is_split] = softplus_inverse(thr[is_split])
-    layer.p0_logit.assign(p0)
-    layer.trained_splits.assign(is_split.astype(np.float32))
-    lam0 = float(np.asarray(ops.convert_to_numpy(layer.steepness))[is_split].max()) if start_steepness is None else float(start_steepness)
+    lam0 = _refine_start(layer, is_split, start_steepness)
     targets, _ = _targets(layer, y, w)
     if not layer.is_classifier:
         targets = targets.reshape(len(targets), -1)
@@ -1029,10 +1037,7 @@ def refine(layer, x, y=None, validation_data=None, epochs=10, batch_size=512, le
     batch = min(int(batch_size), len(idx))
     losses = []
     for epoch in range(epochs):
-        anneal(layer, 0, 0.0, is_split)  # reset to steepness0, then offset
-        lam = np.array(ops.convert_to_numpy(layer.steepness))
-        lam[is_split] = lam0 + annealing_increment * epoch
-        layer.steepness.assign(lam)
+        _refine_steepness(layer, is_split, lam0 + annealing_increment * epoch)
         total, mass = 0.0, 0.0
         for sel, keep in _batches(rng, idx, batch):
             wb = np.where(keep, weights32[sel], np.float32(0))
@@ -1042,20 +1047,4 @@ def refine(layer, x, y=None, validation_data=None, epochs=10, batch_size=512, le
         losses.append(total / max(mass, 1e-300))
         if verbose:
             print_msg(f"Refine epoch {epoch + 1}/{epochs} - objective: {losses[-1]:.4f}")
-    thr = np.array(ops.convert_to_numpy(layer.threshold))
-    thr[is_split] = np.asarray(ops.convert_to_numpy(layer.rate0()))[is_split]
-    layer.threshold.assign(thr)
-    layer.trained_splits.assign(np.zeros_like(is_split, dtype=np.float32))
-    layer.set_leaves_from_data(x, y, sample_weight=w)
-    result = {"losses": losses, "kept": True}
-    if before is not None:
-        after = _score(layer, *val)
-        result.update(before=before, after=after)
-        if after < before:
-            for v, value in zip(layer.weights, backup):
-                v.assign(value)
-            result["kept"] = False
-        if verbose:
-            print_msg(f"Refinement {'kept' if result['kept'] else 'undone'} - {_score_name(layer)}: "
-                      f"{_shown_score(layer, before):.4f} -> {_shown_score(layer, after):.4f}")
-    return result
+    return _refine_finish(layer, is_split, lambda: layer.set_leaves_from_data(x, y, sample_weight=w), losses, val, before, backup, verbose)

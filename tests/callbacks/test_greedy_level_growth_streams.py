@@ -2,8 +2,6 @@
 grow the same trees; two simulated workers take the decisions of one worker
 on all the data."""
 
-import threading
-
 import keras
 import numpy as np
 import pytest
@@ -12,6 +10,7 @@ from keras_trees import streaming
 from keras_trees.callbacks import GreedyLevelGrowth
 from keras_trees.layers import EndToEndForest, EndToEndTree
 from keras_trees.layers._level_growth import LevelGrowth
+from tests._streams import lockstep_workers
 
 
 def npy(value):
@@ -135,31 +134,6 @@ def test_stream_errors_name_the_argument(rng):
 
 
 # ------------------------------------------------------------ two workers
-def _simulated_workers(monkeypatch, count):
-    """``streaming.workers`` per thread, and an ``all_reduce_sum`` that sums
-    the arrays every thread passes at the same call (a barrier)."""
-    local = threading.local()
-    barrier = threading.Barrier(count)
-    slots = [None] * count
-    calls = []
-
-    def workers(model=None):
-        return count, local.index
-
-    def all_reduce_sum(arrays, model=None):
-        slots[local.index] = [np.asarray(a, np.float64) for a in arrays]
-        barrier.wait()
-        total = [sum(parts) for parts in zip(*slots)]
-        if local.index == 0:
-            calls.append(len(arrays))
-        barrier.wait()  # every worker read the sums before the next call
-        return total
-
-    monkeypatch.setattr(streaming, "workers", workers)
-    monkeypatch.setattr(streaming, "all_reduce_sum", all_reduce_sum)
-    return local, calls
-
-
 def _grow_without_training(make_layer, callback, rounds):
     """The callback's growth rounds (no gradient steps in between: the stumps
     keep their initial splits through the data centers)."""
@@ -189,28 +163,15 @@ def test_two_workers_take_the_decisions_of_one_worker_on_all_the_data(rng, monke
     one = _grow_without_training(make, GreedyLevelGrowth(x, y, sample_weight=w, **kwargs), 4)
     assert (one["node_state"] == 1).sum() > 2  # several splits committed
 
-    local, calls = _simulated_workers(monkeypatch, 2)
     for source in ("arrays", "batches"):
-        results, errors = [None, None], []
+        def run():
+            if source == "arrays":
+                g = GreedyLevelGrowth(x, y, sample_weight=w, **kwargs)
+            else:  # each worker reads every other batch of the list
+                g = GreedyLevelGrowth(list_of_batches(x, y, w, 32), **kwargs)
+            return _grow_without_training(make, g, 4)
 
-        def worker(index):
-            local.index = index
-            try:
-                if source == "arrays":
-                    g = GreedyLevelGrowth(x, y, sample_weight=w, **kwargs)
-                else:  # each worker reads every other batch of the list
-                    g = GreedyLevelGrowth(list_of_batches(x, y, w, 32), **kwargs)
-                results[index] = _grow_without_training(make, g, 4)
-            except Exception as e:  # noqa: BLE001 (reported below)
-                errors.append(e)
-                raise
-
-        threads = [threading.Thread(target=worker, args=(i,)) for i in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=300)
-        assert not errors, errors
+        results, calls = lockstep_workers(monkeypatch, run)
         assert calls, "the statistics were not summed across the workers"
         for result in results:
             for key in one:

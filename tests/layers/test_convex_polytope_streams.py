@@ -3,8 +3,6 @@ and a list of batches give the same tree, the histogram threshold search agrees
 with the exact one, streams reach the accuracy of arrays, and two simulated
 workers take the decisions of one worker on all the data."""
 
-import threading
-
 import keras
 import numpy as np
 import pytest
@@ -13,6 +11,7 @@ from keras_trees import streaming, topology
 from keras_trees.layers import _polytope_training as pt
 from keras_trees.layers._level_growth import LevelGrowth
 from keras_trees.layers.convex_polytope_tree import ConvexPolytopeTree
+from tests._streams import lockstep_workers
 
 
 def npy(value):
@@ -192,39 +191,13 @@ def test_two_workers_take_the_decisions_of_one_worker_on_all_the_data(monkeypatc
     one = state_of(tree, model, x)
     assert (one["node_state"] == topology.SPLIT).sum() >= 3
 
-    local = threading.local()
-    barrier = threading.Barrier(2)
-    slots, calls = [None, None], []
-
-    def all_reduce_sum(arrays, model=None):
-        slots[local.index] = [np.asarray(a, np.float64) for a in arrays]
-        barrier.wait()
-        total = [a + b for a, b in zip(*slots)]
-        if local.index == 0:
-            calls.append(1)
-        barrier.wait()
-        return total
-
-    monkeypatch.setattr(streaming, "workers", lambda model=None: (2, local.index))
-    monkeypatch.setattr(streaming, "all_reduce_sum", all_reduce_sum)
     trees = [new_tree(num_classes=2) for _ in range(2)]  # built before the threads
-    errors = []
 
-    def worker(index):
-        local.index = index
-        try:
-            trees[index][0].fit_greedy(batches(x, y, w, 60), **fit)  # every other batch
-        except Exception as e:  # noqa: BLE001 (reported below)
-            errors.append(e)
-            barrier.abort()
-            raise
+    def run():
+        tree, model = trees[streaming.workers()[1]]
+        tree.fit_greedy(batches(x, y, w, 60), **fit)  # every other batch
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=300)
-    assert not errors, errors
+    _, calls = lockstep_workers(monkeypatch, run)
     assert len(calls) > 3
     for tree, model in trees:
         assert_same(state_of(tree, model, x), one)
@@ -256,19 +229,6 @@ def test_workers_with_fewer_batches_take_part_in_every_step(monkeypatch):
     # Synchronized (tf.distribute) steps are collectives: a worker whose shard
     # holds fewer mini-batches makes steps on rows of weight 0.
     x, y, w = disk_data(500)
-    local = threading.local()
-    barrier = threading.Barrier(2)
-    slots = [None, None]
-
-    def all_reduce_sum(arrays, model=None):
-        slots[local.index] = [np.asarray(a, np.float64) for a in arrays]
-        barrier.wait()
-        total = [a + b for a, b in zip(*slots)]
-        barrier.wait()
-        return total
-
-    monkeypatch.setattr(streaming, "workers", lambda model=None: (2, local.index))
-    monkeypatch.setattr(streaming, "all_reduce_sum", all_reduce_sum)
     train_step = pt._train_step
     steps = {0: [], 1: []}  # per worker: (kind, total weight of the rows) of every step
 
@@ -276,31 +236,19 @@ def test_workers_with_fewer_batches_take_part_in_every_step(monkeypatch):
         optimizer, step = train_step(layer, kind, learning_rate)
 
         def counted(x, y, w, *rest):
-            steps[local.index].append((kind, float(np.sum(w))))
+            steps[streaming.workers()[1]].append((kind, float(np.sum(w))))
             return step(x, y, w, *rest)
 
         return optimizer, counted
 
     monkeypatch.setattr(pt, "_train_step", counting)
     trees = [new_tree(num_classes=2) for _ in range(2)]
-    errors = []
 
-    def worker(index):
-        local.index = index
-        try:  # 5 batches: worker 0 reads 3, worker 1 reads 2
-            trees[index][0].fit_greedy(batches(x, y, w, 100), epochs=2, batch_size=50, learning_rate=0.05,
-                                       min_gain=0.01, refine_epochs=1, verbose=0)
-        except Exception as e:  # noqa: BLE001 (reported below)
-            errors.append(e)
-            barrier.abort()
-            raise
+    def run():  # 5 batches: worker 0 reads 3, worker 1 reads 2
+        trees[streaming.workers()[1]][0].fit_greedy(batches(x, y, w, 100), epochs=2, batch_size=50,
+                                                    learning_rate=0.05, min_gain=0.01, refine_epochs=1, verbose=0)
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=300)
-    assert not errors, errors
+    lockstep_workers(monkeypatch, run)
     assert [k for k, _ in steps[0]] == [k for k, _ in steps[1]]  # the same steps, in the same order
     assert {k for k, _ in steps[0]} == {"stump", "tree"}
     idle = [s for s in steps[1] if s[1] == 0.0]
