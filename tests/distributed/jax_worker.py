@@ -8,8 +8,12 @@ single-process reference. It checks ``streaming.workers``, the process's
 share of arrays and of a list of batches, ``streaming.all_reduce_sum`` of
 different per-process arrays, and one ``EMLeafUpdate`` M-step of an
 ``EndToEndTree`` over the training data (every process is given all of it, as
-``fit`` would be; the statistics are summed over processes), and writes the
-results to ``jax_<process>.npz``.
+``fit`` would be; the statistics are summed over processes). Then (see
+``growth``) it trains an ``EndToEndTree`` grown best-first by
+``GreedyLevelGrowth`` with ``EMLeafUpdate`` inside ``model.fit`` (with two
+processes under a ``keras.distribution.DataParallel`` spanning both processes'
+CPU devices) and grows a ``ConvexPolytopeTree`` by ``fit_greedy(data,
+epochs=0)``. It writes the results to ``jax_<process>.npz``.
 """
 
 import argparse
@@ -68,11 +72,65 @@ def main(argv=None):
     em.set_model(model)
     em.on_train_begin()
     em.update()
+    grown = growth(num)
     np.savez(os.path.join(args.out, f"jax_{index}.npz"), workers=np.array([num, index]),
              arrays_local=shares["arrays"], list_local=shares["list"], arrays_total=totals[0],
              list_total=totals[1], sum_a=sums[0], sum_b=sums[1], leaves=tree.leaves_numpy(),
-             prediction=keras.ops.convert_to_numpy(model(x[:50], training=False)))
+             prediction=keras.ops.convert_to_numpy(model(x[:50], training=False)), **grown)
     print(f"process {index} of {num}: done", flush=True)
+
+
+def growth(num_processes):
+    """An ``EndToEndTree`` grown by ``GreedyLevelGrowth`` with ``EMLeafUpdate``
+    leaves inside ``fit``. With several processes, under a
+    ``keras.distribution.DataParallel`` over every process's CPU device: ``fit``
+    gets the global ``tf.data`` pipeline and auto-shards it (each process
+    feeds half of every global batch; the gradients are summed over the
+    mesh), the callbacks get the same pipeline and read every
+    ``num_processes``-th batch, summing their statistics over processes."""
+    import keras
+    import tensorflow as tf
+
+    from keras_trees.callbacks import EMLeafUpdate, GreedyLevelGrowth
+    from keras_trees.layers import ConvexPolytopeTree, EndToEndTree
+
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(512, 6)).astype("float32")
+    score = np.stack([x[:, 0] + x[:, 1] * x[:, 2], np.sin(2 * x[:, 3]) - x[:, 4], 0.5 * x[:, 5] ** 2], axis=1)
+    y = np.argmax(score + 0.3 * rng.normal(size=score.shape), axis=1).astype("int32")
+    x_test = rng.normal(size=(100, 6)).astype("float32")
+    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(64)
+    if num_processes > 1:
+        devices = keras.distribution.list_devices("cpu")
+        assert len(devices) == num_processes, devices
+        distribution = keras.distribution.DataParallel(devices=devices)
+        keras.distribution.set_distribution(distribution)
+        fit_rows = sum(len(b[1]) for b in distribution.distribute_dataset(data).as_numpy_iterator())
+    else:
+        fit_rows = len(y)
+    keras.utils.set_random_seed(0)
+    tree = EndToEndTree(max_depth=3, num_classes=3, seed=0)
+    model = keras.Sequential([keras.Input((6,)), tree])
+    model.compile(keras.optimizers.Adam(0.05), keras.losses.SparseCategoricalCrossentropy())
+    # Best-first: which leaf splits next depends on the summed gains.
+    grow = GreedyLevelGrowth(data, epochs_per_level=1, finetune_epochs=2, best_first=True, max_leaves=5,
+                             min_samples_split=40)
+    history = model.fit(data, epochs=grow.max_epochs(3), callbacks=[grow, EMLeafUpdate(data)], verbose=0)
+    print(f"tree grown in {len(history.history['loss'])} epochs, {tree.num_leaves()} leaves", flush=True)
+    out = dict(fit_rows=fit_rows, growth_state=keras.ops.convert_to_numpy(tree.node_state),
+               growth_leaves=tree.leaves_numpy(),
+               growth_loss=np.asarray(history.history["loss"]),
+               growth_prediction=keras.ops.convert_to_numpy(model(x_test, training=False)),
+               **{f"growth_w{i}": w for i, w in enumerate(model.get_weights())})
+    # A convex polytope tree's statistics-only greedy fit (histograms and
+    # counts streamed from the process's batches and summed over processes).
+    keras.utils.set_random_seed(0)
+    polytope = ConvexPolytopeTree(max_depth=3, num_classes=3, seed=0)
+    polytope.fit_greedy(data, epochs=0, verbose=0)
+    out.update(polytope_state=keras.ops.convert_to_numpy(polytope.node_state),
+               polytope_leaves=keras.ops.convert_to_numpy(polytope.leaf_values),
+               polytope_prediction=keras.ops.convert_to_numpy(polytope(x_test)))
+    return out
 
 
 if __name__ == "__main__":
