@@ -19,14 +19,19 @@ Data sources (:func:`stream`):
   over), or a function without arguments returning a fresh iterable. A
   one-shot iterator (a generator) can be read once only.
 
-Distributed runs (the same data is given to every worker, as to ``fit``):
+Distributed runs: give the statistics the data each worker gives ``fit``;
+each worker reads the share of it that ``fit`` reads:
 
-* under a multi-worker ``tf.distribute`` strategy, each worker reads every
-  ``num_workers``-th batch of a ``tf.data.Dataset`` (unless its
-  ``auto_shard_policy`` is ``OFF``: the worker's data is then its own shard)
-  and every ``num_workers``-th row block of arrays;
+* under a multi-worker ``tf.distribute`` strategy ``fit`` shards every
+  source: each worker reads every ``num_workers``-th batch of a
+  ``tf.data.Dataset`` (unless its ``auto_shard_policy`` is ``OFF``: the
+  worker's data is then its own shard), of arrays (blocks of
+  ``batch_size`` rows) and of other sources;
 * under JAX with several processes (``keras.distribution`` with
-  ``jax.distributed``), the same by process.
+  ``jax.distributed``) a ``tf.data.Dataset`` is shared out by process the
+  same way, while arrays and other sources are the process's own data (as
+  ``fit`` takes them there);
+* under ``torch.distributed`` every rank's data is its own.
 
 :func:`all_reduce_sum` then adds the per-worker sums (the strategy's
 all-reduce on TensorFlow, ``process_allgather`` on JAX, ``all_reduce`` when
@@ -306,34 +311,37 @@ def stream(x, y=None, sample_weight=None, batch_size=4096, name="the data", mode
                 sample_weight = sample_weight[:, 0]
             if sample_weight.shape != (n,):
                 raise ValueError(f"{name}: sample_weight must have shape ({n},), got {sample_weight.shape}")
-        return Batches(_array_batches(x, y, sample_weight, batch_size, num_workers, index), name, batch_size,
+        k, i = _share("arrays", num_workers, index)
+        return Batches(_array_batches(x, y, sample_weight, batch_size, k, i), name, batch_size,
                        True, x, y, sample_weight, num_workers, index)
     if sample_weight is not None:
         raise ValueError(f"{name}: with a dataset, give sample weights inside its batches (x, y, sample_weight)")
     if _is_dataset(x):
         dataset = x
-        if num_workers > 1 and not _shard_off(dataset):
-            dataset = dataset.shard(num_workers, index)
+        k, i = _share("dataset", num_workers, index)
+        if k > 1 and not _shard_off(dataset):
+            dataset = dataset.shard(k, i)
         return Batches(dataset.as_numpy_iterator, name, batch_size, False, num_workers=num_workers,
                        worker_index=index)
+    k, i = _share("source", num_workers, index)
     if isinstance(x, keras.utils.PyDataset):
         def source():
-            for i in range(len(x)):
-                if i % num_workers == index:
-                    yield x[i]
+            for j in range(len(x)):
+                if j % k == i:
+                    yield x[j]
         return Batches(source, name, batch_size, False, num_workers=num_workers, worker_index=index)
     if callable(x):
         def source():
-            for i, element in enumerate(x()):
-                if i % num_workers == index:
+            for j, element in enumerate(x()):
+                if j % k == i:
                     yield element
         return Batches(source, name, batch_size, False, num_workers=num_workers, worker_index=index)
     if hasattr(x, "__iter__"):
         one_shot = iter(x) is x
 
         def source():
-            for i, element in enumerate(x):
-                if i % num_workers == index:
+            for j, element in enumerate(x):
+                if j % k == i:
                     yield element
         return Batches(source, name, batch_size, False, num_workers=num_workers, worker_index=index,
                        one_shot=one_shot)
@@ -341,6 +349,21 @@ def stream(x, y=None, sample_weight=None, batch_size=4096, name="the data", mode
         f"{name}: x must be arrays (with y), a tf.data.Dataset, a keras.utils.PyDataset or an iterable of "
         f"(x, y[, sample_weight]) batches, got {type(x).__name__}"
     )
+
+
+def _share(kind, num_workers, index):
+    """``(parts, part)``: this worker reads every ``parts``-th batch (from
+    ``part``) of a source of ``kind`` ("arrays", "dataset" or "source"), as
+    ``fit`` splits that source on the backend: under a multi-worker
+    ``tf.distribute`` strategy ``fit`` shards every source; JAX's
+    ``keras.distribution`` shards a ``tf.data.Dataset`` by process and takes
+    arrays and other sources as the process's own data; PyTorch's ``fit``
+    shards nothing (each rank's data is its own, e.g. from a
+    ``DistributedSampler``). The sums over workers are right either way."""
+    backend = keras.backend.backend()
+    if num_workers > 1 and (backend == "tensorflow" or (backend == "jax" and kind == "dataset")):
+        return num_workers, index
+    return 1, 0
 
 
 def _is_array_like(x):

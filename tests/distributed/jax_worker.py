@@ -5,10 +5,11 @@
 With ``--processes 2`` it joins a two-process ``jax.distributed`` run on CPU
 (coordinator on ``localhost:P``, gloo collectives); without, it is the
 single-process reference. It checks ``streaming.workers``, the process's
-share of arrays and of a list of batches, ``streaming.all_reduce_sum`` of
-different per-process arrays, and one ``EMLeafUpdate`` M-step of an
-``EndToEndTree`` over the training data (every process is given all of it, as
-``fit`` would be; the statistics are summed over processes). Then (see
+share of a ``tf.data.Dataset`` (arrays and a list of batches are the
+process's own data, as ``fit`` takes them under JAX), ``streaming.all_reduce_sum``
+of different per-process arrays, and one ``EMLeafUpdate`` M-step of an
+``EndToEndTree`` with each process given its half of the training arrays (the
+statistics are summed over processes). Then (see
 ``growth``) it trains an ``EndToEndTree`` grown best-first by
 ``GreedyLevelGrowth`` with ``EMLeafUpdate`` inside ``model.fit`` (with two
 processes under a ``keras.distribution.DataParallel`` spanning both processes'
@@ -51,13 +52,17 @@ def main(argv=None):
     ids = np.arange(n, dtype=np.float64)
     x_ids = np.stack([ids, -ids], axis=1)
     shares = {}
+    import tensorflow as tf
+
+    batches = tf.data.Dataset.from_tensor_slices((x_ids, ids)).batch(4)
     for name, source in (("arrays", streaming.stream(x_ids, ids, batch_size=4)),
-                         ("list", streaming.stream([(x_ids[i:i + 4], ids[i:i + 4]) for i in range(0, n, 4)]))):
+                         ("list", streaming.stream([(x_ids[i:i + 4], ids[i:i + 4]) for i in range(0, n, 4)])),
+                         ("dataset", streaming.stream(batches))):
         counts = np.zeros(n)
         for xb, yb, _ in source:
             np.add.at(counts, xb[:, 0].astype(int), 1)
         shares[name] = counts
-    totals = streaming.all_reduce_sum([shares["arrays"], shares["list"]])
+    totals = streaming.all_reduce_sum([shares["arrays"], shares["list"], shares["dataset"]])
     sums = streaming.all_reduce_sum([(index + 1) * np.arange(6.0).reshape(2, 3) + 0.25,
                                      np.array([1e12 + index, (index + 1) / 3.0])])
 
@@ -68,14 +73,16 @@ def main(argv=None):
     tree = EndToEndTree(max_depth=3, num_classes=3, seed=0)
     model = keras.Sequential([keras.Input((5,)), tree])
     model.compile(keras.optimizers.Adam(0.01), keras.losses.SparseCategoricalCrossentropy())
-    em = EMLeafUpdate(x, y, batch_size=64)
+    # Arrays are each process's own data under JAX (as fit takes them): every
+    # process passes its half; the summed statistics are those of all the rows.
+    em = EMLeafUpdate(x[index::num], y[index::num], batch_size=64)
     em.set_model(model)
     em.on_train_begin()
     em.update()
     grown = growth(num)
     np.savez(os.path.join(args.out, f"jax_{index}.npz"), workers=np.array([num, index]),
-             arrays_local=shares["arrays"], list_local=shares["list"], arrays_total=totals[0],
-             list_total=totals[1], sum_a=sums[0], sum_b=sums[1], leaves=tree.leaves_numpy(),
+             arrays_local=shares["arrays"], list_local=shares["list"], dataset_local=shares["dataset"],
+             arrays_total=totals[0], list_total=totals[1], dataset_total=totals[2], sum_a=sums[0], sum_b=sums[1], leaves=tree.leaves_numpy(),
              prediction=keras.ops.convert_to_numpy(model(x[:50], training=False)), **grown)
     print(f"process {index} of {num}: done", flush=True)
 

@@ -71,11 +71,14 @@ def test_shares_and_all_reduce_sum(results):
     rows = np.arange(23)
     for index, r in enumerate(processes):
         assert r["workers"].tolist() == [2, index]
+        # As fit under keras.distribution: a tf.data.Dataset is shared out by
+        # process (every other batch of 4), arrays and lists are each process's own.
         share = ((rows // 4) % 2 == index).astype(float)
-        np.testing.assert_array_equal(r["arrays_local"], share)
-        np.testing.assert_array_equal(r["list_local"], share)
-        np.testing.assert_array_equal(r["arrays_total"], np.ones(23))
-        np.testing.assert_array_equal(r["list_total"], np.ones(23))
+        np.testing.assert_array_equal(r["dataset_local"], share)
+        np.testing.assert_array_equal(r["dataset_total"], np.ones(23))
+        for kind in ("arrays", "list"):
+            np.testing.assert_array_equal(r[f"{kind}_local"], np.ones(23))
+            np.testing.assert_array_equal(r[f"{kind}_total"], 2 * np.ones(23))
         np.testing.assert_array_equal(r["sum_a"], 3 * np.arange(6.0).reshape(2, 3) + 0.5)
         assert r["sum_b"][0] == 2e12 + 1  # float32 alone would round it
         # process_allgather sends float32 hi/lo parts: ~48 bits per summand
