@@ -695,14 +695,7 @@ def _fit_greedy_stream(layer, x, validation_data, depth_limit, epochs, batch_siz
         stumps, committed = growth.end_round()
         stream_set_leaves(layer, growth)
         leaves_set = True
-        record = {"level": level, "candidates": len(stumps), "splits": len(committed),
-                  "depth": layer.depth(), "leaves": layer.num_leaves(),
-                  "loss": losses[-1] if losses else None}
-        if val is not None:
-            record["val_score"] = _score(layer, *val)
-        history["levels"].append(record)
-        if verbose:
-            _print_level(layer, record, depth_limit, val is not None)
+        _record_level(layer, history, level, stumps, committed, losses, val, verbose, depth_limit)
     if not leaves_set:
         stream_set_leaves(layer, growth)
     if val is not None:
@@ -718,12 +711,21 @@ def _fit_greedy_stream(layer, x, validation_data, depth_limit, epochs, batch_siz
     return history
 
 
-def _print_level(layer, record, depth_limit, validation):
-    line = (f"Level {record['level'] + 1}/{depth_limit} - depth: {record['depth']} - leaves: {record['leaves']}"
+def _record_level(layer, history, level, stumps, committed, losses, val, verbose, depth_limit):
+    """Appends one grown level's record to ``history["levels"]`` (and prints it)."""
+    record = {"level": level, "candidates": len(stumps), "splits": len(committed),
+              "depth": layer.depth(), "leaves": layer.num_leaves(),
+              "loss": losses[-1] if losses else None}
+    if val is not None:
+        record["val_score"] = _score(layer, *val)
+    history["levels"].append(record)
+    if not verbose:
+        return
+    line = (f"Level {level + 1}/{depth_limit} - depth: {record['depth']} - leaves: {record['leaves']}"
             f" - splits: {record['splits']}/{record['candidates']}")
     if record["loss"] is not None:
         line += f" - objective: {record['loss']:.4f}"
-    if validation:
+    if val is not None:
         line += f" - {_score_name(layer)}: {_shown_score(layer, record['val_score']):.4f}"
     print_msg(line)
 
@@ -931,20 +933,7 @@ def fit_greedy(layer, x, y=None, validation_data=None, max_depth=None, epochs=20
         # Deterministic splits: the best threshold on each stump's split function.
         stumps, committed = growth.end_round()
         layer.set_leaves_from_data(x, y, sample_weight=w)
-        record = {"level": level, "candidates": len(stumps), "splits": len(committed),
-                  "depth": layer.depth(), "leaves": layer.num_leaves(),
-                  "loss": losses[-1] if losses else None}
-        if val is not None:
-            record["val_score"] = _score(layer, *val)
-        history["levels"].append(record)
-        if verbose:
-            line = (f"Level {level + 1}/{depth_limit} - depth: {record['depth']} - leaves: {record['leaves']}"
-                    f" - splits: {record['splits']}/{record['candidates']}")
-            if record["loss"] is not None:
-                line += f" - objective: {record['loss']:.4f}"
-            if val is not None:
-                line += f" - {_score_name(layer)}: {_shown_score(layer, record['val_score']):.4f}"
-            print_msg(line)
+        _record_level(layer, history, level, stumps, committed, losses, val, verbose, depth_limit)
     layer.set_leaves_from_data(x, y, sample_weight=w)
     if val is not None:
         history["validation"] = select_depth(layer, *val)
