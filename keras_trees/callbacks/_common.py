@@ -162,23 +162,6 @@ def effective_weights(sample_weight, class_weight, labels, name, num_classes=Non
     return sample_weight
 
 
-def class_weight_table(class_weight, num_classes, name):
-    """``(num_classes,)`` float64 weight of each class from a validated
-    ``class_weight`` dict (omitted classes weigh 1): per-batch weights are
-    ``table[y]``."""
-    outside = sorted(k for k in class_weight if not 0 <= k < num_classes)
-    if outside:
-        raise ValueError(f"{name}: class_weight has class ids {outside} outside [0, {num_classes})")
-    return np.array([class_weight.get(c, 1.0) for c in range(num_classes)], np.float64)
-
-
-def batch_weights(w, name):
-    """A stream batch's ``sample_weight`` (None or ``(b,)``), checked finite and >= 0."""
-    if w is not None and (not np.all(np.isfinite(w)) or np.any(w < 0)):
-        raise ValueError(f"{name}: the sample weights in the data's batches must be finite and >= 0")
-    return w
-
-
 def weights_config(class_weight):
     """``class_weight`` for a JSON config (string keys)."""
     return None if class_weight is None else {str(k): v for k, v in class_weight.items()}

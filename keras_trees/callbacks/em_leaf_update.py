@@ -7,9 +7,10 @@ from keras import ops
 from keras_trees import streaming
 from keras_trees.api_export import keras_trees_export
 from keras_trees.callbacks._common import (
-    batch_weights, check_data, check_labels, check_weights, class_weight_table, compiled, effective_weights,
-    end_to_end_layers, ensure_built, layer_input_fn, layer_names, positive_int, weights_config,
+    check_data, check_labels, check_weights, compiled, effective_weights, end_to_end_layers, ensure_built,
+    layer_input_fn, layer_names, positive_int, weights_config,
 )
+from keras_trees.layers import _validation
 
 
 @keras_trees_export("keras_trees.callbacks")
@@ -51,9 +52,8 @@ class EMLeafUpdate(keras.callbacks.Callback):
 
     Distributed training: under a multi-worker ``tf.distribute`` strategy (or
     several JAX processes / an initialized ``torch.distributed``) each worker
-    reads its share of the data (every ``num_workers``-th batch; a dataset
-    whose ``auto_shard_policy`` is ``OFF`` is taken as the worker's own shard)
-    and the counts are summed over the workers
+    reads the share of the data that ``fit`` reads on its backend (see
+    :mod:`keras_trees.streaming`) and the counts are summed over the workers
     (:func:`keras_trees.streaming.all_reduce_sum`) before the M-step, so every
     replica sets the same leaves. Every worker must run the callback.
 
@@ -151,19 +151,15 @@ class EMLeafUpdate(keras.callbacks.Callback):
                 y = check_labels(self.y, layer.num_classes, "EMLeafUpdate")
                 effective_weights(self.sample_weight, self.class_weight, y, "EMLeafUpdate", layer.num_classes)
             if self.class_weight is not None:
-                table = class_weight_table(self.class_weight, layer.num_classes, "EMLeafUpdate")
+                table = _validation.class_weight_table(self.class_weight, layer.num_classes, "EMLeafUpdate")
             fn = self._statistics_fn(layer)
             counts = np.zeros((layer.num_trees * layer.num_positions, layer.num_classes))
             for xb, yb, wb in self._data():
                 yb = check_labels(yb, layer.num_classes, "EMLeafUpdate")
-                wb = batch_weights(wb, "EMLeafUpdate")
-                if table is not None:
-                    if wb is not None:
-                        raise ValueError("EMLeafUpdate: the data's batches carry sample weights, so class_weight "
-                                         "cannot be given as well (as in Model.fit)")
-                    wb = table[yb]
-                if wb is None:
-                    wb = np.ones(len(yb))
+                if table is not None and wb is not None:
+                    raise ValueError("EMLeafUpdate: the data's batches carry sample weights, so class_weight "
+                                     "cannot be given as well (as in Model.fit)")
+                wb = _validation.batch_weights(yb, wb, table, "EMLeafUpdate")
                 c = ops.convert_to_numpy(fn(
                     keras.tree.map_structure(ops.convert_to_tensor, xb),
                     ops.convert_to_tensor(yb.astype("int32")),

@@ -13,6 +13,7 @@ from keras_trees.callbacks._common import (
     ensure_built, flag, identity, layer_input_fn, layer_names, nonnegative_int, positive_int, reset_optimizer,
     weights_config,
 )
+from keras_trees.layers import _validation
 from keras_trees.layers._level_growth import (
     PHASE_DONE, PHASE_FINETUNING, PHASE_GROWING, PHASE_IDLE, LevelGrowth,
 )
@@ -196,22 +197,7 @@ class GreedyLevelGrowth(keras.callbacks.Callback):
             return None
         if not layer.is_classifier:
             raise ValueError("GreedyLevelGrowth: class_weight needs a classification layer (num_classes=...)")
-        outside = sorted(k for k in self.class_weight if not 0 <= k < layer.num_classes)
-        if outside:
-            raise ValueError(f"GreedyLevelGrowth: class_weight has class ids {outside} outside "
-                             f"[0, {layer.num_classes})")
-        return np.array([self.class_weight.get(c, 1.0) for c in range(layer.num_classes)])
-
-    def _weights(self, targets, sample_weight, table):
-        """Per-sample weights of one batch (ones without weights)."""
-        n = len(targets)
-        w = np.ones(n) if sample_weight is None else np.asarray(sample_weight, np.float64)
-        if sample_weight is not None and not self.in_memory and (
-                not np.all(np.isfinite(w)) or np.any(w < 0)):
-            raise ValueError("GreedyLevelGrowth: sample_weight must be finite and >= 0")
-        if table is not None:
-            w = table[targets] if sample_weight is None else w * table[targets]
-        return w
+        return _validation.class_weight_table(self.class_weight, layer.num_classes, "GreedyLevelGrowth")
 
     def _targets(self, layer, y):
         if layer.is_classifier:
@@ -252,7 +238,7 @@ class GreedyLevelGrowth(keras.callbacks.Callback):
         def batches():
             for x, y, w in self._stream():
                 targets = self._targets(layer, y)
-                yield self._features(layer, x), targets, self._weights(targets, w, table)
+                yield self._features(layer, x), targets, _validation.batch_weights(targets, w, table, "GreedyLevelGrowth")
 
         return LevelGrowth.streamed(
             layer, batches, model=self.model,

@@ -48,7 +48,7 @@ from keras_trees.forest import node_sums
 from keras_trees.layers._gradient_step import make_train_step
 from keras_trees.layers._level_growth import LevelGrowth
 from keras_trees.layers._random import numpy_generator
-from keras_trees.layers._validation import sample_weights
+from keras_trees.layers._validation import batch_weights, class_weight_table, sample_weights
 from keras_trees.losses.conditional_entropy import conditional_entropy_from_counts
 from keras_trees.losses.leaf_variance import leaf_variance_from_moments
 from keras_trees.ops import polytope as poly
@@ -558,19 +558,14 @@ def _stream_source(layer, x, sample_weight, class_weight, where):
     if class_weight is not None:
         if not layer.is_classifier:
             raise ValueError(f"{where}: class_weight needs a classification tree (num_classes)")
-        table = sample_weights(np.arange(layer.num_classes), None, class_weight, layer.num_classes, where)
+        table = class_weight_table(class_weight, layer.num_classes, where)
 
     def source():
         for xb, yb, wb in data:
             if len(yb) == 0:
                 continue
             xb, yb = layer._check_xy(xb, yb, where)
-            w = np.ones(len(yb)) if wb is None else np.asarray(wb, np.float64).reshape(len(yb))
-            if not np.all(np.isfinite(w)) or np.any(w < 0):
-                raise ValueError(f"{where}: sample weights (sample_weight times class_weight) must be finite and >= 0")
-            if table is not None:
-                w = w * table[yb]
-            yield xb, yb, w
+            yield xb, yb, batch_weights(yb, wb, table, where)
 
     return data, source
 

@@ -420,18 +420,8 @@ class ConvexPolytopeTree(CheckedLoading, XLACompatibility, HeapTreeLayer):
         and over the workers (``to_input`` maps a batch's x to the layer's
         inputs; ``class_weight`` multiplies the batches' weights; ``checked``:
         the batches are arrays :meth:`_check_xy` has checked already)."""
-        table = None
-        if class_weight is not None:
-            if self.num_classes is None:
-                raise ValueError(f"{where}: class_weight needs a classification tree (num_classes)")
-            if not isinstance(class_weight, dict):
-                raise TypeError(f"{where}: class_weight must be a dict {{class: weight}}, "
-                                f"got {type(class_weight).__name__}")
-            table = np.ones(self.num_classes)
-            for k, v in class_weight.items():
-                if not 0 <= int(k) < self.num_classes:
-                    raise ValueError(f"{where}: class_weight has class {k!r} outside [0, {self.num_classes})")
-                table[int(k)] = float(v)
+        table = None if class_weight is None else _validation.class_weight_table(class_weight, self.num_classes,
+                                                                                  where)
         width = self.num_classes if self.is_classifier else 1 + self.units
         stats = np.zeros((self.num_positions, width))
         for xb, yb, wb in data:
@@ -440,12 +430,7 @@ class ConvexPolytopeTree(CheckedLoading, XLACompatibility, HeapTreeLayer):
             if not checked:
                 xb, yb = self._check_xy(xb, yb, where)
             if not data.in_memory or table is not None:
-                wb = np.ones(len(yb)) if wb is None else wb
-                if table is not None:
-                    wb = wb * table[yb]
-                if not np.all(np.isfinite(wb)) or np.any(wb < 0):
-                    raise ValueError(f"{where}: sample weights (sample_weight times class_weight) must be "
-                                     "finite and >= 0")
+                wb = _validation.batch_weights(yb, wb, table, where)
             stats += self._leaf_statistics(self._route_numpy(xb, batch_size), yb, wb)
         stats, = streaming.all_reduce_sum([stats], model=model)
         if not (stats[0].sum() if self.is_classifier else stats[0, 0]) > 0:  # the root holds the total mass

@@ -519,12 +519,7 @@ class NonGreedyTree(CheckedLoading, CheckedInputs, XLACompatibility, HeapTreeLay
         else:
             data = streaming.stream(x, None, sample_weight, batch_size, name=where)
             if class_weight is not None:
-                # Validated as for arrays (on one sample of every class), then a per-class table.
-                labels = np.arange(self.num_classes) if self.is_classifier else np.zeros(1, np.int64)
-                _validation.sample_weights(labels, None, class_weight, self.num_classes, where)
-                table = np.ones(self.num_classes)
-                for k, v in class_weight.items():
-                    table[int(k)] = float(v)
+                table = _validation.class_weight_table(class_weight, self.num_classes, where)
         width = self.num_classes if self.is_classifier else self.output_dim
         sums = np.zeros((self.num_leaves(), width))
         totals = np.zeros(self.num_leaves())
@@ -536,12 +531,7 @@ class NonGreedyTree(CheckedLoading, CheckedInputs, XLACompatibility, HeapTreeLay
             if not data.in_memory:
                 if self.is_classifier:
                     yb = _validation.class_labels(yb, self.num_classes, where)
-                wb = np.ones(n) if wb is None else wb
-                if table is not None:
-                    wb = wb * table[yb]
-                if not np.all(np.isfinite(wb)) or np.any(wb < 0):
-                    raise ValueError(f"{where}: sample weights (sample_weight times class_weight) must be "
-                                     "finite and >= 0")
+                wb = _validation.batch_weights(yb, wb, table, where)
             if self.is_classifier:
                 sums += node_sums(leaf, np.eye(self.num_classes)[yb], self.num_leaves(), wb)
             else:

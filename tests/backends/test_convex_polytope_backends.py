@@ -245,7 +245,7 @@ def test_fit_greedy_and_leaf_callback_use_sample_and_class_weights():
         tree.fit_greedy(x, y, sample_weight=np.ones(3), verbose=0)
     with pytest.raises(ValueError, match="finite and >= 0"):
         tree.fit_greedy(x, y, sample_weight=-np.ones(len(y)), verbose=0)
-    with pytest.raises(ValueError, match="class_weight has class 5"):
+    with pytest.raises(ValueError, match=r"class_weight has class ids \[5\]"):
         tree.fit_greedy(x, y, class_weight={5: 1.0}, verbose=0)
 
 

@@ -129,7 +129,7 @@ def test_stream_errors_name_the_argument(rng):
     with pytest.raises(ValueError, match="zero for every sample"):
         model.fit(x, y, epochs=1, verbose=0, callbacks=[zero])
     negative = GreedyLevelGrowth(list_of_batches(x, y, -w), epochs_per_level=1)
-    with pytest.raises(ValueError, match="sample_weight must be finite and >= 0"):
+    with pytest.raises(ValueError, match="must be finite and >= 0"):
         model.fit(x, y, epochs=1, verbose=0, callbacks=[negative])
 
 

@@ -92,7 +92,7 @@ def test_em_stream_errors_name_the_problem():
     with pytest.raises(ValueError, match="batches carry sample weights, so class_weight cannot be given"):
         em_leaves(cb, *em_model())
     cb = EMLeafUpdate([(x, y, -w)])
-    with pytest.raises(ValueError, match="EMLeafUpdate: the sample weights in the data's batches must be finite"):
+    with pytest.raises(ValueError, match="EMLeafUpdate: sample weights .* must be finite"):
         em_leaves(cb, *em_model())
     cb = EMLeafUpdate([(x, y + 5)])
     with pytest.raises(ValueError, match="EMLeafUpdate: labels must lie in"):
