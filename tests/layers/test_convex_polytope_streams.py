@@ -244,9 +244,17 @@ def test_workers_with_fewer_batches_take_part_in_every_step(monkeypatch):
     monkeypatch.setattr(pt, "_train_step", counting)
     trees = [new_tree(num_classes=2) for _ in range(2)]
 
-    def run():  # 5 batches: worker 0 reads 3, worker 1 reads 2
-        trees[streaming.workers()[1]][0].fit_greedy(batches(x, y, w, 100), epochs=2, batch_size=50,
-                                                    learning_rate=0.05, min_gain=0.01, refine_epochs=1, verbose=0)
+    def run():  # 5 batches: worker 0 holds 3, worker 1 holds 2
+        import tensorflow as tf
+
+        index = streaming.workers()[1]
+        own = [b for i, b in enumerate(batches(x, y, w, 100)) if i % 2 == index]
+        # Each worker's own shard on every backend (auto-sharding OFF).
+        shard = tf.data.Dataset.from_tensor_slices(tuple(np.concatenate(parts) for parts in zip(*own))).batch(100)
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+        trees[index][0].fit_greedy(shard.with_options(options), epochs=2, batch_size=50, learning_rate=0.05,
+                                   min_gain=0.01, refine_epochs=1, verbose=0)
 
     lockstep_workers(monkeypatch, run)
     assert [k for k, _ in steps[0]] == [k for k, _ in steps[1]]  # the same steps, in the same order
