@@ -11,13 +11,12 @@ each. The cluster runs once per module:
    once the coordination service misses the dead worker's heartbeats) or is
    killed after a grace period;
 2. both workers restart (``MultiWorkerMirroredStrategy`` needs every worker
-   back after a failure) on fresh ports, resume from the backup, and grow an
-   end-to-end tree from the same sharded dataset;
+   back after a failure) on fresh ports, resume from the backup, grow an
+   end-to-end tree from the same sharded dataset (``GreedyLevelGrowth`` with
+   ``EMLeafUpdate``), then grow a convex polytope tree by ``fit_greedy`` and
+   refit a non-greedy tree's leaves on it;
 3. the reference: the same script without ``TF_CONFIG`` (one process, all the
    data, the same global batch), run alongside step 1.
-
-Step 2's tree runs once ``GreedyLevelGrowth`` and ``EMLeafUpdate`` take a
-dataset without ``y`` (issue #17 part 1); before, its test is skipped.
 
 Addresses: ``TF_CONFIG`` names only ``localhost`` ports and the workers connect
 only there, but TensorFlow's gRPC server listens on all interfaces (it binds
