@@ -16,10 +16,25 @@ training step (``model.train_on_batch``) and one compiled inference call
 The same code and data run in both trees, so the ratio is only the cost of
 what changed between them.
 
-    python benchmarks/check_cost.py [--base REV] [--repeats 3] [--steps 50] [--json PATH]
+``--graph-checks`` measures in one process, with one build of the kernels,
+what the checks issued into TensorFlow graphs cost (``tf.debugging.Assert``
+and what they compute; the compiled kernels' own C++ checks stay in both): per
+layer one model traced as users get it and one traced with those checks
+switched off, called alternately. Nothing else differs, so this isolates that
+part of the cost from the noise of comparing processes.
+
+``--paired`` runs the two trees at the same time instead, each child pinned to
+its own CPU with one TensorFlow thread, swapping CPUs at every repeat, and
+times each call by the process's CPU time as well as the wall clock. Both
+children then see the same load from the rest of the machine, and each
+repeat gives one ratio; the script prints the median ratio of the repeats
+and their spread. This needs at least two CPUs.
+
+    python benchmarks/check_cost.py [--base REV] [--repeats 3] [--steps 50] [--paired | --graph-checks] [--json PATH]
 """
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -54,8 +69,56 @@ def cases():
     ]
 
 
-def child(steps, out_path):
+def build(name, make, kind, x, y):
     import keras
+
+    keras.utils.set_random_seed(0)
+    layer = make()
+    if kind == "model":
+        model = layer
+        model.compile(keras.optimizers.SGD(0.01))
+    else:
+        model = keras.Sequential([keras.Input((DIM,)), layer])
+        if name.startswith("ConvexPolytopeTree"):
+            layer.fit_greedy(x, y, epochs=1, batch_size=BATCH)
+        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=kind == "logits")
+        model.compile(keras.optimizers.Adam(1e-3), loss)
+    return model
+
+
+@contextlib.contextmanager
+def graph_checks_off():
+    """While tracing: the checks that would go into a TensorFlow graph are
+    dropped (eager checks of concrete values still run)."""
+    from keras_trees.validation import batched, tensors
+
+    require, require_all = tensors.require, batched.require_all
+
+    def eager_only(ok, message, error=ValueError):
+        if tensors._tf_graph(ok):
+            return None
+        return require(ok, message, error)
+
+    def eager_only_all(checks, error=ValueError, output=None):
+        if output is not None and tensors._tf_graph(output):
+            return output
+        return require_all(checks, error, output)
+
+    tensors.require, batched.require_all = eager_only, eager_only_all
+    try:
+        yield
+    finally:
+        tensors.require, batched.require_all = require, require_all
+
+
+def graph_checks_cost(steps, rounds, threads):
+    """Per layer and step: median time of the model with graph checks and of
+    the same model traced without, called alternately in this process."""
+    import tensorflow as tf
+
+    if threads:
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(threads)
     import numpy as np
 
     rng = np.random.default_rng(0)
@@ -63,45 +126,104 @@ def child(steps, out_path):
     y = rng.integers(0, CLASSES, size=BATCH).astype("int32")
     results = {}
     for name, make, kind in cases():
-        keras.utils.set_random_seed(0)
-        layer = make()
-        if kind == "model":
-            model = layer
-            model.compile(keras.optimizers.SGD(0.01))
-        else:
-            model = keras.Sequential([keras.Input((DIM,)), layer])
-            if name.startswith("ConvexPolytopeTree"):
-                layer.fit_greedy(x, y, epochs=1, batch_size=BATCH)
-            loss = keras.losses.SparseCategoricalCrossentropy(from_logits=kind == "logits")
-            model.compile(keras.optimizers.Adam(1e-3), loss)
+        models = {"checked": build(name, make, kind, x, y), "unchecked": build(name, make, kind, x, y)}
+        for which, model in models.items():
+            with graph_checks_off() if which == "unchecked" else contextlib.nullcontext():
+                for _ in range(3):  # trace and warm up
+                    model.train_on_batch(x, y)
+                    model.predict_on_batch(x)
+        entry = {}
+        for step in ("train", "predict"):
+            samples = {"checked": [], "unchecked": []}
+            for r in range(rounds * steps):
+                order = ("checked", "unchecked") if r % 2 == 0 else ("unchecked", "checked")
+                for which in order:
+                    model = models[which]
+                    start = time.process_time()
+                    model.train_on_batch(x, y) if step == "train" else model.predict_on_batch(x)
+                    samples[which].append(time.process_time() - start)
+            checked, unchecked = (statistics.median(samples[k]) for k in ("checked", "unchecked"))
+            entry[step] = {"checked_s": checked, "unchecked_s": unchecked, "ratio": checked / unchecked}
+        results[name] = entry
+    return results
+
+
+def report_graph_checks(args, results):
+    print(f"Graph checks' cost, tensorflow backend, batch {BATCH} x {DIM} features, one process, "
+          f"{args.repeats * args.steps} alternating calls each (CPU time, median)")
+    print(f"{'layer':<24}{'step':<9}{'without':>12}{'with':>12}{'ratio':>8}")
+    worst = 0.0
+    for name, entry in results.items():
+        for step, e in entry.items():
+            worst = max(worst, e["ratio"])
+            print(f"{name:<24}{step:<9}{e['unchecked_s'] * 1e3:>9.3f} ms{e['checked_s'] * 1e3:>9.3f} ms"
+                  f"{e['ratio']:>8.3f}")
+    print(f"largest ratio: {worst:.3f} (goal: at most 1.05)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"mode": "graph-checks", "results": results}, f, indent=1)
+
+
+def child(steps, out_path, threads=None):
+    if threads:
+        import tensorflow as tf
+
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(threads)
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(BATCH, DIM)).astype("float32")
+    y = rng.integers(0, CLASSES, size=BATCH).astype("int32")
+    results = {}
+    for name, make, kind in cases():
+        model = build(name, make, kind, x, y)
         for _ in range(3):  # trace and warm up
             model.train_on_batch(x, y)
             model.predict_on_batch(x)
         times = {}
         for step, fn in (("train", lambda: model.train_on_batch(x, y)), ("predict", lambda: model.predict_on_batch(x))):
-            samples = []
+            wall, cpu = [], []
             for _ in range(steps):
-                start = time.perf_counter()
+                start, start_cpu = time.perf_counter(), time.process_time()
                 fn()
-                samples.append(time.perf_counter() - start)
-            times[step] = statistics.median(samples)
+                cpu.append(time.process_time() - start_cpu)
+                wall.append(time.perf_counter() - start)
+            times[step] = statistics.median(wall)
+            times[step + " cpu"] = statistics.median(cpu)
         results[name] = times
     with open(out_path, "w") as f:
         json.dump(results, f)
 
 
-def run_child(tree, steps, env):
+def start_child(tree, steps, env, cpu=None):
+    """Starts one timing child on ``tree``; with ``cpu``, pinned to that CPU
+    with one TensorFlow thread. Returns ``(process, result path)``."""
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         out = f.name
     env = dict(env, PYTHONPATH=tree)
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", out, "--steps", str(steps)],
-                          cwd=tree, env=env, capture_output=True, text=True)
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", out, "--steps", str(steps)]
+    if cpu is not None:
+        cmd += ["--threads", "1"]
+    pin = (lambda: os.sched_setaffinity(0, {cpu})) if cpu is not None else None
+    proc = subprocess.Popen(cmd, cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=pin)
+    return proc, out, tree
+
+
+def finish_child(started):
+    proc, out, tree = started
+    _, stderr = proc.communicate()
     if proc.returncode:
-        sys.exit(f"the timing run in {tree} failed:\n{proc.stderr[-3000:]}")
+        sys.exit(f"the timing run in {tree} failed:\n{stderr[-3000:]}")
     with open(out) as f:
         data = json.load(f)
     os.unlink(out)
     return data
+
+
+def run_child(tree, steps, env):
+    return finish_child(start_child(tree, steps, env))
 
 
 def main():
@@ -109,12 +231,23 @@ def main():
     parser.add_argument("--base", default="f907a53", help="revision without the checks (default: f907a53)")
     parser.add_argument("--repeats", type=int, default=3, help="fresh processes per tree (default 3)")
     parser.add_argument("--steps", type=int, default=50, help="timed calls per step kind (default 50)")
+    parser.add_argument("--paired", action="store_true",
+                        help="run both trees at once, each on its own CPU with one thread (see above)")
+    parser.add_argument("--graph-checks", action="store_true",
+                        help="in one process: with and without the checks issued into graphs (see above)")
     parser.add_argument("--json", help="write the results here too")
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--threads", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.steps, args.child)
+        child(args.steps, args.child, args.threads)
         return
+    if args.graph_checks:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+        report_graph_checks(args, graph_checks_cost(args.steps, args.repeats, args.threads))
+        return
+    if args.paired and len(os.sched_getaffinity(0)) < 2:
+        parser.error("--paired needs at least two CPUs")
     env = dict(os.environ)
     env.setdefault("KERAS_BACKEND", "tensorflow")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -124,12 +257,24 @@ def main():
     try:
         # The benchmark itself comes from this checkout; the library from each tree.
         runs = {"base": [], "head": []}
+        cpus = sorted(os.sched_getaffinity(0))[:2]
         for r in range(args.repeats):
+            if args.paired:
+                first, second = cpus if r % 2 == 0 else cpus[::-1]
+                started = [start_child(base_tree, args.steps, env, first), start_child(ROOT, args.steps, env, second)]
+                runs["base"].append(finish_child(started[0]))
+                runs["head"].append(finish_child(started[1]))
+                print(f"  run {r + 1}/{args.repeats} (base on CPU {first}, this tree on CPU {second}) done",
+                      file=sys.stderr, flush=True)
+                continue
             for which, tree in (("base", base_tree), ("head", ROOT)):
                 runs[which].append(run_child(tree, args.steps, env))
                 print(f"  run {r + 1}/{args.repeats} {which} done", file=sys.stderr, flush=True)
     finally:
         subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", base_tree], check=False)
+    if args.paired:
+        report_paired(args, env, runs)
+        return
     print(f"Input-check cost, {env['KERAS_BACKEND']} backend, batch {BATCH} x {DIM} features, "
           f"median of {args.steps} calls, median over {args.repeats} fresh processes per tree")
     print(f"{'layer':<24}{'step':<9}{'base (' + args.base + ')':>18}{'this tree':>14}{'ratio':>8}")
@@ -147,6 +292,37 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"base": args.base, "backend": env["KERAS_BACKEND"], "results": table}, f, indent=1)
+
+
+def report_paired(args, env, runs):
+    """One ratio per repeat (the two trees ran at the same time), by CPU time
+    and by wall clock; their median and range."""
+    print(f"Input-check cost, {env['KERAS_BACKEND']} backend, batch {BATCH} x {DIM} features, both trees at once "
+          f"(one CPU and one thread each), median of {args.steps} calls, {args.repeats} paired runs")
+    print(f"{'layer':<24}{'step':<9}{'base cpu':>11}{'this cpu':>11}{'ratio cpu (min-max)':>24}"
+          f"{'ratio wall (min-max)':>24}")
+    table = {}
+    worst = 0.0
+    for name in runs["head"][0]:
+        for step in ("train", "predict"):
+            entry = {}
+            cells = []
+            for clock in ("cpu", "wall"):
+                key = step + " cpu" if clock == "cpu" else step
+                ratios = sorted(h[name][key] / b[name][key] for b, h in zip(runs["base"], runs["head"]))
+                entry[clock] = {"median": statistics.median(ratios), "min": ratios[0], "max": ratios[-1],
+                                "base_s": statistics.median(b[name][key] for b in runs["base"]),
+                                "head_s": statistics.median(h[name][key] for h in runs["head"])}
+                cells.append(f"{entry[clock]['median']:.3f} ({ratios[0]:.2f}-{ratios[-1]:.2f})")
+            worst = max(worst, entry["cpu"]["median"])
+            table[f"{name} {step}"] = entry
+            print(f"{name:<24}{step:<9}{entry['cpu']['base_s'] * 1e3:>8.2f} ms{entry['cpu']['head_s'] * 1e3:>8.2f} ms"
+                  f"{cells[0]:>24}{cells[1]:>24}")
+    print(f"largest median ratio (CPU time): {worst:.3f} (goal: at most 1.05)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"base": args.base, "backend": env["KERAS_BACKEND"], "paired": True, "results": table}, f,
+                      indent=1)
 
 
 if __name__ == "__main__":

@@ -125,7 +125,7 @@ class HingeBatchNormalization(CheckedLoading, CheckedInputs, keras.layers.Layer)
         inputs = ops.convert_to_tensor(inputs)
         if keras.backend.is_float_dtype(inputs.dtype) and not tensors.is_keras_symbolic(inputs):
             # One check, no host trip under jax.jit unless it fails.
-            inputs = batched.require_all([(ops.all(ops.isfinite(inputs)), "x contains NaN or Inf")], output=inputs)
+            inputs = batched.require_all([tensors.finite_check(inputs, "x contains NaN or Inf")], output=inputs)
         dtype = keras.backend.standardize_dtype(inputs.dtype)
         if not keras.backend.is_float_dtype(dtype):
             dtype = self.compute_dtype

@@ -19,15 +19,19 @@ The messages are the same on every path. :func:`finite_variables` is
 layer, with the same message.
 """
 
-from keras import ops
-
 from keras_trees.validation import tensors, variables
 
 
 def require_all(checks, error=ValueError, output=None):
     """``checks``: ``[(ok, message), ...]`` or ``[(ok, message, error), ...]``
-    with ``ok`` a scalar boolean (tensor or Python bool). Fails with the
-    message of the first failed check.
+    with ``ok`` a scalar boolean (tensor or Python bool), and
+    :class:`keras_trees.validation.tensors.KernelCheck` entries (tensors that
+    must be finite, topologies). Fails with the message of the first failed check.
+
+    Inside ``tf.function`` on the compiled kernels, with ``output`` and at
+    least one tensor to scan, all of them are one ``KerasTrees>Check`` op that
+    ``output`` passes through (its message without the ``assertion failed``
+    prefix of ``tf.debugging.Assert``).
 
     Given ``output`` (the tensor the caller goes on with), returns it computed
     after the checks inside compiled graphs (``tf.function``: control
@@ -37,7 +41,12 @@ def require_all(checks, error=ValueError, output=None):
     does not fail first in its own words), nothing computed from a rejected
     value runs, and under JAX the checks cost microseconds. Without it they
     are side effects."""
-    checks = [(c[0], c[1], c[2] if len(c) > 2 else error) for c in checks]
+    pending = [c for c in checks if isinstance(c, tensors.KernelCheck)]
+    checks = [(c[0], c[1], c[2] if len(c) > 2 else error) for c in checks
+              if not isinstance(c, tensors.KernelCheck)]
+    if pending and output is not None and kernels_check(output):
+        return _one_op(output, pending, checks)
+    checks = [c.condition() for c in pending] + checks
     if not checks:
         return output
     if any(tensors._jax_traced(ok) for ok, _, _ in checks):
@@ -51,6 +60,30 @@ def require_all(checks, error=ValueError, output=None):
 
     with tf.control_dependencies(asserts):
         return tf.identity(output)
+
+
+def _one_op(output, pending, checks):
+    """The checks of :func:`require_all` as one op of the compiled library
+    (``KerasTrees>Check``) that ``output`` passes through: it scans the
+    tensors of ``pending`` (finite float32/float64 values, valid topologies;
+    other dtypes become conditions) and tests the scalar conditions of
+    ``checks``, failing with the first failed check's message. As a reduction
+    and an assertion per tensor, the checks of a heap layer's inference call
+    cost about 5-8% of it (``benchmarks/check_cost.py --graph-checks``)."""
+    from keras_trees.ops import _tf_check
+
+    finite = [c for c in pending if c.kind == "finite" and tensors.dtype_name(c.x) in ("float32", "float64")]
+    states = [c for c in pending if c.kind == "topology"]
+    checks = [c.condition() for c in pending if c not in finite and c not in states] + checks
+    oks, messages = [], []
+    for ok, message, err in checks:
+        if isinstance(ok, bool) or not hasattr(ok, "dtype"):
+            tensors.require(ok, message, err)  # a Python bool: decided now
+            continue
+        oks.append(ok)
+        messages.append(message)
+    return _tf_check.check(output, [c.x for c in finite], oks, [c.x for c in states],
+                           [c.message for c in finite] + messages + [c.message for c in states])
 
 
 def checked(checks, output):
@@ -89,8 +122,8 @@ def variable_checks(layer, variables_to_check):
         if tensors.is_keras_symbolic(value) or not tensors._is_floating(value):
             continue
         name = variables._short_name(v)
-        checks.append((
-            ops.all(ops.isfinite(value)),
+        checks.append(tensors.finite_check(
+            value,
             f"{variables.label(layer, name)} contains NaN or Inf; did training diverge, or was a NaN "
             "assigned or loaded?",
         ))

@@ -7,7 +7,10 @@ Each check takes the tensor and the argument's name and returns the tensor
   is evaluated at once and a ``ValueError``/``TypeError`` is raised;
 - inside ``tf.function``: a ``tf.debugging.Assert`` op (stateful, so
   ``tf.function`` always runs it) fails with ``InvalidArgumentError`` carrying
-  the same message;
+  the same message. The checks of one layer call gathered by
+  :func:`collected` become one op of the compiled library instead
+  (``KerasTrees>Check``, see :func:`keras_trees.validation.batched.require_all`),
+  which scans the tensors that must be finite itself;
 - inside ``jax.jit``/``jax.grad`` tracing: the reduced condition goes to an
   XLA custom call of the compiled library (``KerasTreesCheck``), or without
   it to a ``jax.debug.callback``, which fails the compiled function with the
@@ -105,6 +108,41 @@ def collected():
         yield pending
     finally:
         stack.pop()
+
+
+class KernelCheck:
+    """A pending check of a whole tensor in a TensorFlow graph, in a
+    :func:`collected` list next to ``(ok, message, error)`` entries: on the
+    compiled kernels :func:`keras_trees.validation.batched.require_all` hands
+    ``x`` to its one check op (``kind`` says what the op checks); elsewhere
+    :meth:`condition` gives the ``(ok, message, error)`` of ``keras.ops``."""
+
+    __slots__ = ("x", "message")
+    kind = None
+
+    def __init__(self, x, message):
+        self.x, self.message = x, message
+
+    def condition(self):
+        raise NotImplementedError
+
+
+class FiniteCheck(KernelCheck):
+    """``x`` (floating) holds only finite values."""
+
+    kind = "finite"
+
+    def condition(self):
+        return (ops.all(ops.isfinite(self.x)), self.message, ValueError)
+
+
+def finite_check(x, message):
+    """The check that floating ``x`` is finite, as an entry of
+    :func:`keras_trees.validation.batched.require_all`: a :class:`FiniteCheck`
+    in a TensorFlow graph, ``(ok, message)`` elsewhere."""
+    if _tf_graph(x):
+        return FiniteCheck(x, message)
+    return (ops.all(ops.isfinite(x)), message)
 
 
 def _raise_first(oks, messages, error):
@@ -287,7 +325,12 @@ def finite(x, name, hint=""):
     """Fails unless every value of floating ``x`` is finite."""
     if is_keras_symbolic(x) or not _is_floating(x):
         return x
-    require(ops.all(ops.isfinite(x)), f"{name} contains NaN or Inf{'; ' + hint if hint else ''}")
+    message = f"{name} contains NaN or Inf{'; ' + hint if hint else ''}"
+    stack = getattr(_collectors, "stack", None)
+    if stack and _tf_graph(x):
+        stack[-1].append(FiniteCheck(x, message))
+        return x
+    require(ops.all(ops.isfinite(x)), message)
     return x
 
 

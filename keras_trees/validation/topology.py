@@ -28,8 +28,22 @@ def node_state(state, name="node_state"):
     if len(state.shape) != 2 or positions is None:
         raise ValueError(f"{name} must have shape (num_trees, 2**(max_depth + 1) - 1), got {tuple(state.shape)}")
     depth = topology.max_depth_from_positions(int(positions))
-    internal = topology.num_internal(depth)
+    message = (f"{name} is not a valid topology: values must be ABSENT (0), LEAF (1) or SPLIT (2), "
+               f"every root present, no SPLIT on the last level (depth {depth}), and a position "
+               "present exactly when its parent is a SPLIT")
     s = ops.convert_to_tensor(state)
+    stack = getattr(tensors._collectors, "stack", None)
+    if stack and tensors._tf_graph(s):  # one check op with the call's other checks
+        stack[-1].append(TopologyCheck(s, message))
+        return state
+    check = tensors.require(_valid(s), message)
+    return tensors.after(check, state)
+
+
+def _valid(s):
+    """Scalar boolean: ``s`` (``(num_trees, positions)``) is a valid topology."""
+    positions = s.shape[-1]
+    internal = topology.num_internal(topology.max_depth_from_positions(int(positions)))
     known = ops.logical_or(ops.equal(s, topology.ABSENT), ops.logical_or(ops.equal(s, topology.LEAF), ops.equal(s, topology.SPLIT)))
     ok = ops.all(known)
     ok = ops.logical_and(ok, ops.logical_not(ops.any(ops.equal(s[:, internal:], topology.SPLIT))))
@@ -39,10 +53,13 @@ def node_state(state, name="node_state"):
         present = ops.not_equal(s[:, 1:], topology.ABSENT)
         parent_split = ops.equal(ops.take(s, parents, axis=1), topology.SPLIT)
         ok = ops.logical_and(ok, ops.all(ops.equal(present, parent_split)))
-    check = tensors.require(
-        ok,
-        f"{name} is not a valid topology: values must be ABSENT (0), LEAF (1) or SPLIT (2), "
-        f"every root present, no SPLIT on the last level (depth {depth}), and a position "
-        "present exactly when its parent is a SPLIT",
-    )
-    return tensors.after(check, state)
+    return ok
+
+
+class TopologyCheck(tensors.KernelCheck):
+    """``x`` (``node_state``) is a valid topology (the rules above)."""
+
+    kind = "topology"
+
+    def condition(self):
+        return (_valid(self.x), self.message, ValueError)
