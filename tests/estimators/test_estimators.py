@@ -84,7 +84,8 @@ def test_unsupported_column_dtype_is_named():
 
 def test_pipeline_grid_search_and_cross_validation(eager):
     x, y = easy()
-    pipe = Pipeline([("square", FunctionTransformer(np.square)), ("tree", tiny(E.TreeEnsembleClassifier, random_state=0))])
+    pipe = Pipeline([("square", FunctionTransformer(np.square)),
+                     ("tree", tiny(E.TreeEnsembleClassifier, random_state=0))])
     scores = cross_val_score(pipe.set_params(square="passthrough"), x, y, cv=3)
     assert scores.mean() > 0.85, scores
     search = GridSearchCV(tiny(E.NonGreedyTreeClassifier, random_state=0), {"max_depth": [1, 2]}, cv=2).fit(x, y)
@@ -146,7 +147,8 @@ def test_pickle_and_keras_save_round_trips(cls, tmp_path, eager):
     loaded = keras.saving.load_model(path)
     x = est.preprocessor_.transform(df).astype("float32")
     np.testing.assert_array_equal(
-        keras.ops.convert_to_numpy(loaded(x, training=False)), keras.ops.convert_to_numpy(est.model_(x, training=False)))
+        keras.ops.convert_to_numpy(loaded(x, training=False)),
+        keras.ops.convert_to_numpy(est.model_(x, training=False)))
 
 
 def test_regression_targets_come_back_in_their_units(eager):
