@@ -1,0 +1,32 @@
+"""The scikit-learn estimators on every Keras backend: a classifier and a
+regressor fit and predict, repeatably, on a frame with a categorical column."""
+
+import numpy as np
+import pandas as pd
+
+from keras_trees import estimators as E
+
+
+def data(n=240, seed=0):
+    rng = np.random.default_rng(seed)
+    a, b = rng.normal(size=n), rng.normal(size=n)
+    colour = rng.choice(["red", "blue"], n)
+    x = pd.DataFrame({"a": a, "b": np.where(rng.random(n) < 0.1, np.nan, b), "colour": pd.Categorical(colour)})
+    return x, np.where((a > 0) ^ (colour == "red"), "yes", "no"), 2.0 * a + (colour == "red")
+
+
+def test_classifier_fit_predict_and_repeatability():
+    x, y, _ = data()
+    settings = dict(max_depth=3, num_trees=4, max_epochs=8, learning_rate=0.1, random_state=0)
+    clf = E.TreeEnsembleClassifier(**settings).fit(x, y)
+    assert clf.score(x, y) > 0.8
+    proba = clf.predict_proba(x)
+    np.testing.assert_allclose(proba.sum(1), 1.0, rtol=1e-5)
+    np.testing.assert_array_equal(E.TreeEnsembleClassifier(**settings).fit(x, y).predict_proba(x), proba)
+
+
+def test_regressor_fit_predict():
+    x, _, target = data()
+    reg = E.EndToEndTreeRegressor(max_depth=2, epochs_per_level=3, finetune_epochs=2, learning_rate=0.05,
+                                  random_state=0).fit(x, target)
+    assert reg.predict(x).shape == (len(x),) and reg.score(x, target) > 0.5

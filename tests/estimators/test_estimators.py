@@ -1,0 +1,163 @@
+"""The estimators on raw tabular data and inside scikit-learn's tools: pandas
+frames with categoricals and missing values, Pipeline / GridSearchCV /
+cross_val_score, repeatability, class weights, pickling and saving the model."""
+
+import pickle
+
+import keras
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.datasets import make_classification
+from sklearn.model_selection import GridSearchCV, cross_val_score
+from sklearn.pipeline import Pipeline
+from sklearn.preprocessing import FunctionTransformer
+from sklearn.utils import compute_sample_weight
+
+from keras_trees import estimators as E
+from tests.estimators._settings import TINY, tiny
+
+CLASSIFIERS = [cls for cls in TINY if cls._task == "classification"]
+
+
+def easy(n=240, seed=0):
+    """Two well separated classes in 4 features."""
+    return make_classification(n, 4, n_informative=2, n_redundant=0, class_sep=2.0, random_state=seed)
+
+
+def frame(n=200, seed=0):
+    """A frame with numeric, NaN, category, object (with None), string and bool
+    columns, and labels (strings) that depend on a numeric and a categorical column."""
+    rng = np.random.default_rng(seed)
+    a = rng.normal(size=n)
+    colour = rng.choice(["red", "green", "blue"], n)
+    df = pd.DataFrame({
+        "a": a,
+        "b": np.where(rng.random(n) < 0.2, np.nan, rng.normal(size=n)),
+        "colour": pd.Categorical(colour),
+        "city": np.where(rng.random(n) < 0.2, None, rng.choice(["x", "y"], n)).astype(object),
+        "code": pd.array(np.where(rng.random(n) < 0.1, None, rng.choice(["p", "q"], n)), dtype="string"),
+        "flag": rng.random(n) < 0.5,
+    })
+    y = np.where((a > 0) ^ (colour == "red"), "yes", "no")
+    return df, y
+
+
+@pytest.fixture
+def eager():
+    """Few-step fits run faster eagerly than traced (see test_estimator_checks.py)."""
+    import tensorflow as tf
+
+    tf.config.run_functions_eagerly(True)
+    yield
+    tf.config.run_functions_eagerly(False)
+
+
+@pytest.mark.parametrize("cls", list(TINY), ids=lambda c: c.__name__)
+def test_pandas_frame_with_categoricals_and_missing_values(cls, eager):
+    df, labels = frame()
+    y = labels if cls._task == "classification" else (df["a"] * 3.0 + (df["colour"] == "red") * 2.0).to_numpy()
+    est = tiny(cls, random_state=0, batch_size=100).fit(df, y)
+    assert list(est.feature_names_in_) == list(df.columns) and est.n_features_in_ == 6
+    # numeric a, b (+ b's missing indicator), one-hot colour (3), city (x, y, missing), code (p, q, missing), flag (2)
+    assert est.preprocessor_.transform(df).shape[1] == 3 + 3 + 3 + 3 + 2
+    unseen = df.head(5).copy()
+    unseen["city"] = ["never seen", None, "x", "y", "z"]
+    unseen["colour"] = pd.Categorical(["purple", "red", "red", "blue", "green"])
+    pred = est.predict(unseen)
+    assert pred.shape == (5,) and np.isfinite(est.predict(df).astype(float) if est._task == "regression" else 1).all()
+    if cls._task == "classification":
+        assert list(est.classes_) == ["no", "yes"] and set(pred) <= {"no", "yes"}
+        np.testing.assert_allclose(est.predict_proba(unseen).sum(1), 1.0, rtol=1e-5)
+    # the same values as an array of objects, columns by position
+    np.testing.assert_array_equal(est.predict(df.to_numpy()), est.predict(df))
+    with pytest.raises(ValueError, match="feature names"):
+        est.predict(df[df.columns[::-1]])
+
+
+def test_unsupported_column_dtype_is_named():
+    df, y = frame(40)
+    df["when"] = pd.date_range("2020-01-01", periods=40)
+    with pytest.raises(TypeError, match="'when'"):
+        tiny(E.TreeEnsembleClassifier).fit(df, y)
+
+
+def test_pipeline_grid_search_and_cross_validation(eager):
+    x, y = easy()
+    pipe = Pipeline([("square", FunctionTransformer(np.square)),
+                     ("tree", tiny(E.TreeEnsembleClassifier, random_state=0))])
+    scores = cross_val_score(pipe.set_params(square="passthrough"), x, y, cv=3)
+    assert scores.mean() > 0.85, scores
+    search = GridSearchCV(tiny(E.NonGreedyTreeClassifier, random_state=0), {"max_depth": [1, 2]}, cv=2).fit(x, y)
+    assert search.best_params_["max_depth"] in (1, 2) and search.best_score_ > 0.85
+    assert search.score(x, y) > 0.85
+
+
+def test_bad_arguments_name_the_argument():
+    x, y = easy(40)
+    for cls, bad in [
+        (E.TreeEnsembleClassifier, {"max_depth": 0}),
+        (E.TreeEnsembleClassifier, {"validation_fraction": 1.0}),
+        (E.TreeEnsembleClassifier, {"class_weight": "even"}),
+        (E.HingeForestRegressor, {"kind": "bush"}),
+        (E.EndToEndTreeClassifier, {"split_type": "curved"}),
+        (E.NonGreedyTreeClassifier, {"nu": -1.0}),
+    ]:
+        name = next(iter(bad))
+        with pytest.raises(ValueError, match=f"'{name}' parameter"):
+            tiny(cls, **bad).fit(x, y)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'depth'"):
+        E.TreeEnsembleClassifier(depth=3)
+    with pytest.raises(ValueError, match="at least 2 classes"):
+        tiny(E.TreeEnsembleClassifier).fit(x, np.zeros(len(x)))
+
+
+def test_same_random_state_same_predictions_graph_mode():
+    x, y = easy(160)
+    for cls in (E.TreeEnsembleClassifier, E.HingeForestRegressor):
+        target = y if cls._task == "classification" else x[:, 0] + y
+        first = tiny(cls, random_state=3).fit(x, target)
+        again = tiny(cls, random_state=3).fit(x, target)
+        other = tiny(cls, random_state=4).fit(x, target)
+        assert len(first.history_["val_loss"]) >= 1  # the early-stopping path ran
+        np.testing.assert_array_equal(first._model_outputs(x), again._model_outputs(x))
+        assert not np.array_equal(first._model_outputs(x), other._model_outputs(x))
+
+
+def test_class_weight_changes_the_fit_and_combines_with_sample_weight(eager):
+    x, y = make_classification(300, 4, weights=[0.85], class_sep=0.5, random_state=0)
+    plain = tiny(E.TreeEnsembleClassifier, random_state=0).fit(x, y)
+    heavy = tiny(E.TreeEnsembleClassifier, random_state=0, class_weight={0: 1.0, 1: 20.0}).fit(x, y)
+    assert heavy.predict_proba(x)[:, 1].mean() > plain.predict_proba(x)[:, 1].mean() + 0.1
+    assert (heavy.predict(x) == 1).mean() > (plain.predict(x) == 1).mean()
+    balanced = tiny(E.TreeEnsembleClassifier, random_state=0, class_weight="balanced").fit(x, y)
+    by_weight = tiny(E.TreeEnsembleClassifier, random_state=0).fit(
+        x, y, sample_weight=compute_sample_weight("balanced", y))
+    np.testing.assert_allclose(balanced.predict_proba(x), by_weight.predict_proba(x), rtol=1e-6)
+
+
+@pytest.mark.parametrize("cls", CLASSIFIERS, ids=lambda c: c.__name__)
+def test_pickle_and_keras_save_round_trips(cls, tmp_path, eager):
+    df, y = frame(120)
+    est = tiny(cls, random_state=0).fit(df, y)
+    again = pickle.loads(pickle.dumps(est))
+    np.testing.assert_array_equal(again.predict_proba(df), est.predict_proba(df))
+    path = str(tmp_path / "model.keras")
+    est.model_.save(path)
+    loaded = keras.saving.load_model(path)
+    x = est.preprocessor_.transform(df).astype("float32")
+    np.testing.assert_array_equal(
+        keras.ops.convert_to_numpy(loaded(x, training=False)),
+        keras.ops.convert_to_numpy(est.model_(x, training=False)))
+
+
+def test_regression_targets_come_back_in_their_units(eager):
+    x, y = easy(200)
+    target = np.stack([1000.0 * x[:, 0] + 5000.0, -x[:, 1]], axis=1)
+    est = tiny(E.TreeEnsembleRegressor, random_state=0, max_depth=3, max_epochs=20).fit(x, target)
+    pred = est.predict(x)
+    assert pred.shape == (200, 2)
+    assert abs(pred[:, 0].mean() - 5000.0) < 300.0 and est.score(x, target) > 0.5
+    assert est.predict(x[:3]).shape == (3, 2)
+    single = tiny(E.ConvexPolytopeTreeRegressor, random_state=0).fit(x, target[:, 0])
+    assert single.predict(x).shape == (200,) and single.score(x, target[:, 0]) > 0.5
