@@ -69,6 +69,22 @@ def cases():
     ]
 
 
+def data(threads=None):
+    """The benchmark batch ``(x, y)``; with ``threads``, TensorFlow's thread
+    pools set to that many threads first."""
+    if threads:
+        import tensorflow as tf
+
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(threads)
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(BATCH, DIM)).astype("float32")
+    y = rng.integers(0, CLASSES, size=BATCH).astype("int32")
+    return x, y
+
+
 def build(name, make, kind, x, y):
     import keras
 
@@ -114,16 +130,7 @@ def graph_checks_off():
 def graph_checks_cost(steps, rounds, threads):
     """Per layer and step: median time of the model with graph checks and of
     the same model traced without, called alternately in this process."""
-    import tensorflow as tf
-
-    if threads:
-        tf.config.threading.set_intra_op_parallelism_threads(threads)
-        tf.config.threading.set_inter_op_parallelism_threads(threads)
-    import numpy as np
-
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(BATCH, DIM)).astype("float32")
-    y = rng.integers(0, CLASSES, size=BATCH).astype("int32")
+    x, y = data(threads)
     results = {}
     for name, make, kind in cases():
         models = {"checked": build(name, make, kind, x, y), "unchecked": build(name, make, kind, x, y)}
@@ -165,16 +172,7 @@ def report_graph_checks(args, results):
 
 
 def child(steps, out_path, threads=None):
-    if threads:
-        import tensorflow as tf
-
-        tf.config.threading.set_intra_op_parallelism_threads(threads)
-        tf.config.threading.set_inter_op_parallelism_threads(threads)
-    import numpy as np
-
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(BATCH, DIM)).astype("float32")
-    y = rng.integers(0, CLASSES, size=BATCH).astype("int32")
+    x, y = data(threads)
     results = {}
     for name, make, kind in cases():
         model = build(name, make, kind, x, y)
