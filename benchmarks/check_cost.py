@@ -21,7 +21,9 @@ what the checks issued into TensorFlow graphs cost (``tf.debugging.Assert``
 and what they compute; the compiled kernels' own C++ checks stay in both): per
 layer one model traced as users get it and one traced with those checks
 switched off, called alternately. Nothing else differs, so this isolates that
-part of the cost from the noise of comparing processes.
+part of the cost from the noise of comparing processes. The kernels' own
+scans, in both columns, are then timed apart (the same scan over ``x`` and
+every weight, an upper bound) and added for the total.
 
 ``--paired`` runs the two trees at the same time instead, each child pinned to
 its own CPU with one TensorFlow thread, swapping CPUs at every repeat, and
@@ -151,21 +153,66 @@ def graph_checks_cost(steps, rounds, threads):
                     samples[which].append(time.process_time() - start)
             checked, unchecked = (statistics.median(samples[k]) for k in ("checked", "unchecked"))
             entry[step] = {"checked_s": checked, "unchecked_s": unchecked, "ratio": checked / unchecked}
+        scan = scan_time(x, models["checked"], steps * rounds)
+        for step in entry.values():  # the kernels' scans are in both columns: their upper bound on top
+            step["scan_s"] = scan
+            step["total_ratio"] = (step["checked_s"] + scan) / step["unchecked_s"]
         results[name] = entry
     return results
+
+
+def scan_time(x, model, calls):
+    """CPU time per call of the compiled kernels' finiteness scans, bounded
+    above: the same scan (the library's check op, the kernels' ``AllFinite``)
+    over ``x`` and every floating weight of the model, timed in a graph that
+    repeats it, minus the same graph without tensors to scan."""
+    import tensorflow as tf
+
+    from keras_trees.ops import _tf_check
+
+    import numpy as np
+
+    # (weights that hold +-inf by design, e.g. "no gain yet" sentinels, are
+    # left out: the kernels do not read them, and the scan would fail)
+    tensors = [tf.constant(x)] + [tf.convert_to_tensor(w.value) for w in model.weights
+                                  if w.dtype in ("float32", "float64") and np.isfinite(w.numpy()).all()]
+    value = tf.constant([1.0])
+
+    def repeated(scanned):
+        @tf.function(autograph=False)
+        def fn():
+            out = value
+            for _ in range(20):
+                out = _tf_check.check(out, scanned, [], [], ["bad"] * len(scanned))
+            return out
+
+        return fn
+
+    fns = {"scan": repeated(tensors), "empty": repeated([])}
+    samples = {"scan": [], "empty": []}
+    for fn in fns.values():
+        fn()
+    for _ in range(max(calls // 20, 5)):
+        for key, fn in fns.items():
+            start = time.process_time()
+            fn()
+            samples[key].append(time.process_time() - start)
+    return max(0.0, statistics.median(samples["scan"]) - statistics.median(samples["empty"])) / 20
 
 
 def report_graph_checks(args, results):
     print(f"Graph checks' cost, tensorflow backend, batch {BATCH} x {DIM} features, one process, "
           f"{args.repeats * args.steps} alternating calls each (CPU time, median)")
-    print(f"{'layer':<24}{'step':<9}{'without':>12}{'with':>12}{'ratio':>8}")
+    print("kernel scans: an upper bound of the compiled kernels' own finiteness scans per call (x and every "
+          "weight), in both columns; total = (with + scans) / without")
+    print(f"{'layer':<24}{'step':<9}{'without':>12}{'with':>12}{'ratio':>8}{'scans':>11}{'total':>8}")
     worst = 0.0
     for name, entry in results.items():
         for step, e in entry.items():
-            worst = max(worst, e["ratio"])
+            worst = max(worst, e["total_ratio"])
             print(f"{name:<24}{step:<9}{e['unchecked_s'] * 1e3:>9.3f} ms{e['checked_s'] * 1e3:>9.3f} ms"
-                  f"{e['ratio']:>8.3f}")
-    print(f"largest ratio: {worst:.3f} (goal: at most 1.05)")
+                  f"{e['ratio']:>8.3f}{e['scan_s'] * 1e6:>8.1f} us{e['total_ratio']:>8.3f}")
+    print(f"largest total ratio: {worst:.3f} (goal: at most 1.05)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"mode": "graph-checks", "results": results}, f, indent=1)
