@@ -76,16 +76,16 @@ def run_node(data, seed, epochs):
                 proba[:, k] = predicted[column].to_numpy()
         epochs_run = int(model.trainer.current_epoch)
         size = int(model.num_params)
-    import pytorch_tabular
-    import torch
+    import importlib.metadata
 
     return dict(proba=proba, fit_seconds=seconds, size=size, size_unit="parameters",
                 epochs=epochs_run,
-                versions={"pytorch_tabular": pytorch_tabular.__version__, "torch": torch.__version__})
+                versions={name: importlib.metadata.version(name) for name in ("pytorch-tabular", "torch")})
 
 
 def run_grande(data, seed, epochs):
-    import tensorflow as tf
+    import sklearn.preprocessing  # noqa: F401  (GRANDE uses sklearn.preprocessing and
+    import sklearn.utils.class_weight  # noqa: F401  sklearn.utils.class_weight after a bare "import sklearn")
     from GRANDE import GRANDE
 
     num_classes = int(data["num_classes"])
@@ -106,12 +106,15 @@ def run_grande(data, seed, epochs):
               X_val=data["x_val"], y_val=data["y_val"].astype(np.float64))
     seconds = time.perf_counter() - start
     proba = np.asarray(model.predict(data["x_test"]), dtype=np.float64)
-    size = int(sum(np.prod(v.shape) for v in model.trainable_variables))
+    # GRANDE keeps its parameters in plain tf.Variable attributes, which Keras 3
+    # does not track in model.trainable_variables: count the four of build_model.
+    size = int(sum(np.prod(getattr(model, name).shape) for name in (
+        "estimator_weights", "split_values", "split_index_array", "leaf_classes_array")))
     import importlib.metadata
 
     return dict(proba=proba, fit_seconds=seconds, size=size, size_unit="parameters",
                 epochs=len(model.history.history.get("loss", [])),
-                versions={"GRANDE": importlib.metadata.version("GRANDE"), "tensorflow": tf.__version__})
+                versions={name: importlib.metadata.version(name) for name in ("GRANDE", "tensorflow")})
 
 
 PEERS = {"node": run_node, "grande": run_grande}
