@@ -18,6 +18,7 @@ PACKAGES = [
     "keras_trees.callbacks",
     "keras_trees.constraints",
     "keras_trees.distribute",
+    "keras_trees.estimators",
     "keras_trees.initializers",
     "keras_trees.inspection",
     "keras_trees.interop",

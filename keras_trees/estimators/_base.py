@@ -1,0 +1,306 @@
+"""What every keras-trees estimator shares; each family's module overrides the hooks.
+
+:class:`TreeEstimator` does the scikit-learn side once: input checks
+(``n_features_in_``, ``feature_names_in_``), preprocessing
+(:mod:`keras_trees.estimators._preprocessing`), label encoding (``classes_``,
+any label type) or target standardization (regression), ``sample_weight``
+times ``class_weight``, the seeded (and for classifiers stratified)
+validation split, seeding Keras, and prediction. A family says what model to
+build and how to train it through the hooks:
+
+* ``_build_model(n_features, n_outputs, seed)`` -> the Keras model on the
+  preprocessed float32 features (class logits or probabilities, or
+  standardized regression targets);
+* ``_compile(model)`` -> compiles it (default: Adam(``learning_rate``), sparse
+  categorical cross-entropy or mean squared error);
+* ``_prepare(model, x, y, sample_weight)`` -> anything before training (e.g.
+  the CART initialization);
+* ``_callbacks(x, y, sample_weight, early_stopping)`` -> the ``fit`` callbacks
+  (default: the early stopping on validation loss, when there is validation data);
+* ``_epochs(callbacks)`` -> the ``epochs`` of ``fit`` (default ``max_epochs``);
+* ``_fit_model(model, x, y, sample_weight, validation)`` -> trains and returns
+  the history dict (default: compile, ``_prepare``, ``model.fit``; a family
+  that does not train with ``fit`` replaces it).
+
+Each concrete class declares its constructor arguments and defaults with
+:func:`parameters` (scikit-learn reads them from the signature).
+"""
+
+import inspect
+import numbers
+
+import keras
+import numpy as np
+from scipy.special import softmax
+from sklearn.base import BaseEstimator
+from sklearn.model_selection import train_test_split
+from sklearn.preprocessing import LabelEncoder
+from sklearn.utils import check_random_state, compute_sample_weight
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import (
+    _check_sample_weight,
+    check_array,
+    check_consistent_length,
+    check_is_fitted,
+    column_or_1d,
+    validate_data,
+)
+
+from keras_trees.estimators._preprocessing import is_frame, make_preprocessor
+
+#: Constraints of the arguments every estimator has (scikit-learn's
+#: ``_parameter_constraints``: a wrong value raises ``InvalidParameterError``,
+#: a ``ValueError`` and ``TypeError`` naming the argument, in ``fit``).
+SHARED_CONSTRAINTS = {
+    "validation_fraction": [Interval(numbers.Real, 0, 1, closed="left")],
+    "batch_size": [Interval(numbers.Integral, 1, None, closed="left")],
+    "learning_rate": [Interval(numbers.Real, 0, None, closed="neither")],
+    "max_epochs": [Interval(numbers.Integral, 1, None, closed="left")],
+    "patience": [Interval(numbers.Integral, 1, None, closed="left")],
+    "min_frequency": [Interval(numbers.Integral, 1, None, closed="left"),
+                      Interval(numbers.Real, 0, 1, closed="neither"), None],
+    "random_state": ["random_state"],
+    "verbose": [Interval(numbers.Integral, 0, 2, closed="both")],
+    "class_weight": [StrOptions({"balanced"}), dict, None],
+}
+
+_PREDICT_BATCH = 8192
+
+#: The ``class_weight`` entry of the classifiers' docstrings.
+CLASS_WEIGHT_DOC = """
+        class_weight: None, ``"balanced"`` or ``{label: weight}``, multiplied
+            into ``sample_weight`` (as in scikit-learn)."""
+
+
+def parameters(**defaults):
+    """Class decorator: the estimator's constructor, keyword-only arguments
+    ``defaults`` (name -> default) stored unchanged as attributes, as
+    scikit-learn requires. ``inspect.signature`` (and so ``get_params``,
+    ``help``) shows them."""
+    signature = inspect.Signature(
+        [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+        + [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=value)
+           for name, value in defaults.items()]
+    )
+
+    def decorate(cls):
+        def __init__(self, **kwargs):
+            bound = signature.bind(self, **kwargs)
+            bound.apply_defaults()
+            for name in defaults:
+                setattr(self, name, bound.arguments[name])
+
+        __init__.__signature__ = signature
+        __init__.__qualname__ = f"{cls.__qualname__}.__init__"
+        __init__.__doc__ = f"See :class:`{cls.__name__}`."
+        cls.__init__ = __init__
+        return cls
+
+    return decorate
+
+
+class TreeEstimator(BaseEstimator):
+    """Base class of the keras-trees estimators (see the module docstring).
+
+    Subclasses mix in ``ClassifierMixin`` or ``RegressorMixin`` (first) and
+    set ``_task`` to ``"classification"`` or ``"regression"``.
+    """
+
+    _task = None
+    #: The classification model outputs probabilities (True) or logits.
+    _outputs_probabilities = False
+    #: The logged quantity early stopping watches.
+    _monitor = "val_loss"
+    _parameter_constraints = {}
+
+    # ------------------------------------------------------------------ hooks
+    def _build_model(self, n_features, n_outputs, seed):
+        raise NotImplementedError(f"{type(self).__name__} must define _build_model")
+
+    def _compile(self, model):
+        if self._task == "classification":
+            loss = keras.losses.SparseCategoricalCrossentropy(from_logits=not self._outputs_probabilities)
+        else:
+            loss = keras.losses.MeanSquaredError()
+        model.compile(keras.optimizers.Adam(self.learning_rate), loss)
+
+    def _prepare(self, model, x, y, sample_weight):
+        """Before training (default: nothing)."""
+
+    def _callbacks(self, x, y, sample_weight, early_stopping):
+        return [] if early_stopping is None else [early_stopping]
+
+    def _epochs(self, callbacks):
+        return self.max_epochs
+
+    def _early_stopping(self):
+        return keras.callbacks.EarlyStopping(self._monitor, mode="min", patience=self.patience,
+                                             restore_best_weights=True)
+
+    def _fit_model(self, model, x, y, sample_weight, validation):
+        """Trains ``model``; returns its history (a dict of per-epoch lists)."""
+        self._compile(model)
+        self._prepare(model, x, y, sample_weight)
+        early = None if validation is None else self._early_stopping()
+        callbacks = self._callbacks(x, y, sample_weight, early)
+        history = model.fit(
+            x, y, sample_weight=sample_weight, validation_data=validation, epochs=self._epochs(callbacks),
+            batch_size=self.batch_size, shuffle=True, verbose=self.verbose, callbacks=callbacks,
+        )
+        return dict(history.history)
+
+    # ------------------------------------------------------------- scikit-learn
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = True
+        tags.non_deterministic = False
+        if self._task == "regression":
+            tags.target_tags.multi_output = True
+        return tags
+
+    def _check_X(self, X, reset):
+        """Validated input: a frame stays a frame (its columns are typed);
+        anything else becomes a numeric array (NaN allowed)."""
+        if is_frame(X) and (reset or getattr(self, "_fitted_on_frame", False)):
+            validate_data(self, X, reset=reset, skip_check_array=True)
+            if X.shape[0] < 1:
+                raise ValueError(f"X: found array with 0 sample(s) (shape={X.shape}) while a minimum of 1 is required.")
+            return X
+        if getattr(self, "_fitted_on_frame", False) and not reset:
+            validate_data(self, X, reset=False, skip_check_array=True)
+            return check_array(X, dtype=None, ensure_all_finite="allow-nan")
+        return validate_data(self, X, reset=reset, dtype="numeric", ensure_all_finite="allow-nan")
+
+    def _check_y(self, y, n_samples):
+        if y is None:
+            raise ValueError(
+                f"{type(self).__name__} requires y to be passed, but the target y is None.")
+        if self._task == "classification":
+            y = column_or_1d(check_array(y, ensure_2d=False, dtype=None, ensure_all_finite=False), warn=True)
+            check_classification_targets(y)
+        else:
+            y = check_array(y, ensure_2d=False, dtype="numeric", ensure_all_finite=True)
+            if y.ndim == 2 and y.shape[1] == 0:
+                raise ValueError("y: regression targets need at least one column")
+            if y.ndim > 2:
+                raise ValueError(f"y: regression targets must be 1D or 2D, got shape {y.shape}")
+        check_consistent_length(np.empty((n_samples, 0)), y)
+        return y
+
+    def _encode_targets(self, y):
+        """Integer class ids (classification) or standardized float32 targets."""
+        if self._task == "classification":
+            encoder = LabelEncoder().fit(y)
+            self.classes_ = encoder.classes_
+            if len(self.classes_) < 2:
+                raise ValueError(
+                    f"y: {type(self).__name__} needs samples of at least 2 classes, got 1 class "
+                    f"({self.classes_[0]!r})")
+            return encoder.transform(y).astype(np.int32), len(self.classes_)
+        y2 = y.reshape(len(y), -1).astype(np.float64)
+        self._y_ndim = y.ndim
+        self._y_mean = y2.mean(axis=0)
+        scale = y2.std(axis=0)
+        self._y_scale = np.where(scale > 0, scale, 1.0)
+        return ((y2 - self._y_mean) / self._y_scale).astype(np.float32), y2.shape[1]
+
+    def _split(self, n, y, seed):
+        """Training and validation positions (``validation`` None: no split)."""
+        n_val = int(np.floor(self.validation_fraction * n))
+        everything = np.arange(n)
+        if n_val < 1 or n - n_val < 2:
+            return everything, None
+        stratify = None
+        if self._task == "classification":
+            counts = np.bincount(y, minlength=len(self.classes_))
+            k = int((counts > 0).sum())
+            if counts[counts > 0].min() >= 2 and n_val >= k and n - n_val >= k:
+                stratify = y
+        train, val = train_test_split(everything, test_size=n_val, random_state=seed, stratify=stratify)
+        return np.sort(train), np.sort(val)
+
+    def fit(self, X, y, sample_weight=None):
+        """Preprocesses ``X`` (the fitted transformer is ``preprocessor_``), builds
+        the Keras model (``model_``) and trains it (``history_``).
+
+        Args:
+            X: array-like or pandas frame, ``(n_samples, n_features)``.
+            y: class labels of any type (classifiers), or ``(n_samples,)`` /
+                ``(n_samples, n_outputs)`` float targets (regressors).
+            sample_weight: optional ``(n_samples,)`` non-negative weights,
+                multiplied by the ``class_weight`` of classifiers.
+
+        Returns:
+            self.
+        """
+        self._validate_params()
+        self._fitted_on_frame = is_frame(X)
+        X = self._check_X(X, reset=True)
+        y = self._check_y(y, X.shape[0])
+        targets, n_outputs = self._encode_targets(y)
+        weights = _check_sample_weight(sample_weight, X, dtype=np.float64, ensure_non_negative=True)
+        if self._task == "classification" and self.class_weight is not None:
+            weights = weights * compute_sample_weight(self.class_weight, y)
+        weights = weights.astype(np.float32)
+
+        seed = int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
+        preprocessor = make_preprocessor(X, getattr(self, "min_frequency", None))
+        x = np.asarray(preprocessor.fit_transform(X), dtype=np.float32)
+        if x.shape[1] == 0:
+            raise ValueError("X: no feature is left after preprocessing (every column was empty)")
+        train, val = self._split(len(x), targets, seed)
+        validation = None if val is None else (x[val], targets[val], weights[val])
+
+        keras.utils.set_random_seed(seed)
+        self._seed = seed  # for the hooks (e.g. a CART initialization)
+        model = self._build_model(x.shape[1], n_outputs, seed)
+        self.history_ = self._fit_model(model, x[train], targets[train], weights[train], validation)
+        self.preprocessor_ = preprocessor
+        self.model_ = model
+        return self
+
+    # -------------------------------------------------------------- prediction
+    def _model_outputs(self, X):
+        """The Keras model's outputs on ``X`` (NumPy, float32), in eager batches."""
+        check_is_fitted(self, "model_")
+        X = self._check_X(X, reset=False)
+        x = np.asarray(self.preprocessor_.transform(X), dtype=np.float32)
+        parts = [keras.ops.convert_to_numpy(self.model_(x[i:i + _PREDICT_BATCH], training=False))
+                 for i in range(0, len(x), _PREDICT_BATCH)]
+        return np.concatenate(parts).astype(np.float32) if parts else np.zeros((0, 1), np.float32)
+
+    def _predict_proba(self, X):
+        out = self._model_outputs(X).astype(np.float64)
+        if self._outputs_probabilities:
+            return out / out.sum(axis=1, keepdims=True)
+        return softmax(out, axis=1)
+
+    def _predict_regression(self, X):
+        out = self._model_outputs(X).astype(np.float64) * self._y_scale + self._y_mean
+        return out.ravel() if self._y_ndim == 1 else out
+
+
+class TreeClassifierBase(TreeEstimator):
+    """Classifier side of :class:`TreeEstimator`: ``predict`` and ``predict_proba``."""
+
+    _task = "classification"
+
+    def predict_proba(self, X):
+        """Class probabilities, ``(n_samples, n_classes)`` in the order of ``classes_``."""
+        return self._predict_proba(X)
+
+    def predict(self, X):
+        """The most probable class of every sample (labels as given to ``fit``)."""
+        proba = self.predict_proba(X)
+        return self.classes_[np.argmax(proba, axis=1)]
+
+
+class TreeRegressorBase(TreeEstimator):
+    """Regressor side of :class:`TreeEstimator`: ``predict`` in the units of ``y``."""
+
+    _task = "regression"
+
+    def predict(self, X):
+        """Predicted targets, shaped like the ``y`` given to ``fit``."""
+        return self._predict_regression(X)

@@ -1,0 +1,93 @@
+"""The estimators' input preprocessing: a scikit-learn transformer from raw
+tabular data (NumPy arrays or pandas frames) to dense float32 features.
+
+* Numeric columns: ``SimpleImputer(strategy="median", add_indicator=True)``
+  (a 0/1 indicator column for every feature with missing values in the
+  training data) -> ``StandardScaler``.
+* Categorical columns of a pandas frame (``category``, ``object``, ``string``
+  and ``bool`` dtypes): ``SimpleImputer(strategy="constant")`` (missing values
+  become the category ``"missing"``) -> ``OneHotEncoder`` with
+  ``handle_unknown="infrequent_if_exist"`` (categories not seen in training
+  encode as all zeros, or as the infrequent category when there is one) and
+  ``min_frequency``.
+
+Plain arrays are all numeric (NaN allowed). Columns are selected by position,
+so a model fitted on a frame also predicts on the frame's ``to_numpy()``.
+"""
+
+import numpy as np
+from sklearn.compose import ColumnTransformer
+from sklearn.impute import SimpleImputer
+from sklearn.pipeline import Pipeline
+from sklearn.preprocessing import FunctionTransformer, OneHotEncoder, StandardScaler
+
+
+def is_frame(x):
+    """True for a pandas (or pandas-like) data frame, without importing pandas."""
+    return hasattr(x, "dtypes") and hasattr(x, "columns") and hasattr(x, "iloc")
+
+
+def as_object(x):
+    """Categorical columns as an object array with ``np.nan`` for every missing
+    value (``None``, ``pd.NA``, ``NaN``): ``SimpleImputer`` cannot compare the
+    ``pd.NA`` of pandas' ``string`` dtype, and refuses ``bool`` arrays."""
+    if is_frame(x):
+        return x.astype(object).where(x.notna(), np.nan).to_numpy()
+    x = np.array(x, dtype=object)
+    x[np.frompyfunc(_missing, 1, 1)(x).astype(bool)] = np.nan
+    return x
+
+
+def _missing(value):
+    try:
+        return value is None or bool(value != value)
+    except TypeError:  # pd.NA: its comparisons are NA, whose truth value is ambiguous
+        return True
+
+
+def numeric_pipeline():
+    return Pipeline([
+        ("impute", SimpleImputer(strategy="median", add_indicator=True, keep_empty_features=True)),
+        ("scale", StandardScaler()),
+    ])
+
+
+def categorical_pipeline(min_frequency):
+    return Pipeline([
+        ("as_object", FunctionTransformer(as_object, feature_names_out="one-to-one")),
+        ("impute", SimpleImputer(strategy="constant", fill_value="missing")),
+        ("encode", OneHotEncoder(handle_unknown="infrequent_if_exist", min_frequency=min_frequency,
+                                 sparse_output=False, dtype=np.float32)),
+    ])
+
+
+def column_kinds(frame):
+    """Positions of the numeric and of the categorical columns of ``frame``;
+    ``TypeError`` naming a column of any other dtype (dates, intervals, ...)."""
+    numeric, categorical = [], []
+    for i, (name, dtype) in enumerate(zip(frame.columns, frame.dtypes)):
+        kind = getattr(dtype, "kind", "O")
+        if kind in "iuf":
+            numeric.append(i)
+        elif kind in "bO" or str(dtype) in ("category", "string", "str"):
+            categorical.append(i)
+        else:
+            raise TypeError(
+                f"X: column {name!r} has dtype {dtype}; the estimators take numeric columns and "
+                "categorical ones (category, object, string, bool): convert it first"
+            )
+    return numeric, categorical
+
+
+def make_preprocessor(x, min_frequency=None):
+    """An unfitted transformer for ``x`` (a frame: numeric and categorical columns
+    by dtype; otherwise every column numeric). Its output is dense."""
+    if not is_frame(x):
+        return numeric_pipeline()
+    numeric, categorical = column_kinds(x)
+    parts = []
+    if numeric:
+        parts.append(("numeric", numeric_pipeline(), numeric))
+    if categorical:
+        parts.append(("categorical", categorical_pipeline(min_frequency), categorical))
+    return ColumnTransformer(parts, sparse_threshold=0.0, verbose_feature_names_out=False)

@@ -1,0 +1,111 @@
+"""Convex polytope tree estimators (Armandpour & Zhou, AISTATS 2021)."""
+
+import numbers
+
+import keras
+from sklearn.base import ClassifierMixin, RegressorMixin
+from sklearn.utils._param_validation import Interval
+
+from keras_trees.api_export import keras_trees_export
+from keras_trees.estimators._base import (
+    CLASS_WEIGHT_DOC,
+    SHARED_CONSTRAINTS,
+    TreeClassifierBase,
+    TreeRegressorBase,
+    parameters,
+)
+from keras_trees.layers import ConvexPolytopeTree
+
+# The recipe of tutorials/convex_polytope_trees: K = 20 experts per split,
+# fit_greedy with 60 epochs per level, Adam 0.05, batch 256, min_gain 0.01;
+# depth 8; the depth is cut back on the validation data.
+DEFAULTS = dict(
+    max_depth=8, num_experts=20, epochs_per_level=60, annealing_increment=0.1, min_samples_split=10,
+    min_gain=0.01, refine_epochs=0, learning_rate=0.05, batch_size=256, validation_fraction=0.1,
+    min_frequency=None, random_state=None, verbose=0,
+)
+
+_DOC = """{summary}
+
+    The model is one :class:`keras_trees.layers.ConvexPolytopeTree` on the
+    preprocessed features (imputed with missing-value indicators, scaled,
+    categoricals one-hot encoded), grown by its ``fit_greedy`` (Section
+    3.3.2: each level's stumps train ``epochs_per_level`` epochs with Adam on
+    {objective}, the best threshold is searched exactly, leaves are the
+    training data's {leaves}), then optionally refined jointly for
+    ``refine_epochs``. The held-out ``validation_fraction`` chooses the depth:
+    the tree is cut back to the depth with the best validation
+    {score} (this family trains no epochs of ``model.fit``, so there is no
+    early stopping). The defaults are the recipe of
+    ``tutorials/convex_polytope_trees`` at depth 8, not tuned per data set;
+    the paper tunes K, the learning rate and the prior per data set.
+
+    Args:
+        max_depth: the tree's maximum depth.
+        num_experts: K, linear experts per split (1: an oblique tree).
+        epochs_per_level, annealing_increment, min_samples_split, min_gain,
+            refine_epochs: of ``fit_greedy``.
+        learning_rate, batch_size: Adam's step size and mini-batch size.
+        validation_fraction: share of the training data held out to choose
+            the depth ({stratified}seeded by ``random_state``); 0: the full depth.
+        min_frequency: ``OneHotEncoder``'s ``min_frequency`` for categorical columns.{class_weight}
+        random_state: seeds the split, the tree and Keras
+            (``keras.utils.set_random_seed``, global); an int makes ``fit``
+            repeatable on the TensorFlow backend.
+        verbose: ``fit_greedy``'s verbosity (0, 1, 2: one line per level).
+
+    Attributes (after ``fit``): {attributes}``n_features_in_``, ``feature_names_in_``
+    (frames), ``preprocessor_`` (the fitted scikit-learn transformer),
+    ``model_`` (the Keras model on the transformed float32 features; outputs
+    {outputs}), ``history_`` (the dict ``fit_greedy`` returns).
+"""
+
+
+class _ConvexPolytope:
+    _outputs_probabilities = True  # empirical class distributions at the leaves
+    _parameter_constraints = {
+        **SHARED_CONSTRAINTS,
+        "max_depth": [Interval(numbers.Integral, 1, None, closed="left")],
+        "num_experts": [Interval(numbers.Integral, 1, None, closed="left")],
+        "epochs_per_level": [Interval(numbers.Integral, 1, None, closed="left")],
+        "annealing_increment": [Interval(numbers.Real, 0, None, closed="left")],
+        "min_samples_split": [Interval(numbers.Integral, 2, None, closed="left")],
+        "min_gain": [Interval(numbers.Real, 0, None, closed="left")],
+        "refine_epochs": [Interval(numbers.Integral, 0, None, closed="left")],
+    }
+
+    def _build_model(self, n_features, n_outputs, seed):
+        task = {"num_classes": n_outputs} if self._task == "classification" else {"units": n_outputs}
+        return keras.Sequential([
+            keras.Input((n_features,)),
+            ConvexPolytopeTree(max_depth=self.max_depth, num_experts=self.num_experts, seed=seed, **task),
+        ])
+
+    def _fit_model(self, model, x, y, sample_weight, validation):
+        tree = model.layers[-1]
+        return tree.fit_greedy(
+            x, y, validation_data=validation, epochs=self.epochs_per_level, batch_size=self.batch_size,
+            learning_rate=self.learning_rate, annealing_increment=self.annealing_increment,
+            min_samples_split=self.min_samples_split, min_gain=self.min_gain,
+            refine_epochs=self.refine_epochs, verbose=self.verbose, sample_weight=sample_weight,
+        )
+
+
+@keras_trees_export("keras_trees.estimators")
+@parameters(**DEFAULTS, class_weight=None)
+class ConvexPolytopeTreeClassifier(ClassifierMixin, _ConvexPolytope, TreeClassifierBase):
+    __doc__ = _DOC.format(
+        summary="A convex polytope tree classifier (splits are noisy-ORs of K linear experts).",
+        objective="the conditional entropy with the gamma-process prior", leaves="class distributions",
+        score="accuracy", stratified="stratified, ", class_weight=CLASS_WEIGHT_DOC,
+        attributes="``classes_``, ", outputs="class probabilities")
+
+
+@keras_trees_export("keras_trees.estimators")
+@parameters(**DEFAULTS)
+class ConvexPolytopeTreeRegressor(RegressorMixin, _ConvexPolytope, TreeRegressorBase):
+    __doc__ = _DOC.format(
+        summary="A convex polytope tree regressor (splits are noisy-ORs of K linear experts).",
+        objective="the leaf variance with the gamma-process prior", leaves="mean (standardized) targets",
+        score="mean squared error", stratified="", class_weight="", attributes="",
+        outputs="the standardized targets; ``predict`` maps them back")

@@ -1,0 +1,96 @@
+"""Tree Ensemble Layer estimators (Hazimeh et al., ICML 2020)."""
+
+import numbers
+
+import keras
+from sklearn.base import ClassifierMixin, RegressorMixin
+from sklearn.utils._param_validation import Interval
+
+from keras_trees.api_export import keras_trees_export
+from keras_trees.estimators._base import (
+    CLASS_WEIGHT_DOC,
+    SHARED_CONSTRAINTS,
+    TreeClassifierBase,
+    TreeRegressorBase,
+    parameters,
+)
+from keras_trees.layers import TreeEnsembleLayer
+
+# The tutorial's recipe (tutorials/tree_ensemble_layer: the paper's Figure 2
+# setting) with depth 8: one tree, smooth-step width 1, Adam 0.1, batch 256.
+DEFAULTS = dict(
+    num_trees=1, max_depth=8, transition_width=1.0, node_l2=0.0,
+    learning_rate=0.1, batch_size=256, max_epochs=40, patience=10, validation_fraction=0.1,
+    min_frequency=None, random_state=None, verbose=0,
+)
+
+_DOC = """{summary}
+
+    The model is ``BatchNormalization -> TreeEnsembleLayer`` on the
+    preprocessed features (imputed with missing-value indicators, scaled,
+    categoricals one-hot encoded), trained with Adam on {loss}, with early
+    stopping on the validation loss of a held-out ``validation_fraction``
+    (best weights restored). The defaults are the recipe of
+    ``tutorials/tree_ensemble_layer`` (a single soft tree, Adam 0.1, batch
+    256) at depth 8, not tuned per data set; the paper tunes the number of
+    trees, depth, width, learning rate and L2 (see ``keras_trees.tuner``).
+
+    Args:
+        num_trees, max_depth, transition_width: of :class:`keras_trees.layers.TreeEnsembleLayer`.
+        node_l2: L2 penalty on the split weights (0: none).
+        learning_rate, batch_size: Adam's step size and mini-batch size.
+        max_epochs: most training epochs.
+        patience: epochs without a better validation loss before stopping.
+        validation_fraction: share of the training data held out for early
+            stopping ({stratified}seeded by ``random_state``); 0 trains
+            ``max_epochs`` without early stopping.
+        min_frequency: ``OneHotEncoder``'s ``min_frequency`` for categorical columns.{class_weight}
+        random_state: seeds the split and Keras (``keras.utils.set_random_seed``,
+            global); an int makes ``fit`` repeatable on the TensorFlow backend.
+        verbose: Keras' ``fit`` verbosity (0, 1, 2).
+
+    Attributes (after ``fit``): {attributes}``n_features_in_``, ``feature_names_in_``
+    (frames), ``preprocessor_`` (the fitted scikit-learn transformer),
+    ``model_`` (the Keras model on the transformed float32 features; outputs
+    {outputs}), ``history_`` (the ``fit`` history dict).
+"""
+
+class _TreeEnsemble:
+    _parameter_constraints = {
+        **SHARED_CONSTRAINTS,
+        "num_trees": [Interval(numbers.Integral, 1, None, closed="left")],
+        "max_depth": [Interval(numbers.Integral, 1, None, closed="left")],
+        "transition_width": [Interval(numbers.Real, 0, None, closed="neither")],
+        "node_l2": [Interval(numbers.Real, 0, None, closed="left")],
+    }
+
+    def _build_model(self, n_features, n_outputs, seed):
+        return keras.Sequential([
+            keras.Input((n_features,)),
+            keras.layers.BatchNormalization(),
+            TreeEnsembleLayer(
+                self.num_trees, max_depth=self.max_depth, units=n_outputs,
+                transition_width=self.transition_width,
+                node_regularizer=keras.regularizers.L2(self.node_l2) if self.node_l2 else None,
+            ),
+        ])
+
+
+@keras_trees_export("keras_trees.estimators")
+@parameters(**DEFAULTS, class_weight=None)
+class TreeEnsembleClassifier(ClassifierMixin, _TreeEnsemble, TreeClassifierBase):
+    __doc__ = _DOC.format(
+        summary="A Tree Ensemble Layer classifier (soft trees with smooth-step routing).",
+        loss="the cross-entropy of the class logits", stratified="stratified, ",
+        class_weight=CLASS_WEIGHT_DOC, attributes="``classes_``, ",
+        outputs="class logits")
+
+
+@keras_trees_export("keras_trees.estimators")
+@parameters(**DEFAULTS)
+class TreeEnsembleRegressor(RegressorMixin, _TreeEnsemble, TreeRegressorBase):
+    __doc__ = _DOC.format(
+        summary="A Tree Ensemble Layer regressor (soft trees with smooth-step routing).",
+        loss="the mean squared error of the standardized targets", stratified="",
+        class_weight="", attributes="",
+        outputs="the standardized targets; ``predict`` maps them back")
