@@ -137,8 +137,10 @@ def _lightgbm(split, seed, quick):
     model = lgb.LGBMClassifier(n_estimators=50 if quick else 1000, n_jobs=1, random_state=seed,
                                verbose=-1)
     start = time.perf_counter()
-    model.fit(split.x_train, split.y_train, eval_set=[(split.x_val, split.y_val)],
-              callbacks=[lgb.early_stopping(50, verbose=False)])
+    with warnings.catch_warnings():  # lightgbm >= 4.7 deprecates eval_set for eval_X/eval_y
+        warnings.filterwarnings("ignore", message=".*eval_set.*deprecated")
+        model.fit(split.x_train, split.y_train, eval_set=[(split.x_val, split.y_val)],
+                  callbacks=[lgb.early_stopping(50, verbose=False)])
     seconds = time.perf_counter() - start
     nodes = len(model.booster_.trees_to_dataframe())
     return model.predict_proba(split.x_test), seconds, nodes, "nodes"
