@@ -370,8 +370,9 @@ def main(argv=None):
                            size=int(size), size_unit=unit, wall_seconds=time.perf_counter() - start)
                 run.update({k: v for k, v in extra.items() if k in ("chosen", "epochs", "versions")})
                 results[dataset].setdefault(model, []).append(run)
+                chosen = f" chosen {extra['chosen']}" if "chosen" in extra else ""
                 print(f"  {dataset} seed {seed} {model}: accuracy {accuracy:.4f} AUC {auc:.4f} "
-                      f"fit {seconds:.1f} s size {size} {unit}", flush=True)
+                      f"fit {seconds:.1f} s size {size} {unit}{chosen}", flush=True)
         set_table(dataset, results[dataset], models)
 
     summary = summary_rows(results, datasets, models)
