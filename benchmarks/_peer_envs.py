@@ -70,6 +70,9 @@ def _run(cmd, log):
 def ensure_env(name, log=None, python=None):
     """The interpreter of peer ``name``'s environment, created if missing or half-built.
 
+    ``python`` creates the environment (default: the running interpreter);
+    ``log`` (a text stream) gets a line when an environment was created.
+
     Raises RuntimeError naming the failed pip step (its output is in the
     ``install.log`` of the environment's directory).
     """

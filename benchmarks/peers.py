@@ -175,14 +175,14 @@ def _rf(split, seed, quick):
 
 
 # ---------------------------------------------------------------- differentiable-tree peers
-def _peer(name, split, seed, epochs):
+def _peer(name, split, seed, args):
     import _peer_envs
 
     if not _peer_envs.is_ready(name):
         print(f"  creating the {name} peer environment in {_peer_envs.env_dir(name)} "
               "(once; minutes)", flush=True)
     try:
-        python = _peer_envs.ensure_env(name, log=sys.stdout)
+        python = _peer_envs.ensure_env(name, log=sys.stdout, python=args.peer_python)
     except RuntimeError as e:
         raise Skip(str(e)) from e
     with tempfile.TemporaryDirectory() as workdir:
@@ -191,8 +191,8 @@ def _peer(name, split, seed, epochs):
         np.savez(data, x_train=split.x_train, y_train=split.y_train, x_val=split.x_val,
                  y_val=split.y_val, x_test=split.x_test, num_classes=split.num_classes)
         cmd = [python, os.path.join(HERE, "_peer_runner.py"), name, data, result, "--seed", str(seed)]
-        if epochs:
-            cmd += ["--epochs", str(epochs)]
+        if args.peer_epochs:
+            cmd += ["--epochs", str(args.peer_epochs)]
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "KERAS_BACKEND")}
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=workdir)
         if proc.returncode != 0:
@@ -255,7 +255,7 @@ def fit_and_predict(model, split, seed, args):
     if model == "rf":
         return (*_rf(split, seed, quick), {})
     if model in PEERS:
-        return _peer(model, split, seed, args.peer_epochs)
+        return _peer(model, split, seed, args)
     family = next(f for f in FAMILIES if model in (f[0], f[0] + "+search"))
     return _ours(family, model.endswith("+search"), split, seed, quick)
 
@@ -323,6 +323,9 @@ def main(argv=None):
                         help="skip the models that need a virtual environment of their own (node, grande)")
     parser.add_argument("--peer-epochs", type=int, default=None,
                         help="cap on node/grande training epochs (default: their own; --quick: 2)")
+    parser.add_argument("--peer-python", metavar="PATH",
+                        help="interpreter that creates the peers' environments (default: this one; "
+                             "GRANDE's TensorFlow 2.16.1 has wheels for Python 3.9-3.12)")
     args = parser.parse_args(argv)
     args.quick_note = "--quick: 2 small sets, 1 seed, few epochs" if args.quick else ""
     datasets = args.datasets or (QUICK_SETS if args.quick else _data.PMLB_SETS)
