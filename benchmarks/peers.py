@@ -74,8 +74,8 @@ PEERS = ("node", "grande")
 # the defaults ({}) first; "quick" overrides shrink every fit for --quick.
 FAMILIES = (
     ("tel", "keras_trees.estimators.TreeEnsembleClassifier",
-     [{}, {"num_trees": 10}, {"num_trees": 10, "max_depth": 6}, {"max_depth": 6},
-      {"learning_rate": 0.01}, {"num_trees": 30, "max_depth": 4}],
+     [{}, {"max_depth": 6}, {"max_depth": 4, "num_trees": 30}, {"learning_rate": 0.01},
+      {"transition_width": 0.1}],
      {"max_epochs": 3, "max_depth": 3}),
     ("hinge", "keras_trees.estimators.HingeForestClassifier",
      [{}, {"max_depth": 6}, {"max_depth": 10}, {"learning_rate": 0.01}, {"num_trees": 50}],
