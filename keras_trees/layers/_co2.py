@@ -46,7 +46,6 @@ kept, and the stopping rules above; the CO2 paper's own settings (its ``nu``,
 learning rates, number of steps) are not given in the non-greedy paper.
 """
 
-
 import numpy as np
 
 from keras_trees import topology
@@ -153,7 +152,7 @@ def _class_frequencies(y, weight, k):
 
 
 @keras_trees_export("keras_trees.layers")
-def co2_tree(x, y, max_depth, num_classes=None, nu=10.0, steps=100, learning_rate=None, momentum=0.9,
+def co2_tree(x, y, max_depth, num_classes=None, nu=4.0, steps=100, learning_rate=None, momentum=0.9,
              criterion="entropy", min_samples_split=2, sample_weight=None, random_state=None):
     """A greedy oblique classification tree grown with the CO2 bound, as a one-tree
     :class:`~keras_trees.forest.Forest` (linear splits, right iff ``w.x + b > 0``).
@@ -171,7 +170,7 @@ def co2_tree(x, y, max_depth, num_classes=None, nu=10.0, steps=100, learning_rat
         y: ``(n,)`` integer class ids in ``[0, num_classes)``.
         max_depth: the deepest a leaf may be (1 to 20).
         num_classes: number of classes (default ``max(y) + 1``).
-        nu: the bound on every split row's norm (Eq. 9), also the norm the
+        nu: the bound on every split row's norm (Eq. 9; default chosen on letter), also the norm the
             initial axis-aligned rows are scaled to.
         steps: full-batch steps per level (0: the splits stay axis-aligned and
             the tree is a greedy entropy tree, CART's up to tie-breaking).
