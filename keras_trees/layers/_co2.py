@@ -137,7 +137,7 @@ def optimize_stumps(xt, y, weight, starts, rows, theta_left, theta_right, nu, st
             mass = _segment_sums(w, starts)
             label_mass = np.bincount(label_index, weights=w, minlength=num_nodes * k).reshape(num_nodes, k)
             grads.append((mass[:, None] * np.exp(logp) - label_mass) / totals[:, None])
-        for i, (p, v, grad) in enumerate(zip(params, velocity, grads)):
+        for p, v, grad in zip(params, velocity, grads):
             v *= momentum
             v -= learning_rate * grad
             p += v
