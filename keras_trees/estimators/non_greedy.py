@@ -11,14 +11,14 @@ from keras_trees.api_export import keras_trees_export
 from keras_trees.callbacks import StableSGD
 from keras_trees.estimators._base import CLASS_WEIGHT_DOC, SHARED_CONSTRAINTS, TreeClassifierBase, parameters
 from keras_trees.interop.sklearn import from_sklearn
-from keras_trees.layers import NonGreedyTree
+from keras_trees.layers import NonGreedyTree, co2_tree
 
 # The recipe of tutorials/non_greedy_trees: a CART tree (entropy criterion) of
 # the same depth as initialization, SGD with momentum 0.9 and learning rate
 # 0.005 * nu, batch 64, 30 epochs, Stable SGD rounds; nu 10 (the tutorial's
 # kept model); depth 8.
 DEFAULTS = dict(
-    max_depth=8, nu=10.0, inference="fast", criterion="entropy", stable_sgd=True,
+    max_depth=8, nu=10.0, inference="fast", criterion="entropy", init="cart", stable_sgd=True,
     learning_rate=None, momentum=0.9, batch_size=64, max_epochs=30, patience=10, validation_fraction=0.1,
     min_frequency=None, random_state=None, verbose=0,
 )
@@ -34,7 +34,9 @@ class NonGreedyTreeClassifier(ClassifierMixin, TreeClassifierBase):
     missing-value indicators, scaled, categoricals one-hot encoded),
     initialized from scikit-learn's ``DecisionTreeClassifier`` of the same
     depth (``criterion``, the sample and class weights; padded to the perfect
-    tree, rows scaled to ``nu``) and trained with SGD with momentum on the
+    tree, rows scaled to ``nu``), or (``init="co2"``) from the greedy oblique
+    tree of :func:`keras_trees.layers.co2_tree` grown from it (the paper's
+    initialization), and trained with SGD with momentum on the
     convex-concave upper bound of its loss, with
     :class:`keras_trees.callbacks.StableSGD` rounds (``stable_sgd``). Early
     stopping watches the tree's own log loss on a held-out
@@ -48,6 +50,9 @@ class NonGreedyTreeClassifier(ClassifierMixin, TreeClassifierBase):
         nu: the bound on the norm of every split row (Eq. 9).
         inference: ``"fast"`` or ``"exact"`` loss-augmented inference.
         criterion: the CART initialization's criterion.
+        init: ``"cart"`` (the axis-aligned CART tree) or ``"co2"`` (a greedy
+            oblique tree: :func:`keras_trees.layers.co2_tree` with the same
+            ``nu``, ``criterion``, weights and seed, its default steps).
         stable_sgd: train in Stable SGD rounds.
         learning_rate: SGD's learning rate (None: ``0.005 * nu``, the tutorial's rule).
         momentum: SGD's momentum.
@@ -78,6 +83,7 @@ class NonGreedyTreeClassifier(ClassifierMixin, TreeClassifierBase):
         "nu": [Interval(numbers.Real, 0, None, closed="neither")],
         "inference": [StrOptions({"fast", "exact"})],
         "criterion": [StrOptions({"gini", "entropy", "log_loss"})],
+        "init": [StrOptions({"cart", "co2"})],
         "stable_sgd": ["boolean"],
         "learning_rate": [Interval(numbers.Real, 0, None, closed="neither"), None],
         "momentum": [Interval(numbers.Real, 0, 1, closed="left")],
@@ -94,6 +100,11 @@ class NonGreedyTreeClassifier(ClassifierMixin, TreeClassifierBase):
         model.compile(keras.optimizers.SGD(rate, momentum=self.momentum))
 
     def _prepare(self, model, x, y, sample_weight):
+        if self.init == "co2":
+            model.initialize_from(co2_tree(x, y, self.max_depth, num_classes=model.num_classes, nu=self.nu,
+                                           criterion=self.criterion, sample_weight=sample_weight,
+                                           random_state=self._seed))
+            return
         cart = DecisionTreeClassifier(max_depth=self.max_depth, criterion=self.criterion, random_state=self._seed)
         cart.fit(x, y, sample_weight=sample_weight)
         model.initialize_from(from_sklearn(cart))

@@ -2,6 +2,7 @@
 
 from keras_trees.api_export import public_api
 from keras_trees.layers import (  # noqa: F401  (each module exports its public layers)
+    _co2,
     convex_polytope_tree,
     end_to_end_forest,
     end_to_end_tree,

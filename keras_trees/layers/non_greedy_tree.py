@@ -87,8 +87,9 @@ class NonGreedyTree(CheckedLoading, CheckedInputs, XLACompatibility, HeapTreeLay
 
     Initialization: random splits of norm ``nu`` and zero leaves, or from a
     greedy tree with :meth:`initialize_from` (e.g. a scikit-learn CART tree
-    through :func:`keras_trees.interop.sklearn.from_sklearn`, the paper's
-    axis-aligned initialization, or a grown end-to-end tree's
+    through :func:`keras_trees.interop.sklearn.from_sklearn`, the greedy
+    oblique CO2 tree of :func:`keras_trees.layers.co2_tree` (the paper's
+    initialization), or a grown end-to-end tree's
     ``to_forest().tree(i)``); shallower trees
     are padded to the perfect tree by copying leaves down.
 

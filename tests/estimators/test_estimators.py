@@ -102,6 +102,7 @@ def test_bad_arguments_name_the_argument():
         (E.HingeForestRegressor, {"kind": "bush"}),
         (E.EndToEndTreeClassifier, {"split_type": "curved"}),
         (E.NonGreedyTreeClassifier, {"nu": -1.0}),
+        (E.NonGreedyTreeClassifier, {"init": "random"}),
     ]:
         name = next(iter(bad))
         with pytest.raises(ValueError, match=f"'{name}' parameter"):
@@ -110,6 +111,15 @@ def test_bad_arguments_name_the_argument():
         E.TreeEnsembleClassifier(depth=3)
     with pytest.raises(ValueError, match="at least 2 classes"):
         tiny(E.TreeEnsembleClassifier).fit(x, np.zeros(len(x)))
+
+
+def test_non_greedy_co2_initialization_fits_an_oblique_boundary():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(300, 3))
+    y = (x[:, 0] + x[:, 1] > 0).astype(int)
+    scores = {init: tiny(E.NonGreedyTreeClassifier, init=init, max_depth=2, nu=4.0, random_state=0).fit(x, y)
+              .score(x, y) for init in ("cart", "co2")}
+    assert scores["co2"] > 0.95 and scores["co2"] >= scores["cart"] + 0.03, scores
 
 
 def test_same_random_state_same_predictions_graph_mode():
