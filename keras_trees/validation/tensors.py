@@ -136,6 +136,17 @@ class FiniteCheck(KernelCheck):
         return (ops.all(ops.isfinite(self.x)), self.message, ValueError)
 
 
+def defer(check):
+    """Inside a :func:`collected` block, while tracing a TensorFlow graph:
+    appends ``check`` (a :class:`KernelCheck`) to the block's list and returns
+    True; otherwise returns False (the caller checks ``check.x`` itself)."""
+    stack = getattr(_collectors, "stack", None)
+    if stack and _tf_graph(check.x):
+        stack[-1].append(check)
+        return True
+    return False
+
+
 def finite_check(x, message):
     """The check that floating ``x`` is finite, as an entry of
     :func:`keras_trees.validation.batched.require_all`: a :class:`FiniteCheck`
@@ -326,9 +337,7 @@ def finite(x, name, hint=""):
     if is_keras_symbolic(x) or not _is_floating(x):
         return x
     message = f"{name} contains NaN or Inf{'; ' + hint if hint else ''}"
-    stack = getattr(_collectors, "stack", None)
-    if stack and _tf_graph(x):
-        stack[-1].append(FiniteCheck(x, message))
+    if defer(FiniteCheck(x, message)):
         return x
     require(ops.all(ops.isfinite(x)), message)
     return x

@@ -32,9 +32,7 @@ def node_state(state, name="node_state"):
                f"every root present, no SPLIT on the last level (depth {depth}), and a position "
                "present exactly when its parent is a SPLIT")
     s = ops.convert_to_tensor(state)
-    stack = getattr(tensors._collectors, "stack", None)
-    if stack and tensors._tf_graph(s):  # one check op with the call's other checks
-        stack[-1].append(TopologyCheck(s, message))
+    if tensors.defer(TopologyCheck(s, message)):  # one check op with the call's other checks
         return state
     check = tensors.require(_valid(s), message)
     return tensors.after(check, state)
