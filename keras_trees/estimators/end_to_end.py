@@ -13,6 +13,7 @@ from keras_trees.estimators._base import (
     SHARED_CONSTRAINTS,
     TreeClassifierBase,
     TreeRegressorBase,
+    _EarlyStopping,
     parameters,
 )
 from keras_trees.layers import EndToEndTree
@@ -47,7 +48,9 @@ _DOC = """{summary}
         split_type: ``"oblique"`` or ``"axis_aligned"``.
         epochs_per_level, finetune_epochs: of ``GreedyLevelGrowth`` (the
             number of epochs follows from them: training stops when growth
-            and finetuning are done).
+            and finetuning are done). An epoch is at least 16 mini-batches:
+            a smaller training set is repeated (shuffled) within it, so that
+            every stump gets enough steps on small data.
         annealing: steepness increment per epoch (0: none).
         learning_rate, batch_size: Adam's step size and mini-batch size.
         patience: finetuning epochs without a better validation loss before stopping.
@@ -66,7 +69,7 @@ _DOC = """{summary}
 """
 
 
-class _FinetuneEarlyStopping(keras.callbacks.EarlyStopping):
+class _FinetuneEarlyStopping(_EarlyStopping):
     """``EarlyStopping`` that ignores the epochs in which ``GreedyLevelGrowth``
     is still growing (it writes ``growth_phase`` for the next epoch into the
     logs: 1 growing, 2 finetuning, 3 done); list it after the growth callback."""
@@ -95,9 +98,9 @@ class _EndToEnd:
             EndToEndTree(max_depth=self.max_depth, split_type=self.split_type, seed=seed, **task),
         ])
 
-    def _early_stopping(self):
+    def _early_stopping(self, initial=None):
         return _FinetuneEarlyStopping(self._monitor, mode="min", patience=self.patience,
-                                      restore_best_weights=True)
+                                      restore_best_weights=True, initial=initial)
 
     def _callbacks(self, x, y, sample_weight, early_stopping):
         growth = GreedyLevelGrowth(x, y, epochs_per_level=self.epochs_per_level,
