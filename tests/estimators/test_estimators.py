@@ -171,3 +171,40 @@ def test_regression_targets_come_back_in_their_units(eager):
     assert est.predict(x[:3]).shape == (3, 2)
     single = tiny(E.ConvexPolytopeTreeRegressor, random_state=0).fit(x, target[:, 0])
     assert single.predict(x).shape == (200,) and single.score(x, target[:, 0]) > 0.5
+
+
+def test_an_epoch_is_at_least_16_mini_batches(eager):
+    # 32 rows in batches of 8 would be 4 steps an epoch: they are repeated to 16
+    small = tiny(E.TreeEnsembleClassifier, max_epochs=2, batch_size=8, validation_fraction=0.0, random_state=0)
+    small.fit(*easy(32))
+    assert int(small.model_.optimizer.iterations) == 2 * 16
+    large = tiny(E.TreeEnsembleClassifier, max_epochs=2, batch_size=8, validation_fraction=0.0, random_state=0)
+    large.fit(*easy(400))  # 50 batches an epoch: nothing is repeated
+    assert int(large.model_.optimizer.iterations) == 2 * 50
+
+
+def test_early_stopping_returns_the_start_when_no_epoch_beats_it():
+    from keras_trees.estimators._base import _EarlyStopping
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(64, 2)).astype("float32")
+    y = x.sum(axis=1, keepdims=True) + 1.0
+
+    def fit(initial_loss):
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+        model.compile(keras.optimizers.SGD(0.1), "mse")
+        start = [w.copy() for w in model.get_weights()]
+        stop = _EarlyStopping("val_loss", patience=5, restore_best_weights=True, initial=(initial_loss, start))
+        model.fit(x, y, validation_data=(x, y), epochs=3, verbose=0, callbacks=[stop])
+        return start, model.get_weights(), stop
+
+    # No epoch reaches a validation loss of 0: the starting weights come back.
+    start, end, stop = fit(0.0)
+    assert stop.best_epoch == -1
+    for a, b in zip(start, end):
+        np.testing.assert_array_equal(a, b)
+    # A start that any epoch beats is replaced by the best epoch.
+    start, end, stop = fit(np.inf)
+    assert stop.best_epoch >= 0 and not np.array_equal(start[0], end[0])
+
