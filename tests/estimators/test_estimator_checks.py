@@ -3,8 +3,9 @@
 Cost: every check fits a new Keras model (about 70 fits per estimator for the
 ~60 checks), so the suite is arranged to stay cheap:
 
-* tiny settings (depth 2, a few trees and epochs) and no validation split
-  (the early-stopping path is tested in test_estimators.py);
+* tiny settings (depth 2, a few trees and epochs), epochs of at least 2
+  mini-batches instead of 16 (conftest.py), and no validation split (the
+  early-stopping path is tested in test_estimators.py);
 * on TensorFlow the checks run with ``tf.config.run_functions_eagerly(True)``:
   for these few-step fits, tracing the train function (about 1 s per fit,
   10 s for the first end-to-end tree with its growth and EM functions) costs

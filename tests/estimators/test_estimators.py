@@ -173,7 +173,12 @@ def test_regression_targets_come_back_in_their_units(eager):
     assert single.predict(x).shape == (200,) and single.score(x, target[:, 0]) > 0.5
 
 
-def test_an_epoch_is_at_least_16_mini_batches(eager):
+def test_an_epoch_is_at_least_16_mini_batches(eager, monkeypatch):
+    from keras_trees.estimators._base import TreeEstimator
+    from tests.estimators.conftest import REAL_MIN_EPOCH_STEPS
+
+    assert REAL_MIN_EPOCH_STEPS == 16
+    monkeypatch.setattr(TreeEstimator, "_min_epoch_steps", REAL_MIN_EPOCH_STEPS)  # conftest shortens it
     # 32 rows in batches of 8 would be 4 steps an epoch: they are repeated to 16
     small = tiny(E.TreeEnsembleClassifier, max_epochs=2, batch_size=8, validation_fraction=0.0, random_state=0)
     small.fit(*easy(32))
