@@ -47,7 +47,8 @@ _DOC = """{summary}
         num_features: learned inner-product features in front (0: none).
         reduction: how the trees' outputs combine, ``"sum"`` or ``"mean"``.
         learning_rate, batch_size: Adam's step size and mini-batch size.
-        max_epochs: most training epochs (an epoch is at least 16 mini-batches: a smaller training set is repeated (shuffled) within it).
+        max_epochs: most training epochs (an epoch is at least 16
+            mini-batches: a smaller training set is repeated, shuffled, within it).
         patience: epochs without a better validation loss before stopping.
         validation_fraction: share of the training data held out for early
             stopping ({stratified}seeded by ``random_state``); 0 trains

@@ -63,7 +63,8 @@ class NonGreedyTreeClassifier(ClassifierMixin, TreeClassifierBase):
         learning_rate: SGD's learning rate (None: ``0.005 * nu``, the tutorial's rule).
         momentum: SGD's momentum.
         batch_size: mini-batch size.
-        max_epochs: most training epochs (an epoch is at least 16 mini-batches: a smaller training set is repeated (shuffled) within it).
+        max_epochs: most training epochs (an epoch is at least 16
+            mini-batches: a smaller training set is repeated, shuffled, within it).
         patience: epochs without a better validation loss before stopping.
         validation_fraction: share of the training data held out for early
             stopping (stratified, seeded by ``random_state``); 0 trains

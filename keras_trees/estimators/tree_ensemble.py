@@ -45,7 +45,8 @@ _DOC = """{summary}
         num_trees, max_depth, transition_width: of :class:`keras_trees.layers.TreeEnsembleLayer`.
         node_l2: L2 penalty on the split weights (0: none).
         learning_rate, batch_size: Adam's step size and mini-batch size.
-        max_epochs: most training epochs (an epoch is at least 16 mini-batches: a smaller training set is repeated (shuffled) within it).
+        max_epochs: most training epochs (an epoch is at least 16
+            mini-batches: a smaller training set is repeated, shuffled, within it).
         patience: epochs without a better validation loss before stopping.
         validation_fraction: share of the training data held out for early
             stopping ({stratified}seeded by ``random_state``); 0 trains
