@@ -108,7 +108,7 @@ QUICK_SETS = ("pima", "wisconsin")
 # --datasets accepts these group names for several sets at once.
 DATASET_GROUPS = {
     "pmlb": _data.PMLB_SETS,
-    "sklearn": ("iris", "wine", "breast_cancer", "digits"),
+    "sklearn": tuple(name for name in _data.SKLEARN_SETS if name != "diabetes"),  # the classification ones
     "held-out": _data.HELD_OUT_SETS,
 }
 # The goals of the defaults (issue 18): every single-tree family above CART of
@@ -317,17 +317,23 @@ def set_table(name, results, models):
         print_table(f"{name}: test accuracy, AUC, training time, model size (mean +- std over seeds)", rows)
 
 
+def set_means(results, datasets, model, key):
+    """``key``'s mean over the seeds of each data set, or None unless ``model`` ran on every set."""
+    per_set = [results[d].get(model) for d in datasets]
+    if not all(per_set):
+        return None
+    return np.array([np.mean([r[key] for r in runs]) for runs in per_set], dtype=np.float64)
+
+
 def summary_rows(results, datasets, models):
     """Per model: means over the data sets of the per-set means (only models that ran on every set)."""
     summary = {}
     for model in models:
-        per_set = [results[d].get(model) for d in datasets]
-        if not all(per_set):
+        if set_means(results, datasets, model, "accuracy") is None:
             continue
-        means = {key: [float(np.mean([r[key] for r in runs])) for runs in per_set]
-                 for key in ("accuracy", "auc", "fit_seconds", "size")}
-        summary[model] = {key: float(np.mean(v)) for key, v in means.items()}
-        summary[model]["size_unit"] = per_set[0][0]["size_unit"]
+        summary[model] = {key: float(np.mean(set_means(results, datasets, model, key)))
+                          for key in ("accuracy", "auc", "fit_seconds", "size")}
+        summary[model]["size_unit"] = results[datasets[0]][model][0]["size_unit"]
     return summary
 
 
@@ -335,16 +341,14 @@ def goal_rows(results, datasets, models):
     """The defaults' goals, from the per-set mean accuracies and AUCs: rows of
     (family, reference, mean accuracy difference in points, mean AUC
     difference, sets above / ties / sets, goal, met)."""
-    def per_set(model, key):
-        return [float(np.mean([r[key] for r in results[d][model]])) for d in datasets]
-
-    ran = [m for m in models if all(results[d].get(m) for d in datasets)]
+    ran = [m for m in models if set_means(results, datasets, m, "accuracy") is not None]
     rows = []
     for family, reference in [(f, "cart-d8") for f in SINGLE_TREES] + [(f, "xgboost") for f in FORESTS]:
         if family not in ran or reference not in ran:
             continue
-        ours, ref = np.array(per_set(family, "accuracy")), np.array(per_set(reference, "accuracy"))
-        auc = float(np.mean(np.array(per_set(family, "auc")) - np.array(per_set(reference, "auc"))))
+        ours, ref = (set_means(results, datasets, m, "accuracy") for m in (family, reference))
+        auc = float(np.mean(set_means(results, datasets, family, "auc")
+                            - set_means(results, datasets, reference, "auc")))
         points = 100 * float(np.mean(ours - ref))
         above, ties = int(np.sum(ours > ref + 1e-9)), int(np.sum(np.abs(ours - ref) <= 1e-9))
         if reference == "cart-d8":
