@@ -4,18 +4,26 @@ import numpy as np
 
 from keras_trees.api_export import keras_trees_export
 from keras_trees.layers import ConvexPolytopeTree, _validation
+from keras_trees.losses import GammaProcessPrior
 from keras_trees.tuner._base import TreeHyperModel
+from keras_trees.validation import bounds
 
 
 @keras_trees_export("keras_trees.tuner")
 class ConvexPolytopeHyperModel(TreeHyperModel):
     """A :class:`ConvexPolytopeTree` grown by ``fit_greedy`` in every trial.
 
-    Hyperparameters (the paper tunes K, the learning rate, the annealing and
-    the stumps' epochs per dataset): ``max_depth`` 2-``max_depth``,
+    Hyperparameters (the paper tunes K, the learning rate, the epochs, the
+    batch size and the prior per data set): ``max_depth`` 2-``max_depth``,
     ``num_experts`` (K) 1/5/10/20, ``epochs_per_level`` 10/20/30,
-    ``annealing_increment`` 0.05/0.1/0.2, ``refine_epochs`` 0/10, plus
-    ``learning_rate`` and ``batch_size``.
+    ``annealing_increment`` 0.05/0.1/0.2, ``refine_epochs`` 0/10, the
+    gamma-process prior (Eq. 14, :class:`keras_trees.losses.GammaProcessPrior`)
+    through ``prior_gamma0`` (its mass: small values switch unneeded experts
+    off; ``gamma0 >= K`` does not) and ``prior_a_beta`` (the Student-t
+    shrinkage of the experts' weights: larger is stronger), plus
+    ``learning_rate`` and ``batch_size``. The prior's ``c0`` and ``b_beta``
+    stay at the layer's defaults. Pass ``prior_gamma0=()`` to train without
+    the prior.
 
     The trial's ``fit`` runs ``fit_greedy`` on the training data (the depth is
     chosen on ``validation_data`` when given) and reports ``val_accuracy``
@@ -27,12 +35,18 @@ class ConvexPolytopeHyperModel(TreeHyperModel):
     """
 
     def __init__(self, input_shape, num_classes=None, units=None, max_depth=8,
-                 num_experts=(1, 5, 10, 20), learning_rate=(3e-3, 3e-2), batch_sizes=(256, 512), **kwargs):
+                 num_experts=(1, 5, 10, 20), learning_rate=(3e-3, 3e-2), batch_sizes=(256, 512),
+                 prior_gamma0=(1.0, 5.0, 20.0), prior_a_beta=(0.01, 1.0), **kwargs):
         super().__init__(input_shape, num_classes=num_classes, units=units, learning_rate=learning_rate,
                          batch_sizes=batch_sizes, **kwargs)
         self.max_depth = _validation.positive_int("max_depth", max_depth)
-        experts = num_experts if isinstance(num_experts, (list, tuple)) else [num_experts]
-        self.num_experts = [_validation.positive_int("num_experts", k) for k in experts]
+        self.num_experts = _choices("num_experts", num_experts, _validation.positive_int)
+        self.prior_gamma0 = _choices("prior_gamma0", prior_gamma0, _validation.positive_float)
+        self.prior_a_beta = _choices("prior_a_beta", prior_a_beta, bounds.nonnegative_float)
+        if not self.num_experts:
+            raise ValueError("num_experts must hold at least one value, got ()")
+        if self.prior_gamma0 and not self.prior_a_beta:
+            raise ValueError("prior_a_beta must hold at least one value when prior_gamma0 does, got ()")
 
     @property
     def outputs_probabilities(self):
@@ -44,8 +58,12 @@ class ConvexPolytopeHyperModel(TreeHyperModel):
         hp.Choice("epochs_per_level", [10, 20, 30])
         hp.Choice("annealing_increment", [0.05, 0.1, 0.2])
         hp.Choice("refine_epochs", [0, 10])
+        prior = None
+        if self.prior_gamma0:
+            prior = GammaProcessPrior(gamma0=hp.Choice("prior_gamma0", self.prior_gamma0),
+                                      a_beta=hp.Choice("prior_a_beta", self.prior_a_beta))
         task = {"num_classes": self.num_classes} if self.num_classes is not None else {"units": self.units}
-        return [ConvexPolytopeTree(max_depth=depth, num_experts=experts, **task)]
+        return [ConvexPolytopeTree(max_depth=depth, num_experts=experts, prior=prior, **task)]
 
     def fit(self, hp, model, x=None, y=None, validation_data=None, callbacks=None, **kwargs):
         tree = model.layers[-1]
@@ -73,4 +91,11 @@ class ConvexPolytopeHyperModel(TreeHyperModel):
         return logs
 
     def get_config(self):
-        return super().get_config() | {"max_depth": self.max_depth, "num_experts": self.num_experts}
+        return super().get_config() | {"max_depth": self.max_depth, "num_experts": self.num_experts,
+                                       "prior_gamma0": self.prior_gamma0, "prior_a_beta": self.prior_a_beta}
+
+
+def _choices(name, values, check):
+    """A tuple or list of values (or one value) checked one by one; ``()`` is empty."""
+    values = values if isinstance(values, (list, tuple)) else [values]
+    return [check(name, v) for v in values]

@@ -120,3 +120,24 @@ def test_convex_polytope_trial_passes_verbose_and_weights_to_fit_greedy(rng, cap
     assert out.count("Level 1/") == 1 and "val_accuracy:" in out, out
     leaves = np.asarray(tree.node_state)[0] == topology.LEAF
     assert np.all(np.asarray(tree.leaf_values)[0][leaves, 2] == 0) and "val_accuracy" in logs
+
+
+def test_convex_polytope_search_space_holds_the_prior():
+    hypermodel = ConvexPolytopeHyperModel((4,), num_classes=3, max_depth=2, prior_gamma0=(2.0, 5.0),
+                                          prior_a_beta=(0.5,))
+    hp = kt.HyperParameters()
+    hp.Fixed("prior_gamma0", 5.0)
+    prior = hypermodel.build(hp).layers[-1].prior
+    assert (prior.gamma0, prior.a_beta) == (5.0, 0.5)
+    assert hp.values["prior_a_beta"] == 0.5 and hypermodel.get_config()["prior_gamma0"] == [2.0, 5.0]
+    hp = kt.HyperParameters()
+    assert ConvexPolytopeHyperModel((4,), num_classes=3, prior_gamma0=()).build(hp).layers[-1].prior is None
+    assert "prior_gamma0" not in hp.values and "prior_a_beta" not in hp.values
+    with pytest.raises(ValueError, match="prior_gamma0"):
+        ConvexPolytopeHyperModel((4,), num_classes=3, prior_gamma0=(1.0, 0.0))
+    with pytest.raises(ValueError, match="prior_a_beta"):
+        ConvexPolytopeHyperModel((4,), num_classes=3, prior_a_beta=-1.0)
+    with pytest.raises(ValueError, match="prior_a_beta must hold"):
+        ConvexPolytopeHyperModel((4,), num_classes=3, prior_a_beta=())
+    with pytest.raises(ValueError, match="num_experts must hold"):
+        ConvexPolytopeHyperModel((4,), num_classes=3, num_experts=())
