@@ -8,6 +8,14 @@ grown greedily (Section 3.3.2) with the depth chosen on validation data.
 
     python benchmarks/polytope_letter.py --quick          # seed 0, depth 8, <= 5 min
     python benchmarks/polytope_letter.py --json out.json  # seeds 0,1,2, depth 11
+    python benchmarks/polytope_letter.py --search 25      # + the paper's per-data-set search
+
+``--search N`` adds the paper's tuning (it tunes K, the epochs, the learning
+rate, the batch size and the prior per data set, under 25 settings): a Keras
+Tuner random search of N trials over ``keras_trees.tuner.ConvexPolytopeHyperModel``
+at the fixed depth (as the paper fixes it on letter), scored on seed 0's
+validation part; the chosen hyperparameters are then refitted on every seed
+(row ``cpt_search``).
 """
 
 import time
@@ -41,6 +49,56 @@ def run_cpt(split, num_experts, depth, epochs, batch_size, lr, increment, refine
     }
 
 
+def search_space(num_classes, num_features, depth, experts):
+    """The paper's per-data-set search as a ConvexPolytopeHyperModel at a fixed depth."""
+    import keras_tuner as kt
+
+    from keras_trees.tuner import ConvexPolytopeHyperModel
+
+    hypermodel = ConvexPolytopeHyperModel(
+        (num_features,), num_classes=num_classes, max_depth=depth, num_experts=sorted({5, 10, experts, 2 * experts}),
+        learning_rate=(5e-3, 5e-2), batch_sizes=(256, 512), epochs_per_level=(20, 30, 60))
+    hp = kt.HyperParameters()
+    hp.Fixed("max_depth", depth)
+    return hypermodel, hp
+
+
+def search(split, depth, experts, trials, directory, seed=0):
+    """Random search of ``trials`` settings on ``split``'s validation part; the best hyperparameters."""
+    import keras_tuner as kt
+
+    hypermodel, hp = search_space(split.num_classes, split.x_train.shape[1], depth, experts)
+    tuner = kt.RandomSearch(hypermodel, objective="val_accuracy", max_trials=trials, seed=seed, hyperparameters=hp,
+                            directory=directory, project_name="polytope_letter")
+    tuner.search(split.x_train, split.y_train, validation_data=(split.x_val, split.y_val), verbose=0)
+    for trial in tuner.oracle.get_best_trials(trials):
+        print(f"  trial val_accuracy {trial.score:.4f} {trial.hyperparameters.values}", flush=True)
+    return tuner.get_best_hyperparameters(1)[0].values
+
+
+def run_cpt_hp(split, values, seed):
+    """A tree grown with the hyperparameters ``values`` (of :func:`search`) on ``split``."""
+    import keras
+    import keras_tuner as kt
+
+    hypermodel, hp = search_space(split.num_classes, split.x_train.shape[1], values["max_depth"],
+                                  values["num_experts"])
+    for name, value in values.items():
+        if name != "max_depth":
+            hp.Fixed(name, value)
+    keras.utils.set_random_seed(seed)
+    model = hypermodel.build(hp)
+    start = time.perf_counter()
+    hypermodel.fit(hp, model, split.x_train, split.y_train, validation_data=(split.x_val, split.y_val), verbose=0)
+    seconds = time.perf_counter() - start
+    tree = model.layers[-1]
+    pred = np.asarray(model.predict(split.x_test, verbose=0, batch_size=4096))
+    return {"accuracy": float((pred.argmax(1) == split.y_test).mean()), "leaves": tree.num_leaves(),
+            "depth": tree.depth(), "train_seconds": seconds,
+            "active_facets_mean": float(np.mean([len(p["active"]) for p in tree.polytopes()] or [0])),
+            "hyperparameters": dict(values)}
+
+
 def run_cart(split, depth, seed):
     from sklearn.tree import DecisionTreeClassifier
 
@@ -59,18 +117,31 @@ def main():
     parser.add_argument("--increment", type=float, default=0.1)
     parser.add_argument("--refine-epochs", type=int, default=None, help="joint refinement epochs (default 10; quick 0)")
     parser.add_argument("--seeds", type=int, nargs="+", default=None)
+    parser.add_argument("--search", type=int, default=0, metavar="N",
+                        help="also run the paper's search, N random trials on seed 0's validation part")
     args = parser.parse_args()
     depth = args.depth or (8 if args.quick else 11)
     epochs = args.epochs or (8 if args.quick else 30)
     refine_epochs = args.refine_epochs if args.refine_epochs is not None else (0 if args.quick else 10)
     seeds = args.seeds or ([0] if args.quick else list(_data.SEEDS))
     results = {"cart": [], "cart_unlimited": [], "cpt_k1": [], f"cpt_k{args.experts}": []}
+    best = None
+    if args.search:
+        import tempfile
+
+        results["cpt_search"] = []
+        with tempfile.TemporaryDirectory() as directory:
+            for _, split in _data.splits("letter", [0]):
+                best = search(split, depth, args.experts, args.search, directory)
+        print(f"search: best of {args.search} trials {best}", flush=True)
     for seed, split in _data.splits("letter", seeds):
         results["cart"].append(run_cart(split, depth, seed))
         results["cart_unlimited"].append(run_cart(split, None, seed))
         for name, k in (("cpt_k1", 1), (f"cpt_k{args.experts}", args.experts)):
             results[name].append(run_cpt(split, k, depth, epochs, args.batch_size, args.lr, args.increment,
                                          refine_epochs, seed))
+        if best is not None:
+            results["cpt_search"].append(run_cpt_hp(split, best, seed))
         for name, rows in results.items():
             r = rows[-1]
             print(f"seed {seed} {name:14s} acc {r['accuracy']:.4f} leaves {r['leaves']:4d} depth {r['depth']:2d}"
@@ -84,7 +155,8 @@ def main():
         print(f"{name:8s} accuracy {100 * acc[0]:.2f} +- {100 * acc[1]:.2f}  leaves {leaves[0]:.0f}")
     print(f"target (paper): CPT 90.51% with 463 leaves (depth 11); CPT K=1 84.13%; CART 86.07%")
     _data.write_json(args.json, {"benchmark": "polytope_letter", "depth": depth, "experts": args.experts,
-                                 "epochs": epochs, "refine_epochs": refine_epochs, "seeds": seeds, "results": results, "summary": summary})
+                                 "epochs": epochs, "refine_epochs": refine_epochs, "seeds": seeds, "search_trials": args.search,
+                                 "search_best": best, "results": results, "summary": summary})
 
 
 if __name__ == "__main__":

@@ -67,3 +67,16 @@ def test_scale_script_prints_its_table(tmp_path):
     assert result["rows_per_s"] > 0 and result["rows_per_cpu_s"] > 0 and result["peak_rss_mb"] > 100  # TensorFlow alone takes more
     assert 0.0 <= result["accuracy"] <= 1.0
     assert (tmp_path / "data" / "manifest.json").exists()
+
+
+def test_polytope_letter_search_chooses_on_validation_and_refits_the_choice(tmp_path, rng):
+    import _data
+    import polytope_letter
+
+    x = rng.normal(size=(300, 3)).astype("float32")
+    y = (x[:, 0] + x[:, 1] > 0).astype("int32") + 2 * (x[:, 2] > 0.5).astype("int32")
+    split = _data.Split(x[:180], y[:180], x[180:240], y[180:240], x[240:], y[240:], 4)
+    best = polytope_letter.search(split, depth=2, experts=1, trials=2, directory=str(tmp_path))
+    assert best["max_depth"] == 2 and {"num_experts", "prior_gamma0", "prior_a_beta", "learning_rate"} <= set(best)
+    result = polytope_letter.run_cpt_hp(split, best, seed=0)
+    assert result["hyperparameters"] == best and 1 < result["leaves"] <= 4 and result["accuracy"] > 0.5

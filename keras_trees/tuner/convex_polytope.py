@@ -15,7 +15,8 @@ class ConvexPolytopeHyperModel(TreeHyperModel):
 
     Hyperparameters (the paper tunes K, the learning rate, the epochs, the
     batch size and the prior per data set): ``max_depth`` 2-``max_depth``,
-    ``num_experts`` (K) 1/5/10/20, ``epochs_per_level`` 10/20/30,
+    ``num_experts`` (K) 1/5/10/20, ``epochs_per_level`` 10/20/30 (both
+    choices are arguments),
     ``annealing_increment`` 0.05/0.1/0.2, ``refine_epochs`` 0/10, the
     gamma-process prior (Eq. 14, :class:`keras_trees.losses.GammaProcessPrior`)
     through ``prior_gamma0`` (its mass: small values switch unneeded experts
@@ -36,15 +37,18 @@ class ConvexPolytopeHyperModel(TreeHyperModel):
 
     def __init__(self, input_shape, num_classes=None, units=None, max_depth=8,
                  num_experts=(1, 5, 10, 20), learning_rate=(3e-3, 3e-2), batch_sizes=(256, 512),
-                 prior_gamma0=(1.0, 5.0, 20.0), prior_a_beta=(0.01, 1.0), **kwargs):
+                 epochs_per_level=(10, 20, 30), prior_gamma0=(1.0, 5.0, 20.0), prior_a_beta=(0.01, 1.0),
+                 **kwargs):
         super().__init__(input_shape, num_classes=num_classes, units=units, learning_rate=learning_rate,
                          batch_sizes=batch_sizes, **kwargs)
         self.max_depth = _validation.positive_int("max_depth", max_depth)
         self.num_experts = _choices("num_experts", num_experts, _validation.positive_int)
         self.prior_gamma0 = _choices("prior_gamma0", prior_gamma0, _validation.positive_float)
         self.prior_a_beta = _choices("prior_a_beta", prior_a_beta, bounds.nonnegative_float)
-        if not self.num_experts:
-            raise ValueError("num_experts must hold at least one value, got ()")
+        self.epochs_per_level = _choices("epochs_per_level", epochs_per_level, _validation.positive_int)
+        for name in ("num_experts", "epochs_per_level"):
+            if not getattr(self, name):
+                raise ValueError(f"{name} must hold at least one value, got ()")
         if self.prior_gamma0 and not self.prior_a_beta:
             raise ValueError("prior_a_beta must hold at least one value when prior_gamma0 does, got ()")
 
@@ -55,7 +59,7 @@ class ConvexPolytopeHyperModel(TreeHyperModel):
     def tree_layers(self, hp):
         depth = self.clamped_int(hp, "max_depth", min(2, self.max_depth), self.max_depth)
         experts = hp.Choice("num_experts", self.num_experts)
-        hp.Choice("epochs_per_level", [10, 20, 30])
+        hp.Choice("epochs_per_level", self.epochs_per_level)
         hp.Choice("annealing_increment", [0.05, 0.1, 0.2])
         hp.Choice("refine_epochs", [0, 10])
         prior = None
@@ -92,7 +96,7 @@ class ConvexPolytopeHyperModel(TreeHyperModel):
 
     def get_config(self):
         return super().get_config() | {"max_depth": self.max_depth, "num_experts": self.num_experts,
-                                       "prior_gamma0": self.prior_gamma0, "prior_a_beta": self.prior_a_beta}
+                                       "epochs_per_level": self.epochs_per_level, "prior_gamma0": self.prior_gamma0, "prior_a_beta": self.prior_a_beta}
 
 
 def _choices(name, values, check):
