@@ -19,12 +19,13 @@ class ConvexPolytopeHyperModel(TreeHyperModel):
     choices are arguments),
     ``annealing_increment`` 0.05/0.1/0.2, ``refine_epochs`` 0/10, the
     gamma-process prior (Eq. 14, :class:`keras_trees.losses.GammaProcessPrior`)
-    through ``prior_gamma0`` (its mass: small values switch unneeded experts
-    off; ``gamma0 >= K`` does not) and ``prior_a_beta`` (the Student-t
-    shrinkage of the experts' weights: larger is stronger), plus
-    ``learning_rate`` and ``batch_size``. The prior's ``c0`` and ``b_beta``
-    stay at the layer's defaults. Pass ``prior_gamma0=()`` to train without
-    the prior.
+    through ``prior_weight`` 0/0.1/1 (its strength against the likelihood,
+    on top of the layer's ``1 / N``; 0 trains without it), ``prior_gamma0``
+    1/5/20 (its mass: small values switch unneeded experts off) and
+    ``prior_a_beta`` 0.01/1 (the Student-t shrinkage of the experts' weights:
+    larger is stronger), plus ``learning_rate`` and ``batch_size``. The
+    prior's ``c0`` and ``b_beta`` keep their defaults. The lists of choices
+    are arguments.
 
     The trial's ``fit`` runs ``fit_greedy`` on the training data (the depth is
     chosen on ``validation_data`` when given) and reports ``val_accuracy``
@@ -37,20 +38,16 @@ class ConvexPolytopeHyperModel(TreeHyperModel):
 
     def __init__(self, input_shape, num_classes=None, units=None, max_depth=8,
                  num_experts=(1, 5, 10, 20), learning_rate=(3e-3, 3e-2), batch_sizes=(256, 512),
-                 epochs_per_level=(10, 20, 30), prior_gamma0=(1.0, 5.0, 20.0), prior_a_beta=(0.01, 1.0),
-                 **kwargs):
+                 epochs_per_level=(10, 20, 30), prior_weight=(0.0, 0.1, 1.0), prior_gamma0=(1.0, 5.0, 20.0),
+                 prior_a_beta=(0.01, 1.0), **kwargs):
         super().__init__(input_shape, num_classes=num_classes, units=units, learning_rate=learning_rate,
                          batch_sizes=batch_sizes, **kwargs)
         self.max_depth = _validation.positive_int("max_depth", max_depth)
         self.num_experts = _choices("num_experts", num_experts, _validation.positive_int)
+        self.epochs_per_level = _choices("epochs_per_level", epochs_per_level, _validation.positive_int)
+        self.prior_weight = _choices("prior_weight", prior_weight, bounds.nonnegative_float)
         self.prior_gamma0 = _choices("prior_gamma0", prior_gamma0, _validation.positive_float)
         self.prior_a_beta = _choices("prior_a_beta", prior_a_beta, bounds.nonnegative_float)
-        self.epochs_per_level = _choices("epochs_per_level", epochs_per_level, _validation.positive_int)
-        for name in ("num_experts", "epochs_per_level"):
-            if not getattr(self, name):
-                raise ValueError(f"{name} must hold at least one value, got ()")
-        if self.prior_gamma0 and not self.prior_a_beta:
-            raise ValueError("prior_a_beta must hold at least one value when prior_gamma0 does, got ()")
 
     @property
     def outputs_probabilities(self):
@@ -62,12 +59,11 @@ class ConvexPolytopeHyperModel(TreeHyperModel):
         hp.Choice("epochs_per_level", self.epochs_per_level)
         hp.Choice("annealing_increment", [0.05, 0.1, 0.2])
         hp.Choice("refine_epochs", [0, 10])
-        prior = None
-        if self.prior_gamma0:
-            prior = GammaProcessPrior(gamma0=hp.Choice("prior_gamma0", self.prior_gamma0),
-                                      a_beta=hp.Choice("prior_a_beta", self.prior_a_beta))
+        weight = hp.Choice("prior_weight", self.prior_weight)
+        prior = GammaProcessPrior(gamma0=hp.Choice("prior_gamma0", self.prior_gamma0),
+                                  a_beta=hp.Choice("prior_a_beta", self.prior_a_beta), weight=weight)
         task = {"num_classes": self.num_classes} if self.num_classes is not None else {"units": self.units}
-        return [ConvexPolytopeTree(max_depth=depth, num_experts=experts, prior=prior, **task)]
+        return [ConvexPolytopeTree(max_depth=depth, num_experts=experts, prior=prior if weight > 0 else None, **task)]
 
     def fit(self, hp, model, x=None, y=None, validation_data=None, callbacks=None, **kwargs):
         tree = model.layers[-1]
@@ -96,10 +92,13 @@ class ConvexPolytopeHyperModel(TreeHyperModel):
 
     def get_config(self):
         return super().get_config() | {"max_depth": self.max_depth, "num_experts": self.num_experts,
-                                       "epochs_per_level": self.epochs_per_level, "prior_gamma0": self.prior_gamma0, "prior_a_beta": self.prior_a_beta}
+                                       "epochs_per_level": self.epochs_per_level,
+                                       "prior_weight": self.prior_weight, "prior_gamma0": self.prior_gamma0, "prior_a_beta": self.prior_a_beta}
 
 
 def _choices(name, values, check):
-    """A tuple or list of values (or one value) checked one by one; ``()`` is empty."""
+    """A non-empty tuple or list of values (or one value), checked one by one."""
     values = values if isinstance(values, (list, tuple)) else [values]
+    if not values:
+        raise ValueError(f"{name} must hold at least one value, got {values!r}")
     return [check(name, v) for v in values]

@@ -123,21 +123,21 @@ def test_convex_polytope_trial_passes_verbose_and_weights_to_fit_greedy(rng, cap
 
 
 def test_convex_polytope_search_space_holds_the_prior():
-    hypermodel = ConvexPolytopeHyperModel((4,), num_classes=3, max_depth=2, prior_gamma0=(2.0, 5.0),
-                                          prior_a_beta=(0.5,))
+    hypermodel = ConvexPolytopeHyperModel((4,), num_classes=3, max_depth=2, prior_weight=(0.0, 0.5),
+                                          prior_gamma0=(2.0, 5.0), prior_a_beta=(0.5,))
     hp = kt.HyperParameters()
     hp.Fixed("prior_gamma0", 5.0)
+    hp.Fixed("prior_weight", 0.5)
     prior = hypermodel.build(hp).layers[-1].prior
-    assert (prior.gamma0, prior.a_beta) == (5.0, 0.5)
-    assert hp.values["prior_a_beta"] == 0.5 and hypermodel.get_config()["prior_gamma0"] == [2.0, 5.0]
+    assert (prior.gamma0, prior.a_beta, prior.weight) == (5.0, 0.5, 0.5)
+    assert hp.values["prior_a_beta"] == 0.5 and hypermodel.get_config()["prior_weight"] == [0.0, 0.5]
     hp = kt.HyperParameters()
-    assert ConvexPolytopeHyperModel((4,), num_classes=3, prior_gamma0=()).build(hp).layers[-1].prior is None
-    assert "prior_gamma0" not in hp.values and "prior_a_beta" not in hp.values
+    hp.Fixed("prior_weight", 0.0)  # no prior at all
+    assert hypermodel.build(hp).layers[-1].prior is None
     with pytest.raises(ValueError, match="prior_gamma0"):
         ConvexPolytopeHyperModel((4,), num_classes=3, prior_gamma0=(1.0, 0.0))
-    with pytest.raises(ValueError, match="prior_a_beta"):
-        ConvexPolytopeHyperModel((4,), num_classes=3, prior_a_beta=-1.0)
-    with pytest.raises(ValueError, match="prior_a_beta must hold"):
-        ConvexPolytopeHyperModel((4,), num_classes=3, prior_a_beta=())
-    with pytest.raises(ValueError, match="num_experts must hold"):
-        ConvexPolytopeHyperModel((4,), num_classes=3, num_experts=())
+    with pytest.raises(ValueError, match="prior_weight"):
+        ConvexPolytopeHyperModel((4,), num_classes=3, prior_weight=-1.0)
+    for name in ("prior_a_beta", "num_experts", "epochs_per_level"):
+        with pytest.raises(ValueError, match=f"{name} must hold at least one value"):
+            ConvexPolytopeHyperModel((4,), num_classes=3, **{name: ()})
