@@ -15,14 +15,15 @@ from keras_trees.estimators._base import (
     parameters,
 )
 from keras_trees.layers import ConvexPolytopeTree
+from keras_trees.losses import GammaProcessPrior
 
 # The recipe of tutorials/convex_polytope_trees: K = 20 experts per split,
 # fit_greedy with 60 epochs per level, Adam 0.05, batch 256, min_gain 0.01;
 # depth 8; the depth is cut back on the validation data.
 DEFAULTS = dict(
     max_depth=8, num_experts=20, epochs_per_level=60, annealing_increment=0.1, min_samples_split=10,
-    min_gain=0.01, refine_epochs=0, learning_rate=0.05, batch_size=256, validation_fraction=0.1,
-    min_frequency=None, random_state=None, verbose=0,
+    min_gain=0.01, refine_epochs=0, prior_weight=1.0, learning_rate=0.05, batch_size=256,
+    validation_fraction=0.1, min_frequency=None, random_state=None, verbose=0,
 )
 
 _DOC = """{summary}
@@ -45,6 +46,9 @@ _DOC = """{summary}
         num_experts: K, linear experts per split (1: an oblique tree).
         epochs_per_level, annealing_increment, min_samples_split, min_gain,
             refine_epochs: of ``fit_greedy``.
+        prior_weight: strength of the gamma-process prior (Eq. 14,
+            :class:`keras_trees.losses.GammaProcessPrior` with its default
+            hyperparameters) against the likelihood; 0 trains without it.
         learning_rate, batch_size: Adam's step size and mini-batch size.
         validation_fraction: share of the training data held out to choose
             the depth ({stratified}seeded by ``random_state``); 0: the full depth.
@@ -72,13 +76,16 @@ class _ConvexPolytope:
         "min_samples_split": [Interval(numbers.Integral, 2, None, closed="left")],
         "min_gain": [Interval(numbers.Real, 0, None, closed="left")],
         "refine_epochs": [Interval(numbers.Integral, 0, None, closed="left")],
+        "prior_weight": [Interval(numbers.Real, 0, None, closed="left")],
     }
 
     def _build_model(self, n_features, n_outputs, seed):
         task = {"num_classes": n_outputs} if self._task == "classification" else {"units": n_outputs}
         return keras.Sequential([
             keras.Input((n_features,)),
-            ConvexPolytopeTree(max_depth=self.max_depth, num_experts=self.num_experts, seed=seed, **task),
+            ConvexPolytopeTree(max_depth=self.max_depth, num_experts=self.num_experts, seed=seed,
+                               prior=GammaProcessPrior(weight=self.prior_weight) if self.prior_weight > 0 else None,
+                               **task),
         ])
 
     def _fit_model(self, model, x, y, sample_weight, validation):

@@ -103,6 +103,7 @@ def test_bad_arguments_name_the_argument():
         (E.EndToEndTreeClassifier, {"split_type": "curved"}),
         (E.NonGreedyTreeClassifier, {"nu": -1.0}),
         (E.NonGreedyTreeClassifier, {"init": "random"}),
+        (E.ConvexPolytopeTreeClassifier, {"prior_weight": -0.1}),
     ]:
         name = next(iter(bad))
         with pytest.raises(ValueError, match=f"'{name}' parameter"):
@@ -111,6 +112,13 @@ def test_bad_arguments_name_the_argument():
         E.TreeEnsembleClassifier(depth=3)
     with pytest.raises(ValueError, match="at least 2 classes"):
         tiny(E.TreeEnsembleClassifier).fit(x, np.zeros(len(x)))
+
+
+def test_polytope_prior_weight_reaches_the_layer():
+    x, y = easy(60)
+    for weight in (0.5, 0.0):
+        tree = tiny(E.ConvexPolytopeTreeClassifier, prior_weight=weight, random_state=0).fit(x, y).model_.layers[-1]
+        assert tree.prior is None if weight == 0 else tree.prior.weight == weight
 
 
 def test_non_greedy_co2_initialization_fits_an_oblique_boundary():
