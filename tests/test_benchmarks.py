@@ -80,3 +80,20 @@ def test_polytope_letter_search_chooses_on_validation_and_refits_the_choice(tmp_
     assert best["max_depth"] == 2 and {"num_experts", "prior_gamma0", "prior_a_beta", "learning_rate"} <= set(best)
     result = polytope_letter.run_cpt_hp(split, best, seed=0)
     assert result["hyperparameters"] == best and 1 < result["leaves"] <= 4 and result["accuracy"] > 0.5
+
+
+def test_regressors_script_prints_r2_of_every_model_and_writes_json(tmp_path):
+    out_json = tmp_path / "regressors.json"
+    benchmarks = os.path.join(REPO_ROOT, "benchmarks")
+    code = (
+        "import runpy, sys\n"
+        f"sys.path.insert(0, {benchmarks!r})\n"
+        "sys.argv = ['regressors.py', '--quick', '--datasets', 'diabetes', '--models', 'cart-d8', "
+        f"'NonGreedyTreeRegressor', '--json', {str(out_json)!r}]\n"
+        f"runpy.run_path({os.path.join(benchmarks, 'regressors.py')!r}, run_name='__main__')\n"
+    )
+    out = run_python(code, cwd=tmp_path)
+    assert "test R^2" in out and "NonGreedyTreeRegressor" in out, out
+    summary = json.loads(out_json.read_text())["summary"]
+    assert set(summary) == {"cart-d8", "NonGreedyTreeRegressor"}
+    assert all(np.isfinite(s["average"]) and s["average"] <= 1.0 for s in summary.values())

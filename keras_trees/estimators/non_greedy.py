@@ -1,15 +1,21 @@
-"""Non-greedy oblique decision tree estimator (Norouzi et al., NIPS 2015)."""
+"""Non-greedy oblique decision tree estimators (Norouzi et al., NIPS 2015)."""
 
 import numbers
 
 import keras
-from sklearn.base import ClassifierMixin
-from sklearn.tree import DecisionTreeClassifier
+from sklearn.base import ClassifierMixin, RegressorMixin
+from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from keras_trees.api_export import keras_trees_export
 from keras_trees.callbacks import StableSGD
-from keras_trees.estimators._base import CLASS_WEIGHT_DOC, SHARED_CONSTRAINTS, TreeClassifierBase, parameters
+from keras_trees.estimators._base import (
+    CLASS_WEIGHT_DOC,
+    SHARED_CONSTRAINTS,
+    TreeClassifierBase,
+    TreeRegressorBase,
+    parameters,
+)
 from keras_trees.interop.sklearn import from_sklearn
 from keras_trees.layers import NonGreedyTree, co2_tree
 
@@ -25,40 +31,33 @@ DEFAULTS = dict(
     learning_rate=None, momentum=0.9, batch_size=64, max_epochs=30, patience=10, validation_fraction=0.1,
     min_frequency=None, random_state=None, verbose=0,
 )
+# The regressor: the same recipe on the squared loss (standardized targets),
+# started from scikit-learn's CART regression tree (CO2 is a classification method).
+REGRESSOR_DEFAULTS = {**DEFAULTS, "criterion": "squared_error", "init": "cart"}
 
-
-@keras_trees_export("keras_trees.estimators")
-@parameters(**DEFAULTS, class_weight=None)
-class NonGreedyTreeClassifier(ClassifierMixin, TreeClassifierBase):
-    __doc__ = """A non-greedy oblique decision tree classifier.
+_DOC = """{summary}
 
     The model is a perfect oblique :class:`keras_trees.layers.NonGreedyTree`
     of depth ``max_depth`` on the preprocessed features (imputed with
     missing-value indicators, scaled, categoricals one-hot encoded),
-    initialized (``init="co2"``, the paper's initialization) from the greedy
-    oblique tree of :func:`keras_trees.layers.co2_tree`, or (``init="cart"``)
-    from scikit-learn's ``DecisionTreeClassifier`` of the same depth
-    (``criterion``, the sample and class weights; padded to the perfect
-    tree, rows scaled to ``nu``), and trained with SGD with momentum on the
-    convex-concave upper bound of its loss, with
+    initialized {init_doc} (padded to the perfect tree, rows scaled to
+    ``nu``), and trained with SGD with momentum on the convex-concave upper
+    bound of its {loss} (Eq. 9), with
     :class:`keras_trees.callbacks.StableSGD` rounds (``stable_sgd``). Early
-    stopping watches the tree's own log loss on a held-out
+    stopping watches the tree's own {loss} on a held-out
     ``validation_fraction`` (``val_empirical_loss``; best weights restored),
     and the starting tree is its first candidate: training never returns a
     tree with a worse validation loss than the one it started from. The
     defaults are the recipe of ``tutorials/non_greedy_trees`` at depth 8
-    with the CO2 start (chosen on many data sets, ``benchmarks/peers.py``),
-    not tuned per data set; the paper picks ``nu`` on validation data per
-    depth.
+    {defaults_doc}, not tuned per data set; the paper picks ``nu`` on
+    validation data per depth.
 
     Args:
-        max_depth: depth of the perfect tree (and of the CART initialization).
+        max_depth: depth of the perfect tree (and of the initial tree).
         nu: the bound on the norm of every split row (Eq. 9).
         inference: ``"fast"`` or ``"exact"`` loss-augmented inference.
-        criterion: the CART initialization's criterion.
-        init: ``"co2"`` (a greedy oblique tree: :func:`keras_trees.layers.co2_tree`
-            with the same ``nu``, ``criterion``, weights and seed, its default
-            steps) or ``"cart"`` (the axis-aligned CART tree).
+        criterion: the initial tree's split criterion ({criteria}).
+        init: {init_options}
         stable_sgd: train in Stable SGD rounds.
         learning_rate: SGD's learning rate (None: ``0.005 * nu``, the tutorial's rule).
         momentum: SGD's momentum.
@@ -67,21 +66,23 @@ class NonGreedyTreeClassifier(ClassifierMixin, TreeClassifierBase):
             mini-batches: a smaller training set is repeated, shuffled, within it).
         patience: epochs without a better validation loss before stopping.
         validation_fraction: share of the training data held out for early
-            stopping (stratified, seeded by ``random_state``); 0 trains
+            stopping ({stratified}seeded by ``random_state``); 0 trains
             ``max_epochs`` without early stopping.
-        min_frequency: ``OneHotEncoder``'s ``min_frequency`` for categorical columns.""" + CLASS_WEIGHT_DOC + """
-        random_state: seeds the split, the CART tree and Keras
+        min_frequency: ``OneHotEncoder``'s ``min_frequency`` for categorical columns.{class_weight}
+        random_state: seeds the split, the initial tree and Keras
             (``keras.utils.set_random_seed``, global); an int makes ``fit``
             repeatable on the TensorFlow backend.
         verbose: Keras' ``fit`` verbosity (0, 1, 2).
 
-    Attributes (after ``fit``): ``classes_``, ``n_features_in_``,
+    Attributes (after ``fit``): {attributes}``n_features_in_``,
     ``feature_names_in_`` (frames), ``preprocessor_`` (the fitted
     scikit-learn transformer), ``model_`` (the ``NonGreedyTree``, a Keras
-    model on the transformed float32 features; outputs class
-    probabilities), ``history_`` (the ``fit`` history dict).
+    model on the transformed float32 features; outputs {outputs}),
+    ``history_`` (the ``fit`` history dict).
 """
 
+
+class _NonGreedy:
     _outputs_probabilities = True  # the softmax of the reached leaf
     _monitor = "val_empirical_loss"
     _initial_is_candidate = True  # never worse on validation than the tree it starts from
@@ -90,16 +91,14 @@ class NonGreedyTreeClassifier(ClassifierMixin, TreeClassifierBase):
         "max_depth": [Interval(numbers.Integral, 1, None, closed="left")],
         "nu": [Interval(numbers.Real, 0, None, closed="neither")],
         "inference": [StrOptions({"fast", "exact"})],
-        "criterion": [StrOptions({"gini", "entropy", "log_loss"})],
-        "init": [StrOptions({"cart", "co2"})],
         "stable_sgd": ["boolean"],
         "learning_rate": [Interval(numbers.Real, 0, None, closed="neither"), None],
         "momentum": [Interval(numbers.Real, 0, 1, closed="left")],
     }
 
     def _build_model(self, n_features, n_outputs, seed):
-        model = NonGreedyTree(max_depth=self.max_depth, num_classes=n_outputs, nu=self.nu,
-                              inference=self.inference, seed=seed)
+        task = {"num_classes": n_outputs} if self._task == "classification" else {"units": n_outputs}
+        model = NonGreedyTree(max_depth=self.max_depth, nu=self.nu, inference=self.inference, seed=seed, **task)
         model.build((None, n_features))
         return model
 
@@ -113,10 +112,53 @@ class NonGreedyTreeClassifier(ClassifierMixin, TreeClassifierBase):
                                            criterion=self.criterion, sample_weight=sample_weight,
                                            random_state=self._seed))
             return
-        cart = DecisionTreeClassifier(max_depth=self.max_depth, criterion=self.criterion, random_state=self._seed)
+        cart = DecisionTreeClassifier if self._task == "classification" else DecisionTreeRegressor
+        cart = cart(max_depth=self.max_depth, criterion=self.criterion, random_state=self._seed)
         cart.fit(x, y, sample_weight=sample_weight)
         model.initialize_from(from_sklearn(cart))
 
     def _callbacks(self, x, y, sample_weight, early_stopping):
         callbacks = [StableSGD(min_delta=1e-3, max_round_epochs=5)] if self.stable_sgd else []
         return callbacks + ([early_stopping] if early_stopping is not None else [])
+
+
+@keras_trees_export("keras_trees.estimators")
+@parameters(**DEFAULTS, class_weight=None)
+class NonGreedyTreeClassifier(ClassifierMixin, _NonGreedy, TreeClassifierBase):
+    __doc__ = _DOC.format(
+        summary="A non-greedy oblique decision tree classifier.",
+        init_doc="""(``init="co2"``, the paper's initialization) from the greedy
+    oblique tree of :func:`keras_trees.layers.co2_tree`, or (``init="cart"``)
+    from scikit-learn's ``DecisionTreeClassifier`` of the same depth
+    (``criterion``, the sample and class weights)""",
+        loss="log loss", defaults_doc="with the CO2 start (chosen on many data sets, ``benchmarks/peers.py``)",
+        criteria='``"gini"``, ``"entropy"``, ``"log_loss"``',
+        init_options="""``"co2"`` (a greedy oblique tree: :func:`keras_trees.layers.co2_tree`
+            with the same ``nu``, ``criterion``, weights and seed, its default
+            steps) or ``"cart"`` (the axis-aligned CART tree).""",
+        stratified="stratified, ", class_weight=CLASS_WEIGHT_DOC, attributes="``classes_``, ",
+        outputs="class probabilities")
+    _parameter_constraints = {
+        **_NonGreedy._parameter_constraints,
+        "criterion": [StrOptions({"gini", "entropy", "log_loss"})],
+        "init": [StrOptions({"cart", "co2"})],
+    }
+
+
+@keras_trees_export("keras_trees.estimators")
+@parameters(**REGRESSOR_DEFAULTS)
+class NonGreedyTreeRegressor(RegressorMixin, _NonGreedy, TreeRegressorBase):
+    __doc__ = _DOC.format(
+        summary="A non-greedy oblique decision tree regressor (squared loss, Eq. 3).",
+        init_doc="""from scikit-learn's ``DecisionTreeRegressor`` of the same depth
+    (``criterion``, the sample weights) on the standardized targets""",
+        loss="squared error", defaults_doc="with the squared loss",
+        criteria='``"squared_error"``, ``"friedman_mse"``, ``"absolute_error"``',
+        init_options='``"cart"`` (the axis-aligned CART tree; CO2 is a classification method).',
+        stratified="", class_weight="", attributes="",
+        outputs="the standardized targets; ``predict`` maps them back")
+    _parameter_constraints = {
+        **_NonGreedy._parameter_constraints,
+        "criterion": [StrOptions({"squared_error", "friedman_mse", "absolute_error"})],
+        "init": [StrOptions({"cart"})],
+    }

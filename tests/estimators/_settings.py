@@ -14,6 +14,7 @@ TINY = {
     E.ConvexPolytopeTreeClassifier: dict(max_depth=2, num_experts=3, epochs_per_level=3),
     E.ConvexPolytopeTreeRegressor: dict(max_depth=3, num_experts=3, epochs_per_level=5),
     E.NonGreedyTreeClassifier: dict(max_depth=2, max_epochs=3),
+    E.NonGreedyTreeRegressor: dict(max_depth=3, max_epochs=3),
 }
 
 
