@@ -47,17 +47,22 @@ def test_scale_cache_streams_the_generated_rows_and_completes_a_half_written_cac
     np.testing.assert_array_equal(x_large, x)
 
 
-def test_scale_script_prints_its_table(tmp_path):
-    out_json = tmp_path / "scale.json"
+def run_script(script, args, tmp_path):
+    """The output of ``python benchmarks/<script> <args>``, run in a fresh process."""
     benchmarks = os.path.join(REPO_ROOT, "benchmarks")
     code = (
         "import runpy, sys\n"
         f"sys.path.insert(0, {benchmarks!r})\n"
-        f"sys.argv = ['scale.py', '--sizes', '2000', '--families', 'TreeEnsembleLayer', '--threads', '1', "
-        f"'--data-dir', {str(tmp_path / 'data')!r}, '--json', {str(out_json)!r}]\n"
-        f"runpy.run_path({os.path.join(benchmarks, 'scale.py')!r}, run_name='__main__')\n"
+        f"sys.argv = {[script, *args]!r}\n"
+        f"runpy.run_path({os.path.join(benchmarks, script)!r}, run_name='__main__')\n"
     )
-    out = run_python(code, cwd=tmp_path)
+    return run_python(code, cwd=tmp_path)
+
+
+def test_scale_script_prints_its_table(tmp_path):
+    out_json = tmp_path / "scale.json"
+    out = run_script("scale.py", ["--sizes", "2000", "--families", "TreeEnsembleLayer", "--threads", "1",
+                                  "--data-dir", str(tmp_path / "data"), "--json", str(out_json)], tmp_path)
     assert "family" in out and "rows/s" in out and "peak RSS MB" in out
     rows = [line for line in out.splitlines() if line.startswith("TreeEnsembleLayer ") and "2,000" in line]
     assert rows and "FAILED" not in rows[-1] and "skipped" not in rows[-1], out
@@ -84,15 +89,8 @@ def test_polytope_letter_search_chooses_on_validation_and_refits_the_choice(tmp_
 
 def test_regressors_script_prints_r2_of_every_model_and_writes_json(tmp_path):
     out_json = tmp_path / "regressors.json"
-    benchmarks = os.path.join(REPO_ROOT, "benchmarks")
-    code = (
-        "import runpy, sys\n"
-        f"sys.path.insert(0, {benchmarks!r})\n"
-        "sys.argv = ['regressors.py', '--quick', '--datasets', 'diabetes', '--models', 'cart-d8', "
-        f"'NonGreedyTreeRegressor', '--json', {str(out_json)!r}]\n"
-        f"runpy.run_path({os.path.join(benchmarks, 'regressors.py')!r}, run_name='__main__')\n"
-    )
-    out = run_python(code, cwd=tmp_path)
+    out = run_script("regressors.py", ["--quick", "--datasets", "diabetes", "--models", "cart-d8",
+                                       "NonGreedyTreeRegressor", "--json", str(out_json)], tmp_path)
     assert "test R^2" in out and "NonGreedyTreeRegressor" in out, out
     summary = json.loads(out_json.read_text())["summary"]
     assert set(summary) == {"cart-d8", "NonGreedyTreeRegressor"}
