@@ -87,10 +87,14 @@ def test_polytope_letter_search_chooses_on_validation_and_refits_the_choice(tmp_
     assert result["hyperparameters"] == best and 1 < result["leaves"] <= 4 and result["accuracy"] > 0.5
 
 
-def test_regressors_script_prints_r2_of_every_model_and_writes_json(tmp_path):
+def test_regressors_script_prints_r2_of_every_model_and_writes_json(tmp_path, monkeypatch, capsys):
+    import regressors
+
     out_json = tmp_path / "regressors.json"
-    out = run_script("regressors.py", ["--quick", "--datasets", "diabetes", "--models", "cart-d8",
-                                       "NonGreedyTreeRegressor", "--json", str(out_json)], tmp_path)
+    monkeypatch.setattr(sys, "argv", ["regressors.py", "--quick", "--datasets", "diabetes", "--models", "cart-d8",
+                                      "NonGreedyTreeRegressor", "--json", str(out_json)])
+    regressors.main()
+    out = capsys.readouterr().out
     assert "test R^2" in out and "NonGreedyTreeRegressor" in out, out
     summary = json.loads(out_json.read_text())["summary"]
     assert set(summary) == {"cart-d8", "NonGreedyTreeRegressor"}
