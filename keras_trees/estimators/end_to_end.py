@@ -22,8 +22,8 @@ from keras_trees.layers import EndToEndTree
 # growth with 15 epochs per level, then 3 x 15 epochs of joint finetuning,
 # EM leaves, steepness +0.1 per epoch, Adam 0.01, batch 200; depth 8.
 DEFAULTS = dict(
-    max_depth=8, split_type="oblique", epochs_per_level=15, finetune_epochs=None, annealing=0.1,
-    learning_rate=0.01, batch_size=200, patience=10, validation_fraction=0.1,
+    max_depth=8, split_type="oblique", epochs_per_level=15, finetune_epochs=None, min_samples_split=2,
+    annealing=0.1, learning_rate=0.01, batch_size=200, patience=10, validation_fraction=0.1,
     min_frequency=None, random_state=None, verbose=0,
 )
 
@@ -51,6 +51,8 @@ _DOC = """{summary}
             and finetuning are done). An epoch is at least 16 mini-batches:
             a smaller training set is repeated (shuffled) within it, so that
             every stump gets enough steps on small data.
+        min_samples_split: a node reached by fewer training samples is not
+            split (``GreedyLevelGrowth``'s).
         annealing: steepness increment per epoch (0: none).
         learning_rate, batch_size: Adam's step size and mini-batch size.
         patience: finetuning epochs without a better validation loss before stopping.
@@ -88,6 +90,7 @@ class _EndToEnd:
         "split_type": [StrOptions({"oblique", "axis_aligned"})],
         "epochs_per_level": [Interval(numbers.Integral, 1, None, closed="left")],
         "finetune_epochs": [Interval(numbers.Integral, 0, None, closed="left"), None],
+        "min_samples_split": [Interval(numbers.Integral, 1, None, closed="left")],
         "annealing": [Interval(numbers.Real, 0, None, closed="left")],
     }
 
@@ -104,7 +107,8 @@ class _EndToEnd:
 
     def _callbacks(self, x, y, sample_weight, early_stopping):
         growth = GreedyLevelGrowth(x, y, epochs_per_level=self.epochs_per_level,
-                                   finetune_epochs=self.finetune_epochs, sample_weight=sample_weight,
+                                   finetune_epochs=self.finetune_epochs, min_samples_split=self.min_samples_split,
+                                   sample_weight=sample_weight,
                                    verbose=int(self.verbose > 0))
         # Early stopping after growth (it reads the growth phase from the logs)
         # and before EMLeafUpdate, whose last update at the end of training

@@ -121,6 +121,13 @@ def test_polytope_prior_weight_reaches_the_layer():
         assert tree.prior is None if weight == 0 else tree.prior.weight == weight
 
 
+def test_end_to_end_min_samples_split_stops_growth():
+    x, y = easy(60)
+    depths = {n: tiny(E.EndToEndTreeClassifier, min_samples_split=n, validation_fraction=0.0, random_state=0)
+              .fit(x, y).model_.layers[-1].depth() for n in (2, 61)}
+    assert depths[61] == 0 and depths[2] > 0, depths  # 60 rows: a root leaf
+
+
 def test_non_greedy_co2_initialization_fits_an_oblique_boundary():
     rng = np.random.default_rng(0)
     x = rng.normal(size=(300, 3))
