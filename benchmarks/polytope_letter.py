@@ -8,6 +8,7 @@ grown greedily (Section 3.3.2) with the depth chosen on validation data.
 
     python benchmarks/polytope_letter.py --quick          # seed 0, depth 8, <= 5 min
     python benchmarks/polytope_letter.py --json out.json  # seeds 0,1,2, depth 11
+    python benchmarks/polytope_letter.py --prior-weight 0 # without the gamma-process prior
     python benchmarks/polytope_letter.py --search 25      # + the paper's per-data-set search
 
 ``--search N`` adds the paper's tuning (it tunes K, the epochs, the learning
@@ -25,13 +26,16 @@ import numpy as np
 import _data
 
 
-def run_cpt(split, num_experts, depth, epochs, batch_size, lr, increment, refine_epochs, seed):
+def run_cpt(split, num_experts, depth, epochs, batch_size, lr, increment, refine_epochs, seed, prior_weight=1.0):
     import keras
 
     from keras_trees.layers import ConvexPolytopeTree
+    from keras_trees.losses import GammaProcessPrior
 
     keras.utils.set_random_seed(seed)
-    tree = ConvexPolytopeTree(max_depth=depth, num_experts=num_experts, num_classes=split.num_classes, seed=seed)
+    prior = GammaProcessPrior(weight=prior_weight) if prior_weight > 0 else None
+    tree = ConvexPolytopeTree(max_depth=depth, num_experts=num_experts, num_classes=split.num_classes, seed=seed,
+                              prior=prior)
     start = time.perf_counter()
     history = tree.fit_greedy(
         split.x_train, split.y_train, validation_data=(split.x_val, split.y_val), epochs=epochs,
@@ -117,6 +121,8 @@ def main():
     parser.add_argument("--increment", type=float, default=0.1)
     parser.add_argument("--refine-epochs", type=int, default=None, help="joint refinement epochs (default 10; quick 0)")
     parser.add_argument("--seeds", type=int, nargs="+", default=None)
+    parser.add_argument("--prior-weight", type=float, default=1.0,
+                        help="strength of the gamma-process prior (default 1, the layer's; 0: none)")
     parser.add_argument("--search", type=int, default=0, metavar="N",
                         help="also run the paper's search, N random trials on seed 0's validation part")
     args = parser.parse_args()
@@ -139,7 +145,7 @@ def main():
         results["cart_unlimited"].append(run_cart(split, None, seed))
         for name, k in (("cpt_k1", 1), (f"cpt_k{args.experts}", args.experts)):
             results[name].append(run_cpt(split, k, depth, epochs, args.batch_size, args.lr, args.increment,
-                                         refine_epochs, seed))
+                                         refine_epochs, seed, args.prior_weight))
         if best is not None:
             results["cpt_search"].append(run_cpt_hp(split, best, seed))
         for name, rows in results.items():
@@ -155,7 +161,7 @@ def main():
         print(f"{name:8s} accuracy {100 * acc[0]:.2f} +- {100 * acc[1]:.2f}  leaves {leaves[0]:.0f}")
     print(f"target (paper): CPT 90.51% with 463 leaves (depth 11); CPT K=1 84.13%; CART 86.07%")
     _data.write_json(args.json, {"benchmark": "polytope_letter", "depth": depth, "experts": args.experts,
-                                 "epochs": epochs, "refine_epochs": refine_epochs, "seeds": seeds, "search_trials": args.search,
+                                 "epochs": epochs, "refine_epochs": refine_epochs, "prior_weight": args.prior_weight, "seeds": seeds, "search_trials": args.search,
                                  "search_best": best, "results": results, "summary": summary})
 
 
