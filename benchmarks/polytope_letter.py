@@ -33,23 +33,27 @@ def run_cpt(split, num_experts, depth, epochs, batch_size, lr, increment, refine
     from keras_trees.losses import GammaProcessPrior
 
     keras.utils.set_random_seed(seed)
-    prior = GammaProcessPrior(weight=prior_weight) if prior_weight > 0 else None
     tree = ConvexPolytopeTree(max_depth=depth, num_experts=num_experts, num_classes=split.num_classes, seed=seed,
-                              prior=prior)
+                              prior=GammaProcessPrior.weighted(prior_weight))
     start = time.perf_counter()
     history = tree.fit_greedy(
         split.x_train, split.y_train, validation_data=(split.x_val, split.y_val), epochs=epochs,
         batch_size=batch_size, learning_rate=lr, annealing_increment=increment, min_samples_split=10,
         refine_epochs=refine_epochs,
     )
-    seconds = time.perf_counter() - start
+    return tree_result(split, tree, time.perf_counter() - start) | {
+        "validation_by_depth": history["validation"],
+        "refine": {k: v for k, v in history.get("refine", {}).items() if k != "losses"},
+    }
+
+
+def tree_result(split, tree, seconds):
+    """Test accuracy, size and training time of a grown tree."""
     pred = np.asarray(tree(split.x_test, training=False))
     return {
         "accuracy": float((pred.argmax(1) == split.y_test).mean()),
         "leaves": tree.num_leaves(), "depth": tree.depth(), "train_seconds": seconds,
         "active_facets_mean": float(np.mean([len(p["active"]) for p in tree.polytopes()] or [0])),
-        "validation_by_depth": history["validation"],
-        "refine": {k: v for k, v in history.get("refine", {}).items() if k != "losses"},
     }
 
 
@@ -83,7 +87,6 @@ def search(split, depth, experts, trials, directory, seed=0):
 def run_cpt_hp(split, values, seed):
     """A tree grown with the hyperparameters ``values`` (of :func:`search`) on ``split``."""
     import keras
-    import keras_tuner as kt
 
     hypermodel, hp = search_space(split.num_classes, split.x_train.shape[1], values["max_depth"],
                                   values["num_experts"])
@@ -94,13 +97,7 @@ def run_cpt_hp(split, values, seed):
     model = hypermodel.build(hp)
     start = time.perf_counter()
     hypermodel.fit(hp, model, split.x_train, split.y_train, validation_data=(split.x_val, split.y_val), verbose=0)
-    seconds = time.perf_counter() - start
-    tree = model.layers[-1]
-    pred = np.asarray(model.predict(split.x_test, verbose=0, batch_size=4096))
-    return {"accuracy": float((pred.argmax(1) == split.y_test).mean()), "leaves": tree.num_leaves(),
-            "depth": tree.depth(), "train_seconds": seconds,
-            "active_facets_mean": float(np.mean([len(p["active"]) for p in tree.polytopes()] or [0])),
-            "hyperparameters": dict(values)}
+    return tree_result(split, model.layers[-1], time.perf_counter() - start) | {"hyperparameters": dict(values)}
 
 
 def run_cart(split, depth, seed):
@@ -161,8 +158,9 @@ def main():
         print(f"{name:8s} accuracy {100 * acc[0]:.2f} +- {100 * acc[1]:.2f}  leaves {leaves[0]:.0f}")
     print(f"target (paper): CPT 90.51% with 463 leaves (depth 11); CPT K=1 84.13%; CART 86.07%")
     _data.write_json(args.json, {"benchmark": "polytope_letter", "depth": depth, "experts": args.experts,
-                                 "epochs": epochs, "refine_epochs": refine_epochs, "prior_weight": args.prior_weight, "seeds": seeds, "search_trials": args.search,
-                                 "search_best": best, "results": results, "summary": summary})
+                                 "epochs": epochs, "refine_epochs": refine_epochs, "prior_weight": args.prior_weight,
+                                 "seeds": seeds, "search_trials": args.search, "search_best": best,
+                                 "results": results, "summary": summary})
 
 
 if __name__ == "__main__":

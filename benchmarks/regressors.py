@@ -17,6 +17,7 @@ import time
 import warnings
 
 import numpy as np
+from sklearn.metrics import r2_score
 
 import _data
 
@@ -40,11 +41,6 @@ def load(name):
             "friedman3": lambda: datasets.make_friedman3(2000, noise=0.1, random_state=0)}[name]
     x, y = make()
     return x.astype(np.float32), y.astype(np.float32)
-
-
-def r2(y, pred):
-    y, pred = np.asarray(y, np.float64).ravel(), np.asarray(pred, np.float64).ravel()
-    return float(1.0 - np.sum((y - pred) ** 2) / np.sum((y - y.mean()) ** 2))
 
 
 def fit_predict(model, split, seed, quick):
@@ -87,7 +83,7 @@ def main():
             split = _data.split(x, y, seed, regression=True)
             for model in models:
                 pred, seconds = fit_predict(model, split, seed, args.quick)
-                row = {"seed": seed, "r2": r2(split.y_test, pred), "train_seconds": seconds}
+                row = {"seed": seed, "r2": float(r2_score(split.y_test, pred)), "train_seconds": seconds}
                 results.setdefault(name, {}).setdefault(model, []).append(row)
                 print(f"  {name} seed {seed} {model}: R^2 {row['r2']:.4f} fit {seconds:.1f} s", flush=True)
     width = max(len(m) for m in models)

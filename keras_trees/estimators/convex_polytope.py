@@ -84,8 +84,7 @@ class _ConvexPolytope:
         return keras.Sequential([
             keras.Input((n_features,)),
             ConvexPolytopeTree(max_depth=self.max_depth, num_experts=self.num_experts, seed=seed,
-                               prior=GammaProcessPrior(weight=self.prior_weight) if self.prior_weight > 0 else None,
-                               **task),
+                               prior=GammaProcessPrior.weighted(self.prior_weight), **task),
         ])
 
     def _fit_model(self, model, x, y, sample_weight, validation):

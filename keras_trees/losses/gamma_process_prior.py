@@ -63,6 +63,19 @@ class GammaProcessPrior:
             per_node = per_node * ops.cast(node_mask, per_node.dtype)
         return self.weight * ops.sum(per_node)
 
+    @classmethod
+    def weighted(cls, weight, **hyperparameters):
+        """The prior at strength ``weight`` (with ``hyperparameters``), or
+        ``None`` (no prior, as a layer's ``prior=None``) for ``weight`` 0.
+
+        >>> GammaProcessPrior.weighted(0.0) is None
+        True
+        >>> GammaProcessPrior.weighted(0.1, gamma0=5.0).get_config()["weight"]
+        0.1
+        """
+        weight = bounds.nonnegative_float("weight", weight)
+        return cls(weight=weight, **hyperparameters) if weight > 0 else None
+
     def get_config(self):
         return {"gamma0": self.gamma0, "c0": self.c0, "a_beta": self.a_beta, "b_beta": self.b_beta,
                 "weight": self.weight}

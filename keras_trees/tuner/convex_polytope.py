@@ -15,8 +15,7 @@ class ConvexPolytopeHyperModel(TreeHyperModel):
 
     Hyperparameters (the paper tunes K, the learning rate, the epochs, the
     batch size and the prior per data set): ``max_depth`` 2-``max_depth``,
-    ``num_experts`` (K) 1/5/10/20, ``epochs_per_level`` 10/20/30 (both
-    choices are arguments),
+    ``num_experts`` (K) 1/5/10/20, ``epochs_per_level`` 10/20/30,
     ``annealing_increment`` 0.05/0.1/0.2, ``refine_epochs`` 0/10, the
     gamma-process prior (Eq. 14, :class:`keras_trees.losses.GammaProcessPrior`)
     through ``prior_weight`` 0/0.1/1 (its strength against the likelihood,
@@ -24,8 +23,8 @@ class ConvexPolytopeHyperModel(TreeHyperModel):
     1/5/20 (its mass: small values switch unneeded experts off) and
     ``prior_a_beta`` 0.01/1 (the Student-t shrinkage of the experts' weights:
     larger is stronger), plus ``learning_rate`` and ``batch_size``. The
-    prior's ``c0`` and ``b_beta`` keep their defaults. The lists of choices
-    are arguments.
+    prior's ``c0`` and ``b_beta`` keep their defaults. The lists of choices of
+    K, the epochs and the prior are arguments.
 
     The trial's ``fit`` runs ``fit_greedy`` on the training data (the depth is
     chosen on ``validation_data`` when given) and reports ``val_accuracy``
@@ -59,11 +58,11 @@ class ConvexPolytopeHyperModel(TreeHyperModel):
         hp.Choice("epochs_per_level", self.epochs_per_level)
         hp.Choice("annealing_increment", [0.05, 0.1, 0.2])
         hp.Choice("refine_epochs", [0, 10])
-        weight = hp.Choice("prior_weight", self.prior_weight)
-        prior = GammaProcessPrior(gamma0=hp.Choice("prior_gamma0", self.prior_gamma0),
-                                  a_beta=hp.Choice("prior_a_beta", self.prior_a_beta), weight=weight)
+        prior = GammaProcessPrior.weighted(hp.Choice("prior_weight", self.prior_weight),
+                                           gamma0=hp.Choice("prior_gamma0", self.prior_gamma0),
+                                           a_beta=hp.Choice("prior_a_beta", self.prior_a_beta))
         task = {"num_classes": self.num_classes} if self.num_classes is not None else {"units": self.units}
-        return [ConvexPolytopeTree(max_depth=depth, num_experts=experts, prior=prior if weight > 0 else None, **task)]
+        return [ConvexPolytopeTree(max_depth=depth, num_experts=experts, prior=prior, **task)]
 
     def fit(self, hp, model, x=None, y=None, validation_data=None, callbacks=None, **kwargs):
         tree = model.layers[-1]
@@ -92,8 +91,8 @@ class ConvexPolytopeHyperModel(TreeHyperModel):
 
     def get_config(self):
         return super().get_config() | {"max_depth": self.max_depth, "num_experts": self.num_experts,
-                                       "epochs_per_level": self.epochs_per_level,
-                                       "prior_weight": self.prior_weight, "prior_gamma0": self.prior_gamma0, "prior_a_beta": self.prior_a_beta}
+                                       "epochs_per_level": self.epochs_per_level, "prior_weight": self.prior_weight,
+                                       "prior_gamma0": self.prior_gamma0, "prior_a_beta": self.prior_a_beta}
 
 
 def _choices(name, values, check):
