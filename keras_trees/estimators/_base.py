@@ -20,7 +20,12 @@ build and how to train it through the hooks:
 * ``_epochs(callbacks)`` -> the ``epochs`` of ``fit`` (default ``max_epochs``);
 * ``_fit_model(model, x, y, sample_weight, validation)`` -> trains and returns
   the history dict (default: compile, ``_prepare``, ``model.fit``; a family
-  that does not train with ``fit`` replaces it).
+  that does not train with ``fit`` replaces it);
+* ``_candidates()`` -> argument overrides of the models to train (default: one
+  model with the estimator's own arguments); the hooks read an argument with
+  ``self._arg(name)``. With several candidates each is built and trained on
+  the same split, and the one with the best validation score
+  (``_validation_score``: error, then loss) is kept (``candidate_scores_``).
 
 Each concrete class declares its constructor arguments and defaults with
 :func:`parameters` (scikit-learn reads them from the signature).
@@ -147,6 +152,55 @@ class TreeEstimator(BaseEstimator):
         return _EarlyStopping(self._monitor, mode="min", patience=self.patience,
                               restore_best_weights=True, initial=initial)
 
+    def _candidates(self):
+        """Argument overrides of the models to train, the first the one used
+        without validation data (default: one, the estimator's own arguments)."""
+        return [{}]
+
+    def _arg(self, name):
+        """An argument as the model being built sees it: the current
+        candidate's override, else the estimator's own value."""
+        return getattr(self, "_candidate", {}).get(name, getattr(self, name))
+
+    def _validation_score(self, model, validation):
+        """(error, loss) of a trained model on the validation data, lower is
+        better: the weighted error rate and log loss of a classifier (the
+        loss breaks the ties that error rates have on a small validation
+        part), the weighted mean squared error of a regressor (twice)."""
+        x, y, w = validation
+        out = np.concatenate([keras.ops.convert_to_numpy(model(x[i:i + _PREDICT_BATCH], training=False))
+                              for i in range(0, len(x), _PREDICT_BATCH)]).astype(np.float64)
+        w = w.astype(np.float64) / max(float(w.sum()), 1e-12)
+        if self._task == "regression":
+            mse = float(w @ ((out - y.reshape(len(y), -1)) ** 2).mean(axis=1))
+            return mse, mse
+        proba = out / out.sum(axis=1, keepdims=True) if self._outputs_probabilities else softmax(out, axis=1)
+        error = float(w @ (proba.argmax(axis=1) != y))
+        loss = float(w @ -np.log(np.clip(proba[np.arange(len(y)), y], 1e-12, None)))
+        return error, loss
+
+    def _fit_candidates(self, n_features, n_outputs, seed, x, y, sample_weight, validation):
+        """Builds and trains every candidate (each from the same seed); returns
+        the kept model and its history."""
+        candidates = self._candidates() if validation is not None else self._candidates()[:1]
+        best, scores = None, []
+        for overrides in candidates:
+            self._candidate = dict(overrides)
+            keras.utils.set_random_seed(seed)
+            model = self._build_model(n_features, n_outputs, seed)
+            history = self._fit_model(model, x, y, sample_weight, validation)
+            if len(candidates) > 1:
+                score = self._validation_score(model, validation)
+                scores.append({**overrides, "validation_error": score[0], "validation_loss": score[1]})
+                if best is None or score < best[0]:
+                    best = (score, model, history)
+            else:
+                best = (None, model, history)
+        self._candidate = {}
+        if len(candidates) > 1:
+            self.candidate_scores_ = scores
+        return best[1], best[2]
+
     def _fit_model(self, model, x, y, sample_weight, validation):
         """Trains ``model``; returns its history (a dict of per-epoch lists)."""
         self._compile(model)
@@ -272,10 +326,9 @@ class TreeEstimator(BaseEstimator):
         train, val = self._split(len(x), targets, seed)
         validation = None if val is None else (x[val], targets[val], weights[val])
 
-        keras.utils.set_random_seed(seed)
         self._seed = seed  # for the hooks (e.g. a CART initialization)
-        model = self._build_model(x.shape[1], n_outputs, seed)
-        self.history_ = self._fit_model(model, x[train], targets[train], weights[train], validation)
+        model, self.history_ = self._fit_candidates(
+            x.shape[1], n_outputs, seed, x[train], targets[train], weights[train], validation)
         self.preprocessor_ = preprocessor
         self.model_ = model
         return self

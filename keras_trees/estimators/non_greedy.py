@@ -6,6 +6,7 @@ import keras
 from sklearn.base import ClassifierMixin, RegressorMixin
 from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import check_is_fitted
 
 from keras_trees.api_export import keras_trees_export
 from keras_trees.callbacks import StableSGD
@@ -49,17 +50,25 @@ _DOC = """{summary}
     and the starting tree is its first candidate: training never returns a
     tree with a worse validation loss than the one it started from. The
     defaults are the recipe of ``tutorials/non_greedy_trees`` at depth 8
-    {defaults_doc}, not tuned per data set; the paper picks ``nu`` on
-    validation data per depth.
+    {defaults_doc}, not tuned per data set. The paper trains one tree per
+    ``nu`` and keeps the one with the lowest validation error: give ``nu`` a
+    list to do the same.
 
     Args:
         max_depth: depth of the perfect tree (and of the initial tree).
-        nu: the bound on the norm of every split row (Eq. 9).
+        nu: the bound on the norm of every split row (Eq. 9), or a list of
+            candidates: one tree is trained per value (same split and seed)
+            and the one with the lowest validation error (ties: log loss /
+            squared error) is kept; ``nu_`` is the chosen value and
+            ``candidate_scores_`` the scores. Without validation data the
+            first value is used. Small ``nu`` loosens the bound and prunes
+            leaves.
         inference: ``"fast"`` or ``"exact"`` loss-augmented inference.
         criterion: the initial tree's split criterion ({criteria}).
         init: {init_options}
         stable_sgd: train in Stable SGD rounds.
-        learning_rate: SGD's learning rate (None: ``0.005 * nu``, the tutorial's rule).
+        learning_rate: SGD's learning rate (None: ``0.005 * nu``, the tutorial's rule,
+            for each candidate ``nu``).
         momentum: SGD's momentum.
         batch_size: mini-batch size.
         max_epochs: most training epochs (an epoch is at least 16
@@ -74,7 +83,7 @@ _DOC = """{summary}
             repeatable on the TensorFlow backend.
         verbose: Keras' ``fit`` verbosity (0, 1, 2).
 
-    Attributes (after ``fit``): {attributes}``n_features_in_``,
+    Attributes (after ``fit``): {attributes}``nu_``, ``n_features_in_``,
     ``feature_names_in_`` (frames), ``preprocessor_`` (the fitted
     scikit-learn transformer), ``model_`` (the ``NonGreedyTree``, a Keras
     model on the transformed float32 features; outputs {outputs}),
@@ -89,26 +98,41 @@ class _NonGreedy:
     _parameter_constraints = {
         **SHARED_CONSTRAINTS,
         "max_depth": [Interval(numbers.Integral, 1, None, closed="left")],
-        "nu": [Interval(numbers.Real, 0, None, closed="neither")],
+        "nu": [Interval(numbers.Real, 0, None, closed="neither"), tuple, list],
         "inference": [StrOptions({"fast", "exact"})],
         "stable_sgd": ["boolean"],
         "learning_rate": [Interval(numbers.Real, 0, None, closed="neither"), None],
         "momentum": [Interval(numbers.Real, 0, 1, closed="left")],
     }
 
+    def _candidates(self):
+        # The paper trains one tree per nu and keeps the one with the lowest
+        # validation error (Section 6); a single value trains one tree.
+        values = self.nu if isinstance(self.nu, (tuple, list)) else (self.nu,)
+        if not values or any(isinstance(v, bool) or not isinstance(v, numbers.Real) or not v > 0 for v in values):
+            raise ValueError(f"nu: expected a positive number or a non-empty list of them, got {self.nu!r}")
+        return [{"nu": float(v)} for v in values]
+
+    @property
+    def nu_(self):
+        """The ``nu`` of the fitted tree (with several candidates: the one chosen on validation data)."""
+        check_is_fitted(self, "model_")
+        return float(self.model_.nu)
+
     def _build_model(self, n_features, n_outputs, seed):
         task = {"num_classes": n_outputs} if self._task == "classification" else {"units": n_outputs}
-        model = NonGreedyTree(max_depth=self.max_depth, nu=self.nu, inference=self.inference, seed=seed, **task)
+        model = NonGreedyTree(max_depth=self.max_depth, nu=self._arg("nu"), inference=self.inference, seed=seed,
+                              **task)
         model.build((None, n_features))
         return model
 
     def _compile(self, model):
-        rate = 0.005 * self.nu if self.learning_rate is None else self.learning_rate
+        rate = 0.005 * self._arg("nu") if self.learning_rate is None else self.learning_rate
         model.compile(keras.optimizers.SGD(rate, momentum=self.momentum))
 
     def _prepare(self, model, x, y, sample_weight):
         if self.init == "co2":
-            model.initialize_from(co2_tree(x, y, self.max_depth, num_classes=model.num_classes, nu=self.nu,
+            model.initialize_from(co2_tree(x, y, self.max_depth, num_classes=model.num_classes, nu=self._arg("nu"),
                                            criterion=self.criterion, sample_weight=sample_weight,
                                            random_state=self._seed))
             return

@@ -228,3 +228,22 @@ def test_early_stopping_returns_the_start_when_no_epoch_beats_it():
     start, end, stop = fit(np.inf)
     assert stop.best_epoch >= 0 and not np.array_equal(start[0], end[0])
 
+
+
+def test_non_greedy_nu_candidates_keep_the_best_on_validation(eager):
+    x, y = easy(120)
+    fitted = tiny(E.NonGreedyTreeClassifier, nu=[10.0, 1.0], random_state=0).fit(x, y)
+    scores = fitted.candidate_scores_
+    assert [s["nu"] for s in scores] == [10.0, 1.0]
+    best = min(scores, key=lambda s: (s["validation_error"], s["validation_loss"]))
+    assert fitted.nu_ == best["nu"] == fitted.model_.nu
+    # each candidate equals a fit with that nu alone (same split and seed)
+    alone = tiny(E.NonGreedyTreeClassifier, nu=best["nu"], random_state=0).fit(x, y)
+    np.testing.assert_allclose(alone.predict_proba(x), fitted.predict_proba(x), rtol=1e-5, atol=1e-6)
+    assert not hasattr(alone, "candidate_scores_") and alone.nu_ == best["nu"]
+    # without validation data the first candidate is trained alone
+    first = tiny(E.NonGreedyTreeClassifier, nu=(4.0, 1.0), validation_fraction=0.0, random_state=0).fit(x, y)
+    assert first.nu_ == 4.0 and not hasattr(first, "candidate_scores_")
+    for bad in ([], [1.0, -2.0], ["a"]):
+        with pytest.raises(ValueError, match="nu: expected a positive number or a non-empty list"):
+            tiny(E.NonGreedyTreeClassifier, nu=bad).fit(x, y)
