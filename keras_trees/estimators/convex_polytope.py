@@ -23,10 +23,10 @@ from keras_trees.losses import GammaProcessPrior
 # prior by default: at the weight 1 of its default hyperparameters it
 # dominates the objective of the deep nodes, which few rows reach (on bupa
 # the tree fell back to its root, a constant). Without it (benchmarks/peers.py,
-# seeds 0-2): +0.3 accuracy points on the 13 choosing sets, +0.6 and +0.010
-# AUC on the 16 held-out sets, +2.0 and +0.010 AUC on the 14 sets of the
-# second held-out group; letter +1.8 (polytope_letter.py); regression R^2
-# 0.606 -> 0.662 (regressors.py).
+# seeds 0-2): +0.3 accuracy points on the 13 choosing sets, +0.6 points and
+# +0.010 AUC on the 16 held-out sets, +1.6 points and +0.007 AUC on the 14
+# sets of the second held-out group; letter +1.8 (polytope_letter.py);
+# regression R^2 0.606 -> 0.662 (regressors.py).
 DEFAULTS = dict(
     max_depth=8, num_experts=20, epochs_per_level=60, annealing_increment=0.1, min_samples_split=10,
     min_gain=0.01, refine_epochs=0, prior_weight=0.0, learning_rate=0.05, batch_size=256,
