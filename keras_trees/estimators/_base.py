@@ -168,13 +168,12 @@ class TreeEstimator(BaseEstimator):
         loss breaks the ties that error rates have on a small validation
         part), the weighted mean squared error of a regressor (twice)."""
         x, y, w = validation
-        out = np.concatenate([keras.ops.convert_to_numpy(model(x[i:i + _PREDICT_BATCH], training=False))
-                              for i in range(0, len(x), _PREDICT_BATCH)]).astype(np.float64)
+        out = _outputs(model, x).astype(np.float64)
         w = w.astype(np.float64) / max(float(w.sum()), 1e-12)
         if self._task == "regression":
             mse = float(w @ ((out - y.reshape(len(y), -1)) ** 2).mean(axis=1))
             return mse, mse
-        proba = out / out.sum(axis=1, keepdims=True) if self._outputs_probabilities else softmax(out, axis=1)
+        proba = self._probabilities(out)
         error = float(w @ (proba.argmax(axis=1) != y))
         loss = float(w @ -np.log(np.clip(proba[np.arange(len(y)), y], 1e-12, None)))
         return error, loss
@@ -183,21 +182,22 @@ class TreeEstimator(BaseEstimator):
         """Builds and trains every candidate (each from the same seed); returns
         the kept model and its history."""
         candidates = self._candidates() if validation is not None else self._candidates()[:1]
+        self.__dict__.pop("candidate_scores_", None)  # a refit with one candidate has none
         best, scores = None, []
-        for overrides in candidates:
-            self._candidate = dict(overrides)
-            keras.utils.set_random_seed(seed)
-            model = self._build_model(n_features, n_outputs, seed)
-            history = self._fit_model(model, x, y, sample_weight, validation)
-            if len(candidates) > 1:
-                score = self._validation_score(model, validation)
-                scores.append({**overrides, "validation_error": score[0], "validation_loss": score[1]})
+        try:
+            for overrides in candidates:
+                self._candidate = dict(overrides)
+                keras.utils.set_random_seed(seed)
+                model = self._build_model(n_features, n_outputs, seed)
+                history = self._fit_model(model, x, y, sample_weight, validation)
+                score = self._validation_score(model, validation) if len(candidates) > 1 else ()
+                if score:
+                    scores.append({**overrides, "validation_error": score[0], "validation_loss": score[1]})
                 if best is None or score < best[0]:
                     best = (score, model, history)
-            else:
-                best = (None, model, history)
-        self._candidate = {}
-        if len(candidates) > 1:
+        finally:
+            self._candidate = {}
+        if scores:
             self.candidate_scores_ = scores
         return best[1], best[2]
 
@@ -338,20 +338,27 @@ class TreeEstimator(BaseEstimator):
         """The Keras model's outputs on ``X`` (NumPy, float32), in eager batches."""
         check_is_fitted(self, "model_")
         X = self._check_X(X, reset=False)
-        x = np.asarray(self.preprocessor_.transform(X), dtype=np.float32)
-        parts = [keras.ops.convert_to_numpy(self.model_(x[i:i + _PREDICT_BATCH], training=False))
-                 for i in range(0, len(x), _PREDICT_BATCH)]
-        return np.concatenate(parts).astype(np.float32) if parts else np.zeros((0, 1), np.float32)
+        return _outputs(self.model_, np.asarray(self.preprocessor_.transform(X), dtype=np.float32))
 
-    def _predict_proba(self, X):
-        out = self._model_outputs(X).astype(np.float64)
+    def _probabilities(self, out):
+        """Class probabilities from the model's float64 outputs (probabilities or logits)."""
         if self._outputs_probabilities:
             return out / out.sum(axis=1, keepdims=True)
         return softmax(out, axis=1)
 
+    def _predict_proba(self, X):
+        return self._probabilities(self._model_outputs(X).astype(np.float64))
+
     def _predict_regression(self, X):
         out = self._model_outputs(X).astype(np.float64) * self._y_scale + self._y_mean
         return out.ravel() if self._y_ndim == 1 else out
+
+
+def _outputs(model, x):
+    """A Keras model's outputs on float32 rows ``x`` (NumPy, float32), in eager batches."""
+    parts = [keras.ops.convert_to_numpy(model(x[i:i + _PREDICT_BATCH], training=False))
+             for i in range(0, len(x), _PREDICT_BATCH)]
+    return np.concatenate(parts).astype(np.float32) if parts else np.zeros((0, 1), np.float32)
 
 
 class _EarlyStopping(keras.callbacks.EarlyStopping):

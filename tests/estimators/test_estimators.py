@@ -229,7 +229,6 @@ def test_early_stopping_returns_the_start_when_no_epoch_beats_it():
     assert stop.best_epoch >= 0 and not np.array_equal(start[0], end[0])
 
 
-
 def test_non_greedy_nu_candidates_keep_the_best_on_validation(eager):
     x, y = easy(120)
     fitted = tiny(E.NonGreedyTreeClassifier, nu=[10.0, 1.0], random_state=0).fit(x, y)
@@ -241,6 +240,9 @@ def test_non_greedy_nu_candidates_keep_the_best_on_validation(eager):
     alone = tiny(E.NonGreedyTreeClassifier, nu=best["nu"], random_state=0).fit(x, y)
     np.testing.assert_allclose(alone.predict_proba(x), fitted.predict_proba(x), rtol=1e-5, atol=1e-6)
     assert not hasattr(alone, "candidate_scores_") and alone.nu_ == best["nu"]
+    # a refit with one value drops the scores of the earlier fit's candidates
+    fitted.set_params(nu=best["nu"]).fit(x, y)
+    assert not hasattr(fitted, "candidate_scores_")
     # without validation data the first candidate is trained alone
     first = tiny(E.NonGreedyTreeClassifier, nu=(4.0, 1.0), validation_fraction=0.0, random_state=0).fit(x, y)
     assert first.nu_ == 4.0 and not hasattr(first, "candidate_scores_")
