@@ -63,6 +63,8 @@ Usage:
     python benchmarks/peers.py --datasets pmlb sklearn held-out --no-peer-envs \
         --models xgboost cart-d8 tel hinge e2e polytope nongreedy --json defaults.json   # the defaults' goals
     python benchmarks/peers.py --from-json seed0.json seeds12.json   # tables of merged runs
+    python benchmarks/peers.py --datasets held-out-2 --seeds 0 --no-peer-envs --models xgboost tel \
+        --params tel:node_l2=0.001   # a family with other defaults (its estimator and its search)
 """
 
 import importlib
@@ -238,11 +240,33 @@ def _estimator_class(path):
         raise Skip(f"{path} cannot be imported ({type(e).__name__}: {e})") from e
 
 
-def _ours(family, search, split, seed, quick):
+def parse_params(items, parser=None):
+    """``--params`` items ``FAMILY:ARG=VALUE`` -> {family: {arg: value}}; a
+    value is read as JSON (``0.001``, ``[10, 1]``, ``true``), else kept as text."""
+    families = {family[0] for family in FAMILIES}
+    params = {}
+    for item in items or ():
+        family, sep, assignment = item.partition(":")
+        arg, eq, text = assignment.partition("=")
+        if not sep or not eq or not arg or family not in families:
+            message = (f"--params: expected FAMILY:ARG=VALUE with FAMILY one of {', '.join(sorted(families))}, "
+                       f"got {item!r}")
+            if parser is None:
+                raise ValueError(message)
+            parser.error(message)
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            value = text
+        params.setdefault(family, {})[arg] = value
+    return params
+
+
+def _ours(family, search, split, seed, quick, params=None):
     name, path, grid, quick_settings = family
     cls = _estimator_class(path)
     known = set(cls().get_params())
-    base = {"random_state": seed, "verbose": 0, **(quick_settings if quick else {})}
+    base = {"random_state": seed, "verbose": 0, **(quick_settings if quick else {}), **(params or {}).get(name, {})}
     candidates = (grid[:2] if quick else grid) if search else [{}]
     unknown = sorted({key for params in [base, *candidates] for key in params} - known)
     if unknown:
@@ -283,7 +307,7 @@ def fit_and_predict(model, split, seed, args):
     if model in PEERS:
         return _peer(model, split, seed, args)
     family = next(f for f in FAMILIES if model in (f[0], f[0] + "+search"))
-    return _ours(family, model.endswith("+search"), split, seed, quick)
+    return _ours(family, model.endswith("+search"), split, seed, quick, getattr(args, "params", None))
 
 
 # ---------------------------------------------------------------- tables
@@ -385,7 +409,11 @@ def main(argv=None):
     parser.add_argument("--from-json", nargs="+", metavar="PATH",
                         help="train nothing: print the tables of the results these --json files hold "
                              "(runs of several commands merged; --datasets, --seeds and --models select)")
+    parser.add_argument("--params", nargs="+", metavar="FAMILY:ARG=VALUE", default=[],
+                        help="change a family's defaults for this run (its estimator and its search), "
+                             "e.g. tel:node_l2=0.001 nongreedy:nu=[10,1]; values are read as JSON")
     args = parser.parse_args(argv)
+    args.params = parse_params(args.params, parser)
     args.quick_note = "--quick: 2 small sets, 1 seed, few epochs" if args.quick else ""
     datasets = []
     for item in args.datasets or (QUICK_SETS if args.quick else _data.PMLB_SETS):

@@ -9,6 +9,7 @@ import json
 import os
 import sys
 
+import numpy as np
 import pytest
 
 from tests.conftest import REPO_ROOT, run_python
@@ -70,6 +71,46 @@ def test_unknown_model_is_a_clear_error(capsys):
     with pytest.raises(SystemExit):
         peers.main(["--quick", "--models", "no-such-model"])
     assert "unknown model 'no-such-model'" in capsys.readouterr().err
+
+
+def test_params_change_a_familys_defaults(capsys):
+    import peers
+
+    assert peers.parse_params(["tel:node_l2=0.001", "nongreedy:nu=[10, 1]", "e2e:split_type=axis_aligned"]) == {
+        "tel": {"node_l2": 0.001}, "nongreedy": {"nu": [10, 1]}, "e2e": {"split_type": "axis_aligned"}}
+    for bad in ("tel", "tel:node_l2", "forest:num_trees=3", ":a=1"):
+        with pytest.raises(ValueError, match="--params: expected FAMILY:ARG=VALUE"):
+            peers.parse_params([bad])
+    with pytest.raises(SystemExit):
+        peers.main(["--quick", "--models", "tel", "--params", "tel=1"])
+    assert "--params: expected FAMILY:ARG=VALUE" in capsys.readouterr().err
+
+
+def test_params_reach_the_estimator(monkeypatch):
+    import _data
+    import peers
+
+    seen = []
+
+    class Recorder:
+        def __init__(self, **kwargs):
+            seen.append(kwargs)
+
+        def get_params(self):
+            return {"random_state": None, "verbose": 0, "max_epochs": 1, "max_depth": 1, "node_l2": 0.0}
+
+        def fit(self, x, y):
+            self.model_ = type("M", (), {"count_params": lambda self: 1})()
+            return self
+
+        def predict_proba(self, x):
+            return np.full((len(x), 2), 0.5)
+
+    monkeypatch.setattr(peers, "_estimator_class", lambda path: Recorder)
+    split = next(_data.splits("wisconsin", seeds=(0,)))[1]
+    family = next(f for f in peers.FAMILIES if f[0] == "tel")
+    peers._ours(family, False, split, 0, True, {"tel": {"node_l2": 0.001}})
+    assert seen[-1]["node_l2"] == 0.001 and seen[-1]["random_state"] == 0
 
 
 def test_peer_env_without_marker_or_with_other_steps_is_not_ready(tmp_path, monkeypatch):
