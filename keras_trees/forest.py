@@ -530,8 +530,9 @@ class Forest:
         after its leaf (scikit-learn returns an indicator matrix instead; this
         form stays small for deep heaps)."""
         leaf = self.route(x)
-        shift = topology.position_depth(leaf)[..., None] - np.arange(self.max_depth + 1)
-        return np.where(shift >= 0, ((leaf[..., None] + 1) >> np.maximum(shift, 0)) - 1, -1)
+        levels = np.arange(self.max_depth + 1)
+        return np.where(topology.position_depth(leaf)[..., None] >= levels,
+                        topology.ancestor_at_depth(leaf[..., None], levels), -1)
 
     def predict(self, x):
         """Values of the leaves each sample reaches, combined by ``aggregation``:

@@ -111,6 +111,21 @@ def position_depth(i):
 
 
 @keras_trees_export("keras_trees.topology")
+def ancestor_at_depth(i, depth):
+    """Heap position on level ``depth`` of the path from the root to positions
+    ``i`` (array); a position at most ``depth`` deep is its own. ``depth`` is a
+    level (>= 0), or an array broadcast against ``i``.
+
+    >>> ancestor_at_depth([0, 5, 12], 1).tolist()
+    [0, 2, 2]
+    """
+    i = np.asarray(i, dtype=np.int64)
+    if np.any(np.asarray(depth) < 0):
+        raise ValueError(f"depth must be >= 0, got {depth}")
+    return ((i + 1) >> np.maximum(position_depth(i) - np.asarray(depth, dtype=np.int64), 0)) - 1
+
+
+@keras_trees_export("keras_trees.topology")
 def empty(num_trees, max_depth):
     return np.zeros((int(num_trees), num_positions(max_depth)), dtype=np.int32)
 
@@ -179,6 +194,18 @@ def make_leaf(state, tree, node):
             break
         state[tree, level] = ABSENT
     return state
+
+
+@keras_trees_export("keras_trees.topology")
+def cut_at_depth(state, tree, depth):
+    """``tree`` pruned to ``depth`` (copy): every split on level ``depth``
+    becomes a leaf and its subtree is removed; shallower nodes are kept."""
+    if not int(depth) >= 0:
+        raise ValueError(f"depth must be >= 0, got {depth}")
+    for node in splits(state, tree):
+        if position_depth(node) == int(depth) and state[tree, node] == SPLIT:
+            state = make_leaf(state, tree, node)
+    return np.array(state, copy=True)
 
 
 @keras_trees_export("keras_trees.topology")

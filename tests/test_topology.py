@@ -44,6 +44,31 @@ def test_split_and_prune(rng):
         topology.split_leaf(topology.perfect(1, 4), 0, 15)
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_cut_at_depth_and_ancestors_agree_with_routing(seed):
+    """Cutting a tree at depth d routes every sample to the ancestor on level d
+    of the leaf it reached in the full tree (or to that leaf when it is
+    shallower), and keeps every node above level d."""
+    rng = np.random.default_rng(seed)
+    state = random_tree(rng, 5, p_split=0.8)
+    values = rng.normal(size=(200, topology.num_internal(5)))
+    full = topology.route(state[0], values)
+    for d in range(topology.tree_depth(state, 0) + 1):
+        cut = topology.cut_at_depth(state, 0, d)
+        topology.validate(cut, max_depth=5)
+        assert topology.tree_depth(cut, 0) == min(d, topology.tree_depth(state, 0))
+        np.testing.assert_array_equal(topology.route(cut[0], values), topology.ancestor_at_depth(full, d))
+        kept = topology.position_depth(np.arange(state.shape[1])) < d
+        np.testing.assert_array_equal(cut[0, kept], state[0, kept])
+    assert topology.ancestor_at_depth([0, 5, 12], 1).tolist() == [0, 2, 2]
+    np.testing.assert_array_equal(topology.ancestor_at_depth(full, 99), full)
+    with pytest.raises(ValueError, match="depth must be >= 0"):
+        topology.ancestor_at_depth(full, -1)
+    with pytest.raises(ValueError, match="depth must be >= 0"):
+        topology.cut_at_depth(state, 0, -1)
+    assert topology.cut_at_depth(state, 0, 0)[0].tolist() == topology.root_leaf(1, 5)[0].tolist()
+
+
 @pytest.mark.parametrize(
     "edit, message",
     [

@@ -168,8 +168,12 @@ class TreeEstimator(BaseEstimator):
         loss breaks the ties that error rates have on a small validation
         part), the weighted mean squared error of a regressor (twice)."""
         x, y, w = validation
-        out = _outputs(model, x).astype(np.float64)
-        w = w.astype(np.float64) / max(float(w.sum()), 1e-12)
+        return self._score_outputs(_outputs(model, x), y, w)
+
+    def _score_outputs(self, out, y, w):
+        """:meth:`_validation_score` of model outputs ``out`` for targets ``y``, weights ``w``."""
+        out = np.asarray(out, dtype=np.float64)
+        w = np.asarray(w, dtype=np.float64) / max(float(np.sum(w)), 1e-12)
         if self._task == "regression":
             mse = float(w @ ((out - y.reshape(len(y), -1)) ** 2).mean(axis=1))
             return mse, mse

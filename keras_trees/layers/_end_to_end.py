@@ -594,15 +594,20 @@ class EndToEndTreesBase(CheckedLoading, XLACompatibility, HeapTreeLayer):
         cand[t, 2 * n + 2] = True
         return cand
 
+    def leaf_distributions(self, counts):
+        """Class distributions ``counts / counts.sum()`` over the last axis, with
+        ``leaf_smoothing`` pseudo-counts (the M-step's; no variable is written)."""
+        counts = np.asarray(counts, dtype=np.float64)
+        smoothed = counts + self.leaf_smoothing * counts.sum(-1, keepdims=True) / self.num_classes
+        return smoothed / np.maximum(smoothed.sum(-1, keepdims=True), 1e-300)
+
     def set_leaf_distributions(self, counts, mask=None):
         """M-step (Eq. 13): leaves where ``mask`` holds and data arrived become
         ``counts / counts.sum()`` (with ``leaf_smoothing`` pseudo-counts)."""
         counts = np.asarray(counts, dtype=np.float64).reshape(self.num_trees, self.num_positions, -1)
         mask = self.em_update_mask() if mask is None else np.asarray(mask, bool)
-        total = counts.sum(-1, keepdims=True)
-        ok = mask & (total[..., 0] > 0)
-        smoothed = counts + self.leaf_smoothing * total / self.num_classes
-        new = smoothed / np.maximum(smoothed.sum(-1, keepdims=True), 1e-300)
+        ok = mask & (counts.sum(-1) > 0)
+        new = self.leaf_distributions(counts)
         values = self.leaves_numpy()
         values[ok] = new[ok]
         self.set_leaf_values(values)

@@ -958,16 +958,10 @@ def select_depth(layer, x_val, y_val, w_val=None):
     state = np.asarray(ops.convert_to_numpy(layer.node_state))
     full = layer._route_numpy(x_val)
     values = np.asarray(ops.convert_to_numpy(layer.leaf_values))[0]
-    depth_of = topology.position_depth(full)
-    scores = {}
-    for d in range(0, topology.tree_depth(state, 0) + 1):
-        anc = ((full + 1) >> np.maximum(depth_of - d, 0)) - 1
-        scores[d] = _scores(layer, values[anc], y_val, w_val)
+    scores = {d: _scores(layer, values[topology.ancestor_at_depth(full, d)], y_val, w_val)
+              for d in range(0, topology.tree_depth(state, 0) + 1)}
     best = max(scores, key=lambda d: (scores[d], -d))
-    for s in topology.splits(state, 0):
-        if topology.position_depth(s) == best and state[0, s] == topology.SPLIT:
-            state = topology.make_leaf(state, 0, s)
-    layer.node_state.assign(state)
+    layer.node_state.assign(topology.cut_at_depth(state, 0, best))
     return scores
 
 

@@ -249,3 +249,56 @@ def test_non_greedy_nu_candidates_keep_the_best_on_validation(eager):
     for bad in ([], [1.0, -2.0], ["a"]):
         with pytest.raises(ValueError, match="nu: expected a positive number or a non-empty list"):
             tiny(E.NonGreedyTreeClassifier, nu=bad).fit(x, y)
+
+
+
+@pytest.mark.parametrize("cls", [E.EndToEndTreeClassifier, E.EndToEndTreeRegressor], ids=lambda c: c.__name__)
+def test_end_to_end_depth_is_cut_back_on_validation(cls, monkeypatch, eager):
+    """The trained tree is cut back to the depth with the best validation
+    score: the kept score is the best (ties: the deeper tree) and the cut
+    model's own; the cut tree routes every sample to the ancestor (on the
+    chosen level) of the leaf it reached in the full tree; the new leaves hold
+    the training data that reaches them and the other leaves keep their values."""
+    from keras_trees import topology
+
+    numpy = keras.ops.convert_to_numpy
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(400, 3)).astype("float32")
+    flip = rng.random(400) < 0.3  # one split and label noise: the full tree overfits
+    y = ((x[:, 0] > 0) ^ flip).astype(int) if cls is E.EndToEndTreeClassifier else x[:, 0] + 3 * rng.normal(size=400)
+    seen = {}
+    select = cls._select_depth
+
+    def spy(self, tree, xt, yt, wt, validation):
+        seen.update(state=np.array(numpy(tree.node_state)), leaves=tree.leaves_numpy()[0],
+                    weights=[np.array(numpy(v)) for v in tree.weights], train=(xt, yt, wt), validation=validation)
+        return select(self, tree, xt, yt, wt, validation)
+
+    monkeypatch.setattr(cls, "_select_depth", spy)
+    fitted = tiny(cls, max_depth=4, min_samples_split=2, epochs_per_level=10, finetune_epochs=5,
+                  random_state=0).fit(x, y)
+    scores, best = fitted.history_["depth_scores"], fitted.history_["depth"]
+    full = topology.tree_depth(seen["state"], 0)
+    assert sorted(scores) == list(range(full + 1)) and full >= 2
+    assert best == min(scores, key=lambda d: (scores[d], -d)) and best < full, scores
+    np.testing.assert_allclose(fitted._validation_score(fitted.model_, seen["validation"]), scores[best], rtol=1e-5)
+
+    tree = fitted.model_.layers[-1]
+    state = np.array(numpy(tree.node_state))
+    np.testing.assert_array_equal(state, topology.cut_at_depth(seen["state"], 0, best))
+    xt, yt, wt = seen["train"]
+    leaves, route = tree.leaves_numpy()[0], np.array(numpy(tree.route(xt)))[:, 0]
+    for v, value in zip(tree.weights, seen["weights"]):  # back to the full tree
+        v.assign(value)
+    np.testing.assert_array_equal(route, topology.ancestor_at_depth(np.array(numpy(tree.route(xt)))[:, 0], best))
+    new = [n for n in topology.leaves(state, 0) if seen["state"][0, n] == topology.SPLIT]
+    old = [n for n in topology.leaves(state, 0) if n not in new]
+    assert new and all(topology.position_depth(n) == best for n in new)
+    np.testing.assert_allclose(leaves[old], seen["leaves"][old], rtol=1e-6)
+    for n in new:
+        at = route == n
+        if cls is E.EndToEndTreeClassifier:
+            expected = np.bincount(yt[at], weights=wt[at], minlength=2) / wt[at].sum()
+        else:
+            expected = np.average(yt[at], weights=wt[at], axis=0)
+        np.testing.assert_allclose(leaves[n], expected, rtol=1e-4, atol=1e-6)
