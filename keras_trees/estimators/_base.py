@@ -32,6 +32,7 @@ Each concrete class declares its constructor arguments and defaults with
 """
 
 import inspect
+import math
 import numbers
 
 import keras
@@ -178,7 +179,10 @@ class TreeEstimator(BaseEstimator):
             mse = float(w @ ((out - y.reshape(len(y), -1)) ** 2).mean(axis=1))
             return mse, mse
         proba = self._probabilities(out)
-        error = float(w @ (proba.argmax(axis=1) != y))
+        # An exactly rounded sum: the same misclassified weights give the same
+        # error wherever they are (a dot product's rounding depends on their
+        # positions), so that equal error rates tie exactly and the loss decides.
+        error = math.fsum(w[proba.argmax(axis=1) != y])
         loss = float(w @ -np.log(np.clip(proba[np.arange(len(y)), y], 1e-12, None)))
         return error, loss
 
