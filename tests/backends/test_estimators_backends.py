@@ -1,6 +1,7 @@
 """The scikit-learn estimators on every Keras backend: a classifier and a
 regressor fit and predict, repeatably, on a frame with a categorical column."""
 
+import keras
 import numpy as np
 import pandas as pd
 
@@ -30,3 +31,17 @@ def test_regressor_fit_predict():
     reg = E.EndToEndTreeRegressor(max_depth=2, epochs_per_level=3, finetune_epochs=2, learning_rate=0.05,
                                   random_state=0).fit(x, target)
     assert reg.predict(x).shape == (len(x),) and reg.score(x, target) > 0.5
+
+
+def test_end_to_end_classifier_cut_to_its_validation_depth():
+    """The depth cut (NumPy on the layer's routing and variables) on every backend."""
+    from keras_trees import topology
+
+    x, y, _ = data()
+    clf = E.EndToEndTreeClassifier(max_depth=3, epochs_per_level=4, finetune_epochs=2, learning_rate=0.05,
+                                   random_state=0).fit(x, y)
+    scores, depth = clf.history_["depth_scores"], clf.history_["depth"]
+    assert depth == min(scores, key=lambda d: (scores[d], -d))
+    state = keras.ops.convert_to_numpy(clf.model_.layers[-1].node_state)
+    assert topology.tree_depth(state, 0) == depth
+    assert clf.score(x, y) > 0.8
