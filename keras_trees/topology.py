@@ -202,10 +202,11 @@ def cut_at_depth(state, tree, depth):
     becomes a leaf and its subtree is removed; shallower nodes are kept."""
     if not int(depth) >= 0:
         raise ValueError(f"depth must be >= 0, got {depth}")
+    state = np.array(state, copy=True)
     for node in splits(state, tree):
-        if position_depth(node) == int(depth) and state[tree, node] == SPLIT:
+        if position_depth(node) == int(depth):  # siblings on one level: cutting one keeps the others
             state = make_leaf(state, tree, node)
-    return np.array(state, copy=True)
+    return state
 
 
 @keras_trees_export("keras_trees.topology")

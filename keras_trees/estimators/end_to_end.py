@@ -7,8 +7,8 @@ import numpy as np
 from sklearn.base import ClassifierMixin, RegressorMixin
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from keras_trees.api_export import keras_trees_export
 from keras_trees import topology
+from keras_trees.api_export import keras_trees_export
 from keras_trees.callbacks import EMLeafUpdate, GreedyLevelGrowth, SteepnessAnnealing
 from keras_trees.estimators._base import (
     CLASS_WEIGHT_DOC,
@@ -28,7 +28,7 @@ from keras_trees.layers import EndToEndTree
 # the best validation error (the polytope estimators' rule; ties: log loss,
 # which alone prefers shallow trees because EM leaves are nearly pure). Over
 # 43 classification sets (benchmarks/peers.py: the choosing, held-out and
-# second held-out groups, seeds 0-2) against CART of depth 8: +4.94 -> +5.35
+# second held-out groups, seeds 0-2) against CART of depth 8: +4.94 -> +5.38
 # points on the choosing sets, +3.01 -> +4.16 on the held-out sets (11 -> 13
 # of 16 above CART), -0.18 -> -0.37 on the second held-out group (tae, 31
 # test rows, lost 7.5 points); regressors (benchmarks/regressors.py) mean
@@ -192,7 +192,7 @@ class _EndToEnd:
         best = min(scores, key=lambda d: (scores[d], -d))
         if best < full:
             values = table(best)
-            tree.node_state.assign(topology.cut_at_depth(state, 0, best).astype(state.dtype))
+            tree.node_state.assign(topology.cut_at_depth(state, 0, best))
             tree.set_leaf_values(values[None])
         return {d: list(score) for d, score in scores.items()}, best
 

@@ -251,7 +251,6 @@ def test_non_greedy_nu_candidates_keep_the_best_on_validation(eager):
             tiny(E.NonGreedyTreeClassifier, nu=bad).fit(x, y)
 
 
-
 @pytest.mark.parametrize("cls", [E.EndToEndTreeClassifier, E.EndToEndTreeRegressor], ids=lambda c: c.__name__)
 def test_end_to_end_depth_is_cut_back_on_validation(cls, monkeypatch, eager):
     """The trained tree is cut back to the depth with the best validation
