@@ -64,10 +64,19 @@ inline std::string PerfectDepth(int64_t num_internal, const char* axis, int* dep
 // A parameter (weights, biases, thresholds, leaf values) must be finite:
 // NaN would otherwise route silently one way (NaN > 0 is false) and give a
 // finite output. A linear scan of the parameters, which the walks read anyway.
+inline std::string NonFinite(const char* name) {
+  return Message(name, " contains NaN or Inf (did training diverge?)");
+}
+
 template <typename T>
 std::string Finite(const T* data, int64_t n, const char* name) {
   if (data == nullptr || AllFinite(data, n)) return "";
-  return Message(name, " contains NaN or Inf (did training diverge?)");
+  return NonFinite(name);
+}
+
+template <typename T>
+std::string ExpertWeightsMessage(T value) {
+  return Message("expert_weights must be finite and >= 0 (noisy-OR rates), got ", value);
 }
 
 // Noisy-OR rates r_k: finite and >= 0 (an infinite rate makes every split of
@@ -76,7 +85,7 @@ template <typename T>
 std::string ExpertWeights(const T* data, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     if (!(std::isfinite(data[i]) && data[i] >= T(0))) {
-      return Message("expert_weights must be finite and >= 0 (noisy-OR rates), got ", data[i]);
+      return ExpertWeightsMessage(data[i]);
     }
   }
   return "";
@@ -165,21 +174,26 @@ inline std::string CheckHingeShapes(bool fern, const Shape& x, const Shape& t, c
   return "";
 }
 
+// The messages of the hinge value checks, shared by the CPU scan below and the
+// GPU pipeline's status words (core/hinge_pipeline.h).
+inline std::string HingeFeatureMessage(const HingeDims& d, int64_t flat_index, int32_t value) {
+  return checks_internal::Message("feature_indices[", flat_index / d.vertices, ", ", flat_index % d.vertices,
+                                  "] = ", value, " is out of range: x has ", d.features,
+                                  " features (valid indices are 0..", d.features - 1, ")");
+}
+constexpr const char* kHingeXMessage = "x contains NaN or Inf; hinge trees need finite inputs";
+constexpr const char* kHingeThresholdsMessage = "thresholds contain NaN or Inf (did training diverge?)";
+
 template <typename T>
 std::string CheckHingeValues(const HingeDims& d, const T* x, const T* thresholds,
                              const int32_t* feature_indices, const T* leaf_weights) {
-  using checks_internal::Message;
   const int64_t n = d.trees * d.vertices;
   for (int64_t i = 0; i < n; ++i) {
     const int32_t f = feature_indices[i];
-    if (f < 0 || f >= d.features) {
-      return Message("feature_indices[", i / d.vertices, ", ", i % d.vertices, "] = ", f,
-                     " is out of range: x has ", d.features, " features (valid indices are 0..",
-                     d.features - 1, ")");
-    }
+    if (f < 0 || f >= d.features) return HingeFeatureMessage(d, i, f);
   }
-  if (!AllFinite(x, d.batch * d.features)) return "x contains NaN or Inf; hinge trees need finite inputs";
-  if (!AllFinite(thresholds, n)) return "thresholds contain NaN or Inf (did training diverge?)";
+  if (!AllFinite(x, d.batch * d.features)) return kHingeXMessage;
+  if (!AllFinite(thresholds, n)) return kHingeThresholdsMessage;
   return checks_internal::Finite(leaf_weights, d.trees * d.leaves * d.units, "leaf_weights");
 }
 
@@ -220,6 +234,14 @@ inline std::string CheckRoutingShapes(bool experts, const Shape& x, const Shape&
   return Exact(c, {d->trees, d->num_internal}, threshold_name);
 }
 
+// The messages of the hard-routing value checks, shared by the CPU scan below
+// and the GPU pipeline's status words (core/hard_routing_pipeline.h).
+constexpr const char* kRoutingXMessage = "x contains NaN or Inf; hard routing needs finite inputs";
+template <typename T>
+std::string ExpertWeightsMessage(T value) {
+  return checks_internal::ExpertWeightsMessage(value);
+}
+
 // split_weights and split_bias always; expert_weights and threshold (named
 // `threshold_name`) with noisy-OR splits, else null.
 template <typename T>
@@ -227,8 +249,7 @@ std::string CheckRoutingValues(const RoutingDims& d, const T* x, const T* split_
                                const T* expert_weights, const T* threshold,
                                const char* threshold_name = "threshold") {
   using checks_internal::Finite;
-  using checks_internal::Message;
-  if (!AllFinite(x, d.batch * d.input_dim)) return "x contains NaN or Inf; hard routing needs finite inputs";
+  if (!AllFinite(x, d.batch * d.input_dim)) return kRoutingXMessage;
   const int64_t splits = d.trees * d.num_internal;
   KT_RETURN_IF_ERROR(Finite(split_weights, splits * d.experts * d.input_dim, "split_weights"));
   KT_RETURN_IF_ERROR(Finite(split_bias, splits * d.experts, "split_bias"));

@@ -18,20 +18,9 @@
 #include <mutex>
 #include <utility>
 
-// Per-element helpers are marked host/device so a CUDA translation unit can
-// call the same arithmetic; in plain C++ the macro is empty.
-#if defined(__CUDACC__)
-#define KT_HOST_DEVICE __host__ __device__
-#else
-#define KT_HOST_DEVICE
-#endif
+#include "core/portable.h"  // KT_HOST_DEVICE, kMaxDepth, DepthFromInternalNodes
 
 namespace keras_trees {
-
-// Deepest perfect tree any kernel accepts. 2**24 leaves per tree is far beyond
-// anything that fits in memory together with its split weights; the Python
-// layers refuse much earlier with a memory estimate.
-constexpr int kMaxDepth = 24;
 
 // fn(begin, end) processes the items [begin, end).
 using RangeFn = std::function<void(int64_t begin, int64_t end)>;
@@ -76,17 +65,6 @@ struct ParallelFor {
     if (error) std::rethrow_exception(error);
   }
 };
-
-// Returns the depth d of a perfect binary tree with `num_internal` = 2**d - 1
-// internal nodes, or -1 when `num_internal` is not of that form.
-KT_HOST_DEVICE inline int DepthFromInternalNodes(int64_t num_internal) {
-  if (num_internal < 1) return -1;
-  const int64_t leaves = num_internal + 1;
-  if ((leaves & (leaves - 1)) != 0) return -1;
-  int d = 0;
-  while ((int64_t{1} << d) < leaves) ++d;
-  return d;
-}
 
 // Smooth-step of Hazimeh et al. (2020), Eq. 4: 0 below -gamma/2, 1 above
 // gamma/2, the cubic -2 t^3 / gamma^3 + 3 t / (2 gamma) + 1/2 in between.

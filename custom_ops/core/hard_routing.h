@@ -30,17 +30,9 @@
 #include <cstdint>
 
 #include "core/common.h"
+#include "core/hard_routing_bodies.h"  // RoutingDims
 
 namespace keras_trees {
-
-struct RoutingDims {
-  int64_t batch = 0;
-  int64_t input_dim = 0;
-  int64_t trees = 0;
-  int64_t num_internal = 0;  // 2**depth - 1
-  int64_t experts = 1;       // HardRouteExperts only
-  int depth = 0;
-};
 
 // Both return false when a split value on some sample's path is not finite
 // (NaN or +-Inf: <w, x> + b overflowed); the adapters then raise

@@ -28,85 +28,9 @@
 #include <cstdint>
 
 #include "core/common.h"
+#include "core/hinge_bodies.h"  // HingeDims, the traversals
 
 namespace keras_trees {
-
-struct HingeDims {
-  int64_t batch = 0;     // samples
-  int64_t features = 0;  // input features
-  int64_t trees = 0;
-  int64_t vertices = 0;  // decisions per tree: 2**depth - 1 (tree) or depth (fern)
-  int64_t leaves = 0;    // 2**depth
-  int64_t units = 0;
-  int depth = 0;         // < 1 when `vertices` is invalid for the kind (see MakeHingeDims)
-};
-
-// The dimensions of a forest of `trees` hinge trees (or ferns) with `vertices`
-// decisions each. A tree needs vertices = 2**depth - 1, a fern vertices = depth,
-// with 1 <= depth <= kMaxDepth; otherwise depth (and leaves) come back as 0.
-inline HingeDims MakeHingeDims(bool fern, int64_t batch, int64_t features, int64_t trees,
-                               int64_t vertices, int64_t units) {
-  HingeDims d;
-  d.batch = batch;
-  d.features = features;
-  d.trees = trees;
-  d.vertices = vertices;
-  d.units = units;
-  const int depth = fern ? (vertices >= 1 && vertices <= kMaxDepth ? static_cast<int>(vertices) : -1)
-                         : DepthFromInternalNodes(vertices);
-  if (depth >= 1 && depth <= kMaxDepth) {
-    d.depth = depth;
-    d.leaves = int64_t{1} << depth;
-  }
-  return d;
-}
-
-// Algorithm 3 for one perfect tree (heap order). Ties in |r| keep the vertex
-// nearest the root; r = 0 goes left.
-template <typename T>
-KT_HOST_DEVICE inline void TraverseHingeTree(const T* x, const T* t, const int32_t* f, int depth,
-                                             int32_t* leaf, T* margin, int32_t* vertex) {
-  T r = x[f[0]] - t[0];
-  T best = r, best_abs = std::abs(r);
-  int64_t best_v = 0;
-  int64_t v = 1 + (r > T(0));
-  for (int i = 1; i < depth; ++i) {
-    r = x[f[v]] - t[v];
-    const T a = std::abs(r);
-    if (a < best_abs) {
-      best = r;
-      best_abs = a;
-      best_v = v;
-    }
-    v = 2 * v + 1 + (r > T(0));
-  }
-  *leaf = static_cast<int32_t>(v - ((int64_t{1} << depth) - 1));
-  *margin = best;
-  *vertex = static_cast<int32_t>(best_v);
-}
-
-// The fern variant: level i always tests (f_i, t_i).
-template <typename T>
-KT_HOST_DEVICE inline void TraverseHingeFern(const T* x, const T* t, const int32_t* f, int depth,
-                                             int32_t* leaf, T* margin, int32_t* vertex) {
-  T r = x[f[0]] - t[0];
-  T best = r, best_abs = std::abs(r);
-  int32_t best_v = 0;
-  int64_t l = (r > T(0));
-  for (int i = 1; i < depth; ++i) {
-    r = x[f[i]] - t[i];
-    const T a = std::abs(r);
-    if (a < best_abs) {
-      best = r;
-      best_abs = a;
-      best_v = i;
-    }
-    l = 2 * l + (r > T(0));
-  }
-  *leaf = static_cast<int32_t>(l);
-  *margin = best;
-  *vertex = best_v;
-}
 
 // Forward pass: writes output, leaf, margin and vertex.
 template <typename T>

@@ -402,7 +402,8 @@ class EndToEndTreesBase(CheckedLoading, XLACompatibility, HeapTreeLayer):
         """Whether probabilistic routing runs through ``pruned_routing``: the
         compiled kernel, or its dense reference on heaps small enough for it
         (deeper heaps without the kernel prune in the sparse path)."""
-        return self.prune_threshold > 0 and (self._dense_soft or _library.custom_ops_available())
+        compiled = _library.custom_ops_available("pruned_routing")
+        return self.prune_threshold > 0 and (self._dense_soft or compiled)
 
     def _pruned_outputs(self, feats, leaves=None):
         """``(batch, num_trees, K)`` per-tree outputs of pruned routing."""

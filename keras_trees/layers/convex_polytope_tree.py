@@ -323,7 +323,7 @@ class ConvexPolytopeTree(CheckedLoading, XLACompatibility, HeapTreeLayer):
 
     def _pruned_kernel(self):
         """Whether probabilistic routing runs through the compiled pruned kernel."""
-        return self.prune_threshold > 0 and _library.custom_ops_available()
+        return self.prune_threshold > 0 and _library.custom_ops_available("pruned_routing")
 
     def _pruned_args(self):
         return (self.expert_kernel, self.expert_bias, self.steepness, self.is_split()), dict(

@@ -4,6 +4,8 @@ backend with the kernels loaded (``keras_trees.ops._library``)."""
 import jax
 import jax.numpy as jnp
 
+from keras_trees.ops import _library
+
 _SUPPORTED = (jnp.dtype("float32"), jnp.dtype("float64"))
 
 
@@ -24,9 +26,10 @@ def cast(dtype, *arrays):
 
 
 def call(target, result_shapes, *args, **attrs):
-    """``jax.ffi.ffi_call`` of a CPU handler; batched (vmap) calls run sample
-    batch by sample batch."""
-    return jax.ffi.ffi_call(target, result_shapes, vmap_method="sequential")(*args, **attrs)
+    """``jax.ffi.ffi_call`` of a handler (XLA picks the CPU or CUDA one by the
+    device; inside ``_library.portable_bodies()`` the CPU emulation of the
+    CUDA one); batched (vmap) calls run sample batch by sample batch."""
+    return jax.ffi.ffi_call(_library.target(target), result_shapes, vmap_method="sequential")(*args, **attrs)
 
 
 def shape(shape_, dtype):

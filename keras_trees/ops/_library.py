@@ -1,10 +1,16 @@
-"""Loading of the compiled kernels and the switch between them and the reference path.
+"""Loading of the compiled kernels and the dispatch between them and the reference path.
 
-Two bindings of the same kernel cores exist: TensorFlow custom ops (TensorFlow
-backend) and XLA FFI handlers (JAX backend). :func:`load` builds and loads the
-one of the active Keras backend; :func:`binding` returns the backend's wrapper
-module of an op family (``keras_trees.ops._tf_<family>`` or ``_jax_<family>``).
-The PyTorch backend runs the ``keras.ops`` reference path.
+The kernel cores are bound to each framework: TensorFlow custom ops
+(TensorFlow backend) and XLA FFI handlers (JAX backend), on the CPU for every
+op family and on CUDA GPUs for the families of :data:`DISPATCH` (the JAX
+handlers from a separate CUDA library, registered for the ``"CUDA"`` platform
+under the same target names; the TensorFlow GPU kernels in the op library,
+registered beside the CPU kernels). :func:`load` builds and loads what the
+active backend and its devices can use. :func:`binding` returns a family's
+wrapper module; :func:`custom_ops_available` says whether a family's calls
+made here run the kernels, by the one table :data:`DISPATCH` keyed by
+(framework, device platform). The PyTorch backend runs the ``keras.ops``
+reference path.
 """
 
 import contextlib
@@ -20,6 +26,19 @@ from keras_trees.api_export import keras_trees_export
 _DISABLE_ENV = "KERAS_TREES_DISABLE_CUSTOM_OPS"
 # Backends with compiled kernels -> prefix of their wrapper modules.
 _BINDINGS = {"tensorflow": "tf", "jax": "jax"}
+# Every op family with compiled kernels; its wrapper module is
+# keras_trees.ops._<prefix>_<family> ("check": the runtime input checks).
+FAMILIES = ("soft_tree", "hinge", "hard_routing", "loss_augmented", "pruned_routing", "check")
+_GPU_FAMILIES = ("hinge", "hard_routing")
+# (framework, device platform) -> {op family: its binding module}. One wrapper
+# module serves a framework's CPU and GPU: the op (TensorFlow) or FFI target
+# (JAX) is the same, and the framework picks the kernel of the device.
+DISPATCH = {
+    ("tensorflow", "cpu"): {f: f"_tf_{f}" for f in FAMILIES},
+    ("tensorflow", "gpu"): {f: f"_tf_{f}" for f in _GPU_FAMILIES},
+    ("jax", "cpu"): {f: f"_jax_{f}" for f in FAMILIES},
+    ("jax", "gpu"): {f: f"_jax_{f}" for f in (*_GPU_FAMILIES, "check")},
+}
 # The XLA FFI handlers exported by the JAX library (custom_ops/xla/).
 _FFI_TARGETS = (
     "KerasTreesSoftTreeEnsemble",
@@ -35,8 +54,19 @@ _FFI_TARGETS = (
     "KerasTreesPrunedEmStatistics",
     "KerasTreesCheck",
 )
+# The CPU emulation of the GPU kernels (custom_ops/xla/portable_ffi.cc), for
+# tests: what runs under portable_bodies().
+PORTABLE_TARGETS = (
+    "KerasTreesHingeForest",
+    "KerasTreesHingeForestGrad",
+    "KerasTreesHardRouting",
+    "KerasTreesHardRoutingExperts",
+)
+# The handlers of the JAX CUDA library (symbol: the target name + "Cuda").
+CUDA_TARGETS = (*PORTABLE_TARGETS, "KerasTreesCheck")
 _lock = threading.Lock()
-_state = {"loaded": None, "module": None, "error": None, "warned": False}
+_state = {"loaded": None, "module": None, "error": None, "warned": False,
+          "gpu": None, "gpu_error": None}
 _local = threading.local()
 
 
@@ -61,10 +91,7 @@ def load():
             _state["error"] = f"{_DISABLE_ENV} is set"
         else:
             try:
-                from keras_trees import _build
-
-                path = _build.build(framework=backend)
-                _state["module"] = _load_tensorflow(path) if backend == "tensorflow" else _load_jax(path)
+                _state["module"] = _load_tensorflow() if backend == "tensorflow" else _load_jax()
             except Exception as exc:  # noqa: BLE001 - any failure means fall back
                 _state["error"] = f"{type(exc).__name__}: {exc}"
         _state["loaded"] = _state["module"] is not None
@@ -80,24 +107,95 @@ def load():
         return _state["loaded"]
 
 
-def _load_tensorflow(path):
+def _gpu_wanted():
+    """Whether the active framework sees a GPU; the CUDA kernels are built and
+    loaded only then (and only with nvcc, keras_trees/_build.py)."""
+    if keras.backend.backend() == "jax":
+        import jax
+
+        try:
+            return bool(jax.devices("gpu"))
+        except RuntimeError:  # no GPU backend
+            return False
     import tensorflow as tf
 
-    module = tf.load_op_library(str(path))
+    return bool(tf.config.list_physical_devices("GPU"))
+
+
+def _cuda_build(framework):
+    """The CUDA build's path, or None with the reason recorded in
+    ``_state["gpu_error"]`` (one warning at load; the GPU then runs the
+    reference path, the CPU the kernels)."""
+    from keras_trees import _build
+
+    if not _gpu_wanted():
+        _state["gpu_error"] = "no GPU visible"
+        return None
+    if _build.find_nvcc() is None:
+        _state["gpu_error"] = ("nvcc not found (set KERAS_TREES_NVCC or CUDA_HOME): the GPU runs the "
+                               "keras.ops path")
+        return None
+    try:
+        return _build.build(framework=framework, cuda=True)
+    except Exception as exc:  # noqa: BLE001 - the CPU build still serves
+        _state["gpu_error"] = f"building the CUDA kernels failed: {type(exc).__name__}: {exc}"
+        return None
+
+
+def _warn_gpu():
+    error = _state["gpu_error"]
+    if error and error != "no GPU visible" and not error.startswith("nvcc not found"):
+        warnings.warn(f"keras-trees: GPU kernels unavailable, the GPU runs the keras.ops path ({error}).",
+                      RuntimeWarning, stacklevel=4)
+    elif error and error.startswith("nvcc not found"):
+        warnings.warn(f"keras-trees: {error}.", RuntimeWarning, stacklevel=4)
+
+
+def _load_tensorflow():
+    """The op library: with the GPU kernels when a GPU is visible and nvcc
+    builds them, else the CPU build."""
+    import tensorflow as tf
+
+    from keras_trees import _build
+
+    path = _cuda_build("tensorflow")
+    _state["gpu"] = path is not None
+    module = tf.load_op_library(str(path or _build.build(framework="tensorflow")))
+    _warn_gpu()
     _register_gradients()
     return module
 
 
-def _load_jax(path):
-    """Loads the XLA FFI library and registers its handlers for the CPU."""
+def _load_jax():
+    """Loads the XLA FFI library and registers its handlers for the CPU (the
+    CPU emulation of the GPU kernels too), then the CUDA library's for the
+    GPU when one is visible."""
     import ctypes
 
     import jax
     import jax.ffi
 
-    library = ctypes.cdll.LoadLibrary(str(path))
+    from keras_trees import _build
+
+    library = ctypes.cdll.LoadLibrary(str(_build.build(framework="jax")))
     for name in _FFI_TARGETS:
         jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(library, name)), platform="cpu")
+    for name in PORTABLE_TARGETS:
+        portable = name + "Portable"
+        jax.ffi.register_ffi_target(portable, jax.ffi.pycapsule(getattr(library, portable)), platform="cpu")
+    path = _cuda_build("jax")
+    if path is not None:
+        try:
+            cuda = ctypes.cdll.LoadLibrary(str(path))
+            for name in CUDA_TARGETS:
+                jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(cuda, name + "Cuda")),
+                                            platform="CUDA")
+            _state["cuda_library"] = cuda
+        except Exception as exc:  # noqa: BLE001 - the CPU kernels still serve
+            _state["gpu_error"] = f"loading the CUDA kernels failed: {type(exc).__name__}: {exc}"
+            path = None
+    _state["gpu"] = path is not None
+    _warn_gpu()
     return library
 
 
@@ -161,23 +259,43 @@ def _visible_accelerators():
     return [d for d in tf.config.list_logical_devices() if d.device_type not in ("CPU",)]
 
 
-def _target_is_cpu():
-    """Whether ops created here are placed on a CPU: no accelerator is visible,
-    or the device scope names a CPU. The kernels have CPU implementations only;
-    on a GPU they would run on the host with device-host copies, so the
-    ``keras.ops`` path runs on the GPU instead."""
-    if not _visible_accelerators():
-        return True
-    return "CPU" in _requested_device().upper()
+def _platform():
+    """The device platform ops created here and now are placed on: "cpu" or
+    "gpu" (another accelerator: its own name). TensorFlow: the innermost
+    device scope, else the first visible accelerator; JAX: the default
+    device's platform."""
+    if keras.backend.backend() == "jax":
+        import jax
+
+        platform = jax.default_backend()
+        return "gpu" if platform in ("gpu", "cuda") else platform
+    accelerators = _visible_accelerators()
+    requested = _requested_device().upper()
+    if not accelerators or "CPU" in requested:
+        return "cpu"
+    if "GPU" in requested or accelerators[0].device_type == "GPU":
+        return "gpu"
+    return accelerators[0].device_type.lower()
+
+
+def _compiled_families(backend, platform):
+    """The op families whose compiled kernels run on ``platform`` (after load())."""
+    if not _state["loaded"]:
+        return ()
+    if platform == "gpu" and not _state["gpu"]:
+        return ()
+    return tuple(DISPATCH.get((backend, platform), {}))
 
 
 def binding(family):
     """The active backend's wrapper module of an op family, e.g. ``binding("hinge")``
-    is ``keras_trees.ops._tf_hinge`` on TensorFlow and ``_jax_hinge`` on JAX."""
-    prefix = _BINDINGS[keras.backend.backend()]
+    is ``keras_trees.ops._tf_hinge`` on TensorFlow and ``_jax_hinge`` on JAX
+    (the module :data:`DISPATCH` names for the family on the CPU; a framework's
+    GPU kernels share it)."""
+    name = DISPATCH[(keras.backend.backend(), "cpu")][family]
     # The builtin __import__, not importlib: AutoGraph (inside tf.function)
     # leaves builtins alone but warns that it cannot convert importlib.
-    return _Binding(__import__(f"keras_trees.ops._{prefix}_{family}", fromlist=["_"]))
+    return _Binding(__import__(f"keras_trees.ops.{name}", fromlist=["_"]))
 
 
 class _Binding:
@@ -229,13 +347,6 @@ def _eager_value_errors(fn, args, kwargs):
         raise ValueError(message.split("INVALID_ARGUMENT:", 1)[-1].strip()) from None
 
 
-def _jax_on_cpu():
-    """The kernels have CPU handlers only: on a JAX GPU/TPU the reference runs there."""
-    import jax
-
-    return jax.default_backend() == "cpu"
-
-
 def kernels_block_xla():
     """True when keras-trees layers call custom ops that XLA cannot compile: the
     TensorFlow backend with the op library loaded (layers then report
@@ -244,22 +355,51 @@ def kernels_block_xla():
 
 
 @keras_trees_export("keras_trees.ops")
-def custom_ops_available():
+def custom_ops_available(family=None):
     """True when op calls made here and now run the compiled kernels.
 
-    That needs the TensorFlow or JAX backend, the loaded kernels and no
-    :func:`reference_only` context. On TensorFlow also no XLA compilation in
-    progress (inside ``tf.function(jit_compile=True)`` the XLA-compatible
-    ``keras.ops`` path is traced instead) and CPU placement (on a GPU the
-    ``keras.ops`` path runs on the GPU); on JAX the CPU as the default device
-    (the XLA FFI handlers are CPU handlers; they compile under ``jax.jit``).
+    Args:
+        family: an op family (``"soft_tree"``, ``"hinge"``, ``"hard_routing"``,
+            ``"loss_augmented"``, ``"pruned_routing"``, ``"check"``): whether
+            that family's calls run its kernels. ``None``: whether every
+            family's do.
+
+    That needs the TensorFlow or JAX backend, the loaded kernels, no
+    :func:`reference_only` context, and kernels of the family for the device
+    the call runs on (:data:`DISPATCH`): every family on the CPU; hinge
+    forests and ferns and hard routing also on CUDA GPUs, when nvcc built
+    them. The device is TensorFlow's placement (the innermost device scope,
+    else the GPU when one is visible) or JAX's default device. On TensorFlow
+    also no XLA compilation in progress (inside ``tf.function(jit_compile=True)``
+    the XLA-compatible ``keras.ops`` path is traced instead); on JAX the
+    kernels are XLA FFI calls and compile under ``jax.jit``.
     :func:`execution_report` says the same in words.
     """
+    if family is not None and family not in FAMILIES:
+        raise ValueError(f"family must be one of {FAMILIES} or None, got {family!r}")
     if not load() or getattr(_local, "reference_only", False):
         return False
-    if keras.backend.backend() == "jax":
-        return _jax_on_cpu()
-    return not _in_xla_context() and _target_is_cpu()
+    backend = keras.backend.backend()
+    if backend == "tensorflow" and _in_xla_context():
+        return False
+    families = _compiled_families(backend, _platform())
+    return family in families if family is not None else set(families) >= set(FAMILIES)
+
+
+def _device_families(backend, platform):
+    """{family: "kernels" or "reference"} for a device of ``platform``."""
+    off = getattr(_local, "reference_only", False)
+    compiled = () if off else _compiled_families(backend, platform)
+    return {f: "kernels" if f in compiled else "reference" for f in FAMILIES}
+
+
+def _summarize(families):
+    compiled = [f for f, what in families.items() if what == "kernels"]
+    if len(compiled) == len(families):
+        return "kernels"
+    if not compiled:
+        return "reference"
+    return "kernels for " + ", ".join(compiled) + "; reference otherwise"
 
 
 @keras_trees_export("keras_trees.ops")
@@ -268,43 +408,52 @@ def execution_report():
 
     Keys: ``backend``; ``library_loaded`` and ``load_error``; ``devices``, a map
     from each device TensorFlow or JAX sees (PyTorch: ``"default"``) to
-    ``"kernels"`` (compiled CPU kernels) or ``"reference"`` (the ``keras.ops``
-    path); ``xla`` ("reference path" on TensorFlow when XLA compiles, "native"
-    elsewhere: the JAX kernels are XLA FFI calls).
+    ``"kernels"`` (compiled kernels for every op family), ``"reference"`` (the
+    ``keras.ops`` path) or ``"kernels for <families>; reference otherwise"``
+    (a GPU: the families with CUDA kernels); ``families``, the same per op
+    family (``{device: {family: "kernels" or "reference"}}``); ``gpu_error``,
+    why GPU kernels are not loaded (None when they are, or when no GPU is
+    visible); ``xla`` ("reference path" on TensorFlow when XLA compiles,
+    "native" elsewhere: the JAX kernels are XLA FFI calls).
 
     >>> from keras_trees import ops
     >>> sorted(ops.execution_report())
-    ['backend', 'devices', 'library_loaded', 'load_error', 'summary', 'xla']
+    ['backend', 'devices', 'families', 'gpu_error', 'library_loaded', 'load_error', 'summary', 'xla']
     """
     backend = keras.backend.backend()
     loaded = load()
-    devices = {}
+    families = {}
     if backend == "tensorflow":
         import tensorflow as tf
 
         for device in tf.config.list_logical_devices():
-            kernels = loaded and device.device_type == "CPU" and not getattr(_local, "reference_only", False)
-            devices[device.name] = "kernels" if kernels else "reference"
+            families[device.name] = _device_families(backend, device.device_type.lower())
         xla = "reference path (custom ops cannot be XLA-compiled)" if loaded else "native"
     elif backend == "jax":
         import jax
 
         for device in jax.devices():
-            kernels = loaded and device.platform == "cpu" and not getattr(_local, "reference_only", False)
-            devices[str(device)] = "kernels" if kernels else "reference"
+            platform = "gpu" if device.platform in ("gpu", "cuda") else device.platform
+            families[str(device)] = _device_families(backend, platform)
         xla = "native (the kernels are XLA FFI custom calls)"
     else:
-        devices["default"] = "reference"
+        families["default"] = {f: "reference" for f in FAMILIES}
         xla = "native (the keras.ops path compiles like any layer)"
+    devices = {name: _summarize(per) for name, per in families.items()}
     parts = [f"{name}: {what}" for name, what in devices.items()]
     summary = f"keras-trees on {backend}: " + ", ".join(parts)
     if not loaded:
         summary += f" (custom ops not loaded: {_state['error']})"
+    gpu_error = _state["gpu_error"] if _state["gpu_error"] != "no GPU visible" else None
+    if loaded and gpu_error:
+        summary += f" (GPU kernels not loaded: {gpu_error})"
     return {
         "backend": backend,
         "library_loaded": loaded,
         "load_error": _state["error"],
         "devices": devices,
+        "families": families,
+        "gpu_error": gpu_error,
         "xla": xla,
         "summary": summary,
     }
@@ -324,3 +473,25 @@ def reference_only(enabled=True):
         yield
     finally:
         _local.reference_only = previous
+
+
+@contextlib.contextmanager
+def portable_bodies(enabled=True):
+    """Within this context (per thread, JAX backend), the families with GPU
+    kernels run their CPU emulation on the CPU: the portable bodies the GPU
+    runs, on the CPU launcher (``KerasTrees<Op>Portable`` targets), instead of
+    the CPU engines. For the tests of the GPU kernels' bodies."""
+    previous = getattr(_local, "portable", False)
+    _local.portable = enabled
+    try:
+        yield
+    finally:
+        _local.portable = previous
+
+
+def target(name):
+    """The XLA FFI target a JAX wrapper calls for ``name``: its CPU emulation
+    inside :func:`portable_bodies`, else ``name`` itself."""
+    if getattr(_local, "portable", False) and name in PORTABLE_TARGETS:
+        return name + "Portable"
+    return name

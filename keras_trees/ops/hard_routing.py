@@ -202,7 +202,7 @@ def hard_route(x, split_weights, split_bias, is_split, with_path_values=True, ex
     """
     x, split_weights, split_bias, is_split, expert_weights, threshold = _inputs(
         x, split_weights, split_bias, is_split, expert_weights, threshold)
-    if _library.custom_ops_available():  # the kernels check the values
+    if _library.custom_ops_available("hard_routing"):  # the kernels check the values
         kernels = _library.binding("hard_routing")
         if expert_weights is not None:
             return kernels.hard_route_experts(

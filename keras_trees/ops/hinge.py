@@ -214,7 +214,7 @@ def hinge_forest(x, thresholds, feature_indices, leaf_weights, fern=False):
     TensorFlow backend and the custom ops loaded, runs the compiled
     multi-threaded traversal and its sparse backward pass.
     """
-    if _library.custom_ops_available():
+    if _library.custom_ops_available("hinge"):
         # The kernel checks the values (x, thresholds, leaf_weights, int32 ids).
         x, thresholds, feature_indices, leaf_weights = _convert(
             x, thresholds, feature_indices, leaf_weights, compiled=True
@@ -232,7 +232,7 @@ def hinge_forest_traversal(x, thresholds, feature_indices, fern=False):
     See :func:`hinge_traversal_reference`; dispatches to the compiled op where
     available.
     """
-    if _library.custom_ops_available():
+    if _library.custom_ops_available("hinge"):
         x, thresholds, feature_indices, _ = _convert(x, thresholds, feature_indices, None, compiled=True)
         depth = _validate_shapes(x, thresholds, feature_indices, None, fern)
         kernels = _library.binding("hinge")

@@ -203,7 +203,7 @@ def loss_augmented_inference(x, split_weights, split_bias, leaf_values, labels, 
     >>> # g crosses it to the high-loss leaf 2, so the bound exceeds the loss there
     ([0, 2], [2, 2])
     """
-    if _library.custom_ops_available():  # the kernel checks the values
+    if _library.custom_ops_available("loss_augmented"):  # the kernel checks the values
         x, split_weights, split_bias, leaf_values, labels = _inputs(
             x, split_weights, split_bias, leaf_values, labels, loss, compiled=True)
         kernels = _library.binding("loss_augmented")

@@ -307,7 +307,7 @@ def pruned_route(x, split_weights, split_bias, gamma, is_split, leaf_values,
     >>> np.asarray(kept).ravel().tolist(), np.round(np.asarray(dropped, float).ravel(), 5).tolist()
     ([2, 1], [0.0, 5e-05])
     """
-    if not _library.custom_ops_available():
+    if not _library.custom_ops_available("pruned_routing"):
         return pruned_route_reference(x, split_weights, split_bias, gamma, is_split, leaf_values, prune_threshold,
                                       expert_weights, rate0, annealed, with_statistics)
     # The kernels check the values.
@@ -341,7 +341,7 @@ def pruned_leaf_statistics(x, split_weights, split_bias, gamma, is_split, weight
         ``(num_trees, 2**(depth+1) - 1, units)``, 0 at positions that are not
         kept leaves of any sample.
     """
-    if not _library.custom_ops_available():
+    if not _library.custom_ops_available("pruned_routing"):
         return pruned_leaf_statistics_reference(x, split_weights, split_bias, gamma, is_split, weights,
                                                 prune_threshold, expert_weights, rate0, annealed)
     # The kernels check the values.
@@ -456,7 +456,7 @@ def pruned_em_statistics(x, split_weights, split_bias, gamma, is_split, leaf_val
     >>> np.round(np.asarray(c, float)[0, 1:3], 4).tolist()  # counts of leaves 1 and 2: 0.5 pi[y] / p(y)
     [[0.8182, 0.1111], [0.1818, 0.8889]]
     """
-    compiled = _library.custom_ops_available()
+    compiled = _library.custom_ops_available("pruned_routing")
     prepared = _prepare_em(x, split_weights, split_bias, gamma, is_split, leaf_values, labels, sample_weight,
                            prune_threshold, compiled=compiled)
     threshold, x, split_weights, split_bias, gamma, is_split, leaf_values, labels, sample_weight = prepared

@@ -128,7 +128,7 @@ def soft_tree_ensemble(
     re-runs the forward walk once).
     """
     get_activation(activation)
-    if activation == "smooth_step" and _library.custom_ops_available():
+    if activation == "smooth_step" and _library.custom_ops_available("soft_tree"):
         # The kernel checks the values (x, the parameters and gamma).
         x, node_weights, node_bias, leaf_weights, gamma = _inputs(x, node_weights, node_bias, leaf_weights, gamma)
         kernels = _library.binding("soft_tree")
@@ -146,7 +146,7 @@ def mean_reachable_leaves(x, node_weights, node_bias, gamma, activation="smooth_
     Figure 2); 0 for an empty batch."""
     get_activation(activation)
     x, node_weights, node_bias, _, gamma = _inputs(x, node_weights, node_bias, None, gamma)
-    if activation == "smooth_step" and _library.custom_ops_available():
+    if activation == "smooth_step" and _library.custom_ops_available("soft_tree"):
         kernels = _library.binding("soft_tree")
     else:
         kernels = None

@@ -183,7 +183,7 @@ def jax_check(oks, messages, error=ValueError, output=None):
 
     stacked = jnp.stack([jnp.asarray(ok, dtype=bool).reshape(()) for ok in oks])
     messages = tuple(str(m).replace("\n", " ") for m in messages)
-    if output is not None and _library.custom_ops_available():
+    if output is not None and _library.custom_ops_available("check"):
         call = jax.ffi.ffi_call("KerasTreesCheck", jax.ShapeDtypeStruct((), jnp.bool_),
                                 vmap_method="sequential")
         token = call(stacked, messages="".join(m + "\n" for m in messages))

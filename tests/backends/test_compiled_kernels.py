@@ -4,8 +4,16 @@ FFI handlers under JAX (CI runs this file with both). Every kernel: forward
 pass, every gradient, batch 0 and 1, float32 and float64, compiled
 (``tf.function`` / ``jax.jit``) and eager, bit-identical reruns, bad inputs.
 PyTorch has no binding: the layers run the reference there.
+
+The families with GPU kernels (hinge forests and ferns, hard routing) run
+their tests on every engine (:func:`engines`): the kernels of the default
+device (the CPU engines on CI; the CUDA kernels on a GPU, in the prepared GPU
+check, tests/gpu/) and, under JAX, the CPU emulation of the CUDA kernels (the
+portable bodies on the CPU launcher), so the bodies a GPU runs are checked on
+every CI run.
 """
 
+import contextlib
 import os
 
 import numpy as np
@@ -21,6 +29,29 @@ DTYPES = ["float32", "float64"]
 # (batch, dtype): both dtypes at a real batch, the edge batches once each.
 CASES = [(9, "float32"), (9, "float64"), (1, "float32"), (0, "float64")]
 TOL = {"float32": 2e-5, "float64": 1e-10}
+# Depths of the depth sweeps: the edges and a middle one on CI; every depth
+# from 1 to 12 with KERAS_TREES_ALL_DEPTHS=1 (the prepared GPU check).
+DEPTHS = range(1, 13) if os.environ.get("KERAS_TREES_ALL_DEPTHS") else (1, 2, 5, 12)
+
+
+def engines():
+    """The engines of the families with GPU kernels: "kernels" (the default
+    device's compiled kernels) and, under JAX, "portable" (the CPU emulation of
+    the CUDA kernels)."""
+    return ["kernels", "portable"] if BACKEND == "jax" else ["kernels"]
+
+
+@contextlib.contextmanager
+def engine_scope(engine):
+    if engine == "kernels":
+        yield
+        return
+    import jax
+
+    from keras_trees.ops import _library
+
+    with _library.portable_bodies(), jax.default_device(jax.devices("cpu")[0]):
+        yield
 
 
 def test_compiled_kernels_are_built_and_loaded():
@@ -147,13 +178,14 @@ def hinge_args(rng, batch, dtype, fern, trees=3, depth=3, features=5, units=2):
     return [x, t, f, w]
 
 
+@pytest.mark.parametrize("engine", engines())
 @pytest.mark.parametrize("fern", [False, True], ids=["tree", "fern"])
 @pytest.mark.parametrize("batch,dtype", CASES)
-def test_hinge_forest(fern, dtype, batch):
+def test_hinge_forest(fern, dtype, batch, engine):
     rng = np.random.default_rng(batch + 10 * fern)
     kernel = lambda x, t, f, w: tree_ops.hinge_forest(x, t, f, w, fern=fern)  # noqa: E731
     reference = lambda x, t, f, w: tree_ops.hinge_forest_reference(x, t, f, w, fern=fern)  # noqa: E731
-    with precision(dtype):
+    with precision(dtype), engine_scope(engine):
         args = hinge_args(rng, batch, dtype, fern)
         out = np.asarray(kernel(*args))
         assert out.shape == (batch, 3, 2) and out.dtype == dtype
@@ -174,34 +206,110 @@ def test_hinge_forest(fern, dtype, batch):
             check_gradients(margin, margin_ref, args, [0, 1], dtype, rng)
 
 
-def test_hinge_forest_rejects_bad_inputs():
+@pytest.mark.parametrize("engine", engines())
+def test_hinge_forest_rejects_bad_inputs(engine):
     rng = np.random.default_rng(0)
     x, t, f, w = hinge_args(rng, 4, "float32", fern=False)
     bad = f.copy()
     bad[1, 2] = 7
-    for fn in (tree_ops.hinge_forest, compiled(tree_ops.hinge_forest)):
-        with pytest.raises(Exception, match=r"feature_indices\[1, 2\] = 7 is out of range"):
-            np.asarray(fn(x, t, bad, w))
-        nan = x.copy()
-        nan[0, 0] = np.nan
-        with pytest.raises(Exception, match="x contains NaN"):
-            np.asarray(fn(nan, t, f, w))
-    with pytest.raises(ValueError, match="leaf_weights must have shape"):
-        tree_ops.hinge_forest(x, t, f, w[:, :4])
+    with engine_scope(engine):
+        for fn in (tree_ops.hinge_forest, compiled(tree_ops.hinge_forest)):
+            with pytest.raises(Exception, match=r"feature_indices\[1, 2\] = 7 is out of range"):
+                np.asarray(fn(x, t, bad, w))
+            for name, i in (("x", 0), ("thresholds", 1), ("leaf_weights", 3)):
+                args = [x, t, f, w]
+                args[i] = args[i].copy()
+                args[i].flat[3] = np.nan if i != 3 else np.inf
+                with pytest.raises(Exception, match=f"{name} contains? NaN or Inf"):
+                    np.asarray(fn(*args))
+        with pytest.raises(ValueError, match="leaf_weights must have shape"):
+            tree_ops.hinge_forest(x, t, f, w[:, :4])
+
+
+@pytest.mark.parametrize("engine", engines())
+@pytest.mark.parametrize("fern", [False, True], ids=["tree", "fern"])
+def test_hinge_forest_depths(fern, engine):
+    """Depths 1 to 12 (:data:`DEPTHS`; 2 to 4096 leaves), an odd batch of 5
+    in float32 and float64 in turn: outputs and every gradient against the reference."""
+    for depth in DEPTHS:
+        dtype = ("float32", "float64")[depth % 2]
+        rng = np.random.default_rng(depth)
+        kernel = lambda x, t, f, w: tree_ops.hinge_forest(x, t, f, w, fern=fern)  # noqa: E731
+        reference = lambda x, t, f, w: tree_ops.hinge_forest_reference(x, t, f, w, fern=fern)  # noqa: E731
+        with precision(dtype), engine_scope(engine):
+            args = hinge_args(rng, 5, dtype, fern, trees=2, depth=depth, features=6, units=3)
+            np.testing.assert_allclose(np.asarray(kernel(*args)), np.asarray(reference(*args)),
+                                       rtol=TOL[dtype], atol=TOL[dtype], err_msg=f"depth {depth}")
+            check_gradients(kernel, reference, args, [0, 1, 3], dtype, rng, fd_coords=2)
+
+
+def test_gpu_kernels_match_their_cpu_emulation_bitwise():
+    """On a GPU (the prepared check, tests/gpu/): the CUDA kernels' outputs and
+    gradients equal, bit for bit, those of their CPU emulation (the same
+    portable bodies on the CPU launcher)."""
+    if BACKEND != "jax":
+        pytest.skip("the CUDA kernels are run through JAX")
+    import jax
+
+    if jax.default_backend() not in ("gpu", "cuda"):
+        pytest.skip("no GPU: the CPU emulation is tested against the reference instead")
+    from keras_trees.ops import _library
+
+    assert tree_ops.custom_ops_available("hinge"), tree_ops.execution_report()["summary"]
+    rng = np.random.default_rng(5)
+    for dtype in DTYPES:
+        with precision(dtype):
+            for fern in (False, True):
+                args = hinge_args(rng, 37, dtype, fern, trees=4, depth=6, features=9, units=5)
+                cot = rng.normal(size=(37, 4, 5)).astype(dtype)
+
+                def run(x, t, w, fern=fern, f=args[2], cot=cot):
+                    out, vjp = jax.vjp(lambda x, t, w: tree_ops.hinge_forest(x, t, f, w, fern=fern), x, t, w)
+                    return [out, *vjp(cot)]
+
+                gpu = numpy(jax.jit(run)(args[0], args[1], args[3]))
+                with engine_scope("portable"):
+                    cpu = numpy(jax.jit(run)(args[0], args[1], args[3]))
+                for a, b in zip(gpu, cpu):
+                    np.testing.assert_array_equal(a, b)
+            x = rng.normal(size=(29, 7)).astype(dtype)
+            w = rng.normal(size=(3, 31, 7)).astype(dtype)
+            b = rng.normal(size=(3, 31)).astype(dtype)
+            is_split = rng.random((3, 31)) < 0.9
+            gpu = numpy(tree_ops.hard_route(x, w, b, is_split))
+            with engine_scope("portable"):
+                cpu = numpy(tree_ops.hard_route(x, w, b, is_split))
+            for a, c in zip(gpu, cpu):
+                np.testing.assert_array_equal(a, c)
+    assert _library.target("KerasTreesHingeForest") == "KerasTreesHingeForest"
 
 
 # ---------------------------------------------------------------- hard routing
 
 
+@pytest.mark.parametrize("engine", engines())
 @pytest.mark.parametrize("experts", [0, 3], ids=["oblique", "noisy_or"])
 @pytest.mark.parametrize("batch,dtype", CASES)
-def test_hard_route(experts, dtype, batch):
+def test_hard_route(experts, dtype, batch, engine):
     rng = np.random.default_rng(batch + 7 * experts)
-    trees, depth, features = 2, 3, 4
+    check_hard_route(rng, experts, dtype, batch, depth=3, engine=engine)
+
+
+@pytest.mark.parametrize("engine", engines())
+@pytest.mark.parametrize("experts", [0, 2], ids=["oblique", "noisy_or"])
+def test_hard_route_depths(experts, engine):
+    """Depths 1 to 12 (:data:`DEPTHS`), an odd batch, float32 and float64 in turn."""
+    for depth in DEPTHS:
+        rng = np.random.default_rng(depth + 20 * experts)
+        check_hard_route(rng, experts, ("float32", "float64")[depth % 2], 7, depth=depth, engine=engine)
+
+
+def check_hard_route(rng, experts, dtype, batch, depth, engine):
+    trees, features = 2, 4
     internal = 2**depth - 1
     is_split = rng.random((trees, internal)) < 0.8
     is_split[:, 0] = True
-    with precision(dtype):
+    with precision(dtype), engine_scope(engine):
         x = rng.normal(size=(batch, features)).astype(dtype)
         if experts:
             w = rng.normal(size=(trees, internal, experts, features)).astype(dtype)
@@ -227,13 +335,26 @@ def test_hard_route(experts, dtype, batch):
         check_deterministic(kernel, args)
 
 
-def test_hard_route_rejects_bad_inputs():
+@pytest.mark.parametrize("engine", engines())
+def test_hard_route_rejects_bad_inputs(engine):
     x = np.zeros((2, 3), "float32")
     w = np.zeros((1, 3, 3), "float32")
-    with pytest.raises(Exception, match="x contains NaN"):
-        np.asarray(compiled(tree_ops.hard_route)(x + np.nan, w, np.zeros((1, 3), "float32"), np.ones((1, 3), bool))[0])
-    with pytest.raises(ValueError, match="split_bias"):
-        tree_ops.hard_route(x, w, np.zeros((1, 2), "float32"), np.ones((1, 3), bool))
+    b = np.zeros((1, 3), "float32")
+    split = np.ones((1, 3), bool)
+    with engine_scope(engine):
+        with pytest.raises(Exception, match="x contains NaN"):
+            np.asarray(compiled(tree_ops.hard_route)(x + np.nan, w, b, split)[0])
+        with pytest.raises(Exception, match="split_weights contains NaN"):
+            np.asarray(tree_ops.hard_route(x, w + np.inf, b, split)[0])
+        with pytest.raises(Exception, match="not finite"):  # <w, x> + b overflows
+            np.asarray(tree_ops.hard_route(x + 3e38, w + 3e38, b, split)[0])
+        we = np.zeros((1, 3, 2, 3), "float32")
+        rates = np.ones((1, 3, 2), "float32")
+        rates[0, 1, 1] = -0.5
+        with pytest.raises(Exception, match=r"expert_weights must be finite and >= 0 \(noisy-OR rates\), got -0.5"):
+            np.asarray(tree_ops.hard_route(x, we, rates * 0, split, expert_weights=rates, threshold=b)[0])
+        with pytest.raises(ValueError, match="split_bias"):
+            tree_ops.hard_route(x, w, np.zeros((1, 2), "float32"), split)
 
 
 # ---------------------------------------------------------------- loss-augmented inference

@@ -1,0 +1,54 @@
+// Hard routing as a pipeline of portable bodies (core/hard_routing_bodies.h)
+// on an executor (core/pipeline.h): the GPU kernels (custom_ops/cuda/) and
+// their CPU emulation. Value checks as status words, then one (sample, tree)
+// walk per pair; returns "" or the error message of the CPU kernels
+// (core/checks.h).
+#ifndef KERAS_TREES_CORE_HARD_ROUTING_PIPELINE_H_
+#define KERAS_TREES_CORE_HARD_ROUTING_PIPELINE_H_
+
+#include <cstdint>
+#include <string>
+
+#include "core/checks.h"
+#include "core/hard_routing.h"
+#include "core/hard_routing_bodies.h"
+#include "core/pipeline.h"
+
+namespace keras_trees {
+
+// expert_weights and threshold are null for oblique splits; path_values null
+// when not wanted.
+template <typename T, class Exec>
+std::string HardRoutePipeline(Exec& exec, const RoutingDims& d, const T* x, const T* split_weights,
+                              const T* split_bias, const T* expert_weights, const T* threshold,
+                              const bool* is_split, int32_t* node, T* path_values) {
+  using namespace routing;
+  unsigned long long* status = pipeline::NewStatus(exec, kStatusWords);
+  const int64_t splits = d.trees * d.num_internal;
+  exec.For(d.batch * d.input_dim, pipeline::FiniteCheck<T>{x, status + kBadX});
+  exec.For(splits * d.experts * d.input_dim, pipeline::FiniteCheck<T>{split_weights, status + kBadWeights});
+  exec.For(splits * d.experts, pipeline::FiniteCheck<T>{split_bias, status + kBadBias});
+  if (expert_weights != nullptr) {
+    exec.For(splits, pipeline::FiniteCheck<T>{threshold, status + kBadThreshold});
+    exec.For(splits * d.experts, RateCheck<T>{expert_weights, status + kBadExpertWeights});
+  }
+  exec.For(d.batch * d.trees, Walk<T>{d, x, split_weights, split_bias, expert_weights, threshold,
+                                      is_split, node, path_values, status});
+  unsigned long long words[kStatusWords];
+  exec.CopyToHost(words, status, sizeof(words));
+  if (words[kBadX] != portable::kNone) return kRoutingXMessage;
+  if (words[kBadWeights] != portable::kNone) return checks_internal::NonFinite("split_weights");
+  if (words[kBadBias] != portable::kNone) return checks_internal::NonFinite("split_bias");
+  if (words[kBadThreshold] != portable::kNone) return checks_internal::NonFinite("threshold");
+  if (words[kBadExpertWeights] != portable::kNone) {
+    T value = T(0);
+    exec.CopyToHost(&value, expert_weights + words[kBadExpertWeights], sizeof(value));
+    return ExpertWeightsMessage(value);
+  }
+  if (words[kOverflow] != portable::kNone) return kSplitValueOverflow;
+  return "";
+}
+
+}  // namespace keras_trees
+
+#endif  // KERAS_TREES_CORE_HARD_ROUTING_PIPELINE_H_

@@ -1,0 +1,110 @@
+// The hinge-forest kernels as pipelines of portable bodies (core/hinge_bodies.h)
+// on an executor (core/pipeline.h): the GPU kernels (custom_ops/cuda/) and
+// their CPU emulation. Each returns "" or the error message of the CPU kernels
+// (core/checks.h), so every binding raises the same words.
+//
+// Forward: value checks (status words), the (sample, tree) walks, then one
+// writer per output element.
+// Backward (Eq. 11-12), with owner reductions instead of scatter-adds:
+//   1. per pair: dL/dr*, the deciding feature, the leaf and vertex keys;
+//   2. grad_x per (sample, feature): its trees' coefficients in tree order;
+//   3. stable sorts of the pairs by leaf key and by vertex key;
+//   4. the run of each key in the sorted arrays;
+//   5. grad_leaf_weights per (tree, leaf, unit) and grad_thresholds per
+//      (tree, vertex): their run's pairs in sample order.
+// Every output element has one writer and a fixed summation order (the CPU
+// engine's: trees in order for grad_x, samples in order for the others).
+#ifndef KERAS_TREES_CORE_HINGE_PIPELINE_H_
+#define KERAS_TREES_CORE_HINGE_PIPELINE_H_
+
+#include <cstdint>
+#include <string>
+
+#include "core/checks.h"
+#include "core/hinge_bodies.h"
+#include "core/pipeline.h"
+
+namespace keras_trees {
+
+template <typename T, class Exec>
+std::string HingeForestForwardPipeline(Exec& exec, const HingeDims& d, bool fern, const T* x,
+                                       const T* thresholds, const int32_t* feature_indices,
+                                       const T* leaf_weights, T* output, int32_t* leaf, T* margin,
+                                       int32_t* vertex) {
+  using namespace hinge;
+  unsigned long long* status = pipeline::NewStatus(exec, kStatusWords);
+  const int64_t splits = d.trees * d.vertices;
+  int32_t* safe = exec.template Scratch<int32_t>(splits);
+  exec.For(splits, FeatureCheck{feature_indices, d.features, status + kBadFeature});
+  exec.For(splits, SafeFeatures{feature_indices, d.features, safe});
+  exec.For(d.batch * d.features, pipeline::FiniteCheck<T>{x, status + kBadX});
+  exec.For(splits, pipeline::FiniteCheck<T>{thresholds, status + kBadThreshold});
+  exec.For(d.trees * d.leaves * d.units, pipeline::FiniteCheck<T>{leaf_weights, status + kBadLeafWeight});
+  exec.For(d.batch * d.trees, Walk<T>{d, fern, x, thresholds, feature_indices, safe, leaf, margin, vertex});
+  exec.For(d.batch * d.trees * d.units, Output<T>{d, leaf_weights, leaf, margin, output});
+  unsigned long long words[kStatusWords];
+  exec.CopyToHost(words, status, sizeof(words));
+  if (words[kBadFeature] != portable::kNone) {
+    int32_t value = 0;
+    exec.CopyToHost(&value, feature_indices + words[kBadFeature], sizeof(value));
+    return HingeFeatureMessage(d, static_cast<int64_t>(words[kBadFeature]), value);
+  }
+  if (words[kBadX] != portable::kNone) return kHingeXMessage;
+  if (words[kBadThreshold] != portable::kNone) return kHingeThresholdsMessage;
+  if (words[kBadLeafWeight] != portable::kNone) return checks_internal::NonFinite("leaf_weights");
+  return "";
+}
+
+// The message of a backward call whose leaf, vertex or feature indices are out
+// of range (the CPU kernels' words).
+constexpr const char* kHingeBadPathMessage =
+    "leaf, vertex or feature_indices out of range: pass the leaf, margin and vertex outputs of "
+    "the same forward call";
+
+template <typename T, class Exec>
+std::string HingeForestBackwardPipeline(Exec& exec, const HingeDims& d, const T* grad_output,
+                                        const T* grad_margin, const int32_t* feature_indices,
+                                        const T* leaf_weights, const int32_t* leaf, const T* margin,
+                                        const int32_t* vertex, T* grad_x, T* grad_thresholds,
+                                        T* grad_leaf_weights) {
+  using namespace hinge;
+  const int64_t pairs = d.batch * d.trees;
+  const int64_t leaf_keys = d.trees * d.leaves, vertex_keys = d.trees * d.vertices;
+  if (pairs > INT32_MAX || leaf_keys > INT32_MAX) {
+    return "hinge forest gradient on the GPU: batch * num_trees and num_trees * 2**depth must be "
+           "below 2**31";
+  }
+  unsigned long long* status = pipeline::NewStatus(exec, kStatusWords);
+  T* coeff = exec.template Scratch<T>(pairs);
+  int32_t* feature = exec.template Scratch<int32_t>(pairs);
+  int32_t* keys = exec.template Scratch<int32_t>(4 * pairs);  // leaf, vertex, sorted leaf, sorted vertex
+  int32_t* values = exec.template Scratch<int32_t>(3 * pairs);  // pair, by leaf, by vertex
+  int32_t* bounds = exec.template Scratch<int32_t>(2 * (leaf_keys + vertex_keys));
+  int32_t *leaf_key = keys, *vertex_key = keys + pairs;
+  int32_t *sorted_leaf = keys + 2 * pairs, *sorted_vertex = keys + 3 * pairs;
+  int32_t *pair = values, *by_leaf = values + pairs, *by_vertex = values + 2 * pairs;
+  int32_t *leaf_start = bounds, *leaf_end = bounds + leaf_keys;
+  int32_t *vertex_start = bounds + 2 * leaf_keys, *vertex_end = vertex_start + vertex_keys;
+
+  exec.For(pairs, PairCoefficients<T>{d, grad_output, grad_margin, feature_indices, leaf_weights, leaf,
+                                      margin, vertex, coeff, feature, leaf_key, vertex_key, pair,
+                                      status + kBadPath});
+  exec.For(d.batch * d.features, GradX<T>{d, coeff, feature, grad_x});
+  exec.For(2 * (leaf_keys + vertex_keys), pipeline::Fill<int32_t>{bounds, 0});
+  if (pairs > 0) {
+    exec.SortPairs(leaf_key, sorted_leaf, pair, by_leaf, pairs, pipeline::KeyBits(leaf_keys));
+    exec.SortPairs(vertex_key, sorted_vertex, pair, by_vertex, pairs, pipeline::KeyBits(vertex_keys));
+  }
+  exec.For(pairs, RunBounds{sorted_leaf, pairs, leaf_start, leaf_end});
+  exec.For(pairs, RunBounds{sorted_vertex, pairs, vertex_start, vertex_end});
+  exec.For(leaf_keys * d.units,
+           GradLeafWeights<T>{d, grad_output, margin, leaf_start, leaf_end, by_leaf, grad_leaf_weights});
+  exec.For(vertex_keys, GradThresholds<T>{coeff, vertex_start, vertex_end, by_vertex, grad_thresholds});
+  unsigned long long words[kStatusWords];
+  exec.CopyToHost(words, status, sizeof(words));
+  return words[kBadPath] != portable::kNone ? kHingeBadPathMessage : "";
+}
+
+}  // namespace keras_trees
+
+#endif  // KERAS_TREES_CORE_HINGE_PIPELINE_H_

@@ -1,0 +1,61 @@
+// The CPU executor of the kernel pipelines (core/pipeline.h): every body over
+// the core's parallel-for (ranges of items on the framework's thread pool),
+// scratch memory from the heap, and a stable sort. Running a pipeline on it
+// is the exact emulation of the same pipeline on the GPU (the same bodies, the
+// same arithmetic, the same orders), which the test suite checks on every CI
+// run; the CPU kernels themselves keep their SIMD engines (core/*.cc).
+#ifndef KERAS_TREES_CORE_LAUNCH_CPU_H_
+#define KERAS_TREES_CORE_LAUNCH_CPU_H_
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <vector>
+
+#include "core/common.h"
+
+namespace keras_trees {
+
+class CpuExecutor {
+ public:
+  explicit CpuExecutor(ParallelFor parallel_for) : parallel_for_(std::move(parallel_for)) {}
+
+  template <class Body>
+  void For(int64_t n, const Body& body) {
+    parallel_for_(n, 50, [&body](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) body(i);
+    });
+  }
+
+  template <typename T>
+  T* Scratch(int64_t n) {
+    buffers_.emplace_back(new char[std::max<int64_t>(n, 1) * sizeof(T)]);
+    return reinterpret_cast<T*>(buffers_.back().get());
+  }
+
+  // Stable: equal keys keep the order of their input positions (what the
+  // GPU's radix sort gives).
+  void SortPairs(const int32_t* keys_in, int32_t* keys_out, const int32_t* values_in,
+                 int32_t* values_out, int64_t n, int /*key_bits*/) {
+    std::vector<int64_t> order(n);
+    std::iota(order.begin(), order.end(), int64_t{0});
+    std::stable_sort(order.begin(), order.end(),
+                     [keys_in](int64_t a, int64_t b) { return keys_in[a] < keys_in[b]; });
+    for (int64_t p = 0; p < n; ++p) {
+      keys_out[p] = keys_in[order[p]];
+      values_out[p] = values_in[order[p]];
+    }
+  }
+
+  void CopyToHost(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
+
+ private:
+  ParallelFor parallel_for_;
+  std::vector<std::unique_ptr<char[]>> buffers_;
+};
+
+}  // namespace keras_trees
+
+#endif  // KERAS_TREES_CORE_LAUNCH_CPU_H_

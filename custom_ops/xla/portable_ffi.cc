@@ -1,0 +1,108 @@
+// The CPU emulation of the GPU kernels (JAX binding): the kernel pipelines of
+// xla/pipeline_handlers.h on the CPU executor (core/launch_cpu.h), exported as
+// "KerasTrees<Op>Portable" targets beside the CPU engines' handlers. The test
+// suite runs the kernel contract tests through them
+// (keras_trees.ops._library.portable_bodies()), so the bodies the GPU runs are
+// checked on every CI run, on machines without a GPU.
+#include "core/launch_cpu.h"
+#include "ffi_utils.h"
+#include "pipeline_handlers.h"
+
+KT_EXPORT_FFI_HANDLER(KerasTreesHingeForestPortable);
+KT_EXPORT_FFI_HANDLER(KerasTreesHingeForestGradPortable);
+KT_EXPORT_FFI_HANDLER(KerasTreesHardRoutingPortable);
+KT_EXPORT_FFI_HANDLER(KerasTreesHardRoutingExpertsPortable);
+
+namespace keras_trees {
+namespace {
+
+auto Executor(ffi::ThreadPool pool) {
+  return [pool] { return CpuExecutor(XlaParallelFor(pool)); };
+}
+
+ffi::Error HingeForward(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer t, ffi::AnyBuffer f,
+                        ffi::AnyBuffer w, ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> leaf,
+                        ffi::Result<ffi::AnyBuffer> margin, ffi::Result<ffi::AnyBuffer> vertex, bool fern) {
+  return pipeline_handlers::HingeForward(Executor(pool), x, t, f, w, out, leaf, margin, vertex, fern);
+}
+
+ffi::Error HingeBackward(ffi::ThreadPool pool, ffi::AnyBuffer gy, ffi::AnyBuffer gm, ffi::AnyBuffer x,
+                         ffi::AnyBuffer f, ffi::AnyBuffer w, ffi::AnyBuffer leaf, ffi::AnyBuffer margin,
+                         ffi::AnyBuffer vertex, ffi::Result<ffi::AnyBuffer> gx, ffi::Result<ffi::AnyBuffer> gt,
+                         ffi::Result<ffi::AnyBuffer> gw, bool fern) {
+  return pipeline_handlers::HingeBackward(Executor(pool), gy, gm, x, f, w, leaf, margin, vertex, gx, gt, gw, fern);
+}
+
+ffi::Error Route(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::AnyBuffer b,
+                 ffi::AnyBuffer is_split, ffi::Result<ffi::AnyBuffer> node,
+                 ffi::Result<ffi::AnyBuffer> path_values, bool with_path_values) {
+  return pipeline_handlers::Route(Executor(pool), x, w, b, nullptr, nullptr, is_split, node, path_values,
+                                  with_path_values);
+}
+
+ffi::Error RouteExperts(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::AnyBuffer b,
+                        ffi::AnyBuffer r, ffi::AnyBuffer c, ffi::AnyBuffer is_split,
+                        ffi::Result<ffi::AnyBuffer> node, ffi::Result<ffi::AnyBuffer> path_values,
+                        bool with_path_values) {
+  return pipeline_handlers::Route(Executor(pool), x, w, b, &r, &c, is_split, node, path_values, with_path_values);
+}
+
+}  // namespace
+}  // namespace keras_trees
+
+namespace ffi = ::xla::ffi;
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesHingeForestPortable, keras_trees::Guard<keras_trees::HingeForward>::Call,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::AnyBuffer>()  // x
+                                  .Arg<ffi::AnyBuffer>()  // thresholds
+                                  .Arg<ffi::AnyBuffer>()  // feature_indices (int32)
+                                  .Arg<ffi::AnyBuffer>()  // leaf_weights
+                                  .Ret<ffi::AnyBuffer>()  // output
+                                  .Ret<ffi::AnyBuffer>()  // leaf
+                                  .Ret<ffi::AnyBuffer>()  // margin
+                                  .Ret<ffi::AnyBuffer>()  // vertex
+                                  .Attr<bool>("fern"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesHingeForestGradPortable,
+                              keras_trees::Guard<keras_trees::HingeBackward>::Call,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::AnyBuffer>()  // grad_output
+                                  .Arg<ffi::AnyBuffer>()  // grad_margin
+                                  .Arg<ffi::AnyBuffer>()  // x
+                                  .Arg<ffi::AnyBuffer>()  // feature_indices
+                                  .Arg<ffi::AnyBuffer>()  // leaf_weights
+                                  .Arg<ffi::AnyBuffer>()  // leaf
+                                  .Arg<ffi::AnyBuffer>()  // margin
+                                  .Arg<ffi::AnyBuffer>()  // vertex
+                                  .Ret<ffi::AnyBuffer>()  // grad_x
+                                  .Ret<ffi::AnyBuffer>()  // grad_thresholds
+                                  .Ret<ffi::AnyBuffer>()  // grad_leaf_weights
+                                  .Attr<bool>("fern"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesHardRoutingPortable, keras_trees::Guard<keras_trees::Route>::Call,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::AnyBuffer>()  // x
+                                  .Arg<ffi::AnyBuffer>()  // split_weights
+                                  .Arg<ffi::AnyBuffer>()  // split_bias
+                                  .Arg<ffi::AnyBuffer>()  // is_split (bool)
+                                  .Ret<ffi::AnyBuffer>()  // node (int32)
+                                  .Ret<ffi::AnyBuffer>()  // path_values
+                                  .Attr<bool>("with_path_values"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesHardRoutingExpertsPortable,
+                              keras_trees::Guard<keras_trees::RouteExperts>::Call,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::AnyBuffer>()  // x
+                                  .Arg<ffi::AnyBuffer>()  // split_weights
+                                  .Arg<ffi::AnyBuffer>()  // split_bias
+                                  .Arg<ffi::AnyBuffer>()  // expert_weights
+                                  .Arg<ffi::AnyBuffer>()  // threshold
+                                  .Arg<ffi::AnyBuffer>()  // is_split (bool)
+                                  .Ret<ffi::AnyBuffer>()  // node (int32)
+                                  .Ret<ffi::AnyBuffer>()  // path_values
+                                  .Attr<bool>("with_path_values"));
