@@ -110,20 +110,28 @@ enum Status : int {
   kStatusWords
 };
 
-// Records the smallest flat index of feature_indices outside [0, features).
-struct FeatureCheck {
+// One split i of [trees * vertices]: records the smallest flat index of
+// feature_indices outside [0, features) and of a non-finite threshold, and
+// writes the feature indices the walks read, those out of range replaced by
+// 0 (so a walk never leaves x; the call fails with the status anyway).
+template <typename T>
+struct Splits {
   const int32_t* feature_indices;
+  const T* thresholds;
   int64_t features;
+  int32_t* safe;
   unsigned long long* status;
   KT_HOST_DEVICE void operator()(int64_t i) const {
     const int32_t f = feature_indices[i];
-    if (f < 0 || f >= features) portable::AtomicMin(status, static_cast<unsigned long long>(i));
+    const bool bad = f < 0 || f >= features;
+    if (bad) portable::AtomicMin(status + kBadFeature, static_cast<unsigned long long>(i));
+    if (!portable::IsFinite(thresholds[i])) portable::AtomicMin(status + kBadThreshold, static_cast<unsigned long long>(i));
+    safe[i] = bad ? 0 : f;
   }
 };
 
-// One (sample, tree) pair i = s * trees + m: Algorithm 3, writing leaf, margin
-// and vertex. Feature indices out of range (reported by FeatureCheck) read
-// feature 0 instead, so the walk never leaves x.
+// One (sample, tree) pair i = s * trees + m: Algorithm 3 on the checked
+// feature indices, writing leaf, margin and vertex.
 template <typename T>
 struct Walk {
   HingeDims d;
@@ -131,7 +139,7 @@ struct Walk {
   const T* x;
   const T* thresholds;
   const int32_t* feature_indices;
-  int32_t* safe_features;  // [trees, vertices] scratch written by SafeFeatures
+  int32_t* safe_features;  // [trees, vertices] scratch written by Splits
   int32_t* leaf;
   T* margin;
   int32_t* vertex;
@@ -145,17 +153,6 @@ struct Walk {
     } else {
       TraverseHingeTree(xs, tm, fm, d.depth, leaf + i, margin + i, vertex + i);
     }
-  }
-};
-
-// feature_indices with every index outside [0, features) replaced by 0.
-struct SafeFeatures {
-  const int32_t* feature_indices;
-  int64_t features;
-  int32_t* safe;
-  KT_HOST_DEVICE void operator()(int64_t i) const {
-    const int32_t f = feature_indices[i];
-    safe[i] = (f < 0 || f >= features) ? 0 : f;
   }
 };
 
@@ -237,58 +234,26 @@ struct GradX {
   }
 };
 
-// The runs of a sorted key array: for each position p that starts (ends) the
-// run of key k, start[k] = p (end[k] = p + 1). Keys absent from the array keep
-// the start = end = 0 they were filled with.
-struct RunBounds {
-  const int32_t* sorted_keys;
-  int64_t n;
-  int32_t* start;
-  int32_t* end;
-  KT_HOST_DEVICE void operator()(int64_t p) const {
-    const int32_t k = sorted_keys[p];
-    if (p == 0 || sorted_keys[p - 1] != k) start[k] = static_cast<int32_t>(p);
-    if (p + 1 == n || sorted_keys[p + 1] != k) end[k] = static_cast<int32_t>(p + 1);
-  }
-};
-
-// grad_leaf_weights, one element e = (m * leaves + l) * units + j: the pairs
-// that reached leaf l of tree m (a run of the stably sorted leaf keys, so in
-// sample order) add |r*| g[j].
+// The contribution of sorted position p (pair i = sorted_pairs[p]) to
+// grad_leaf_weights[m, l, j], for the run sums of core/pipeline.h: |r*| g[j].
 template <typename T>
-struct GradLeafWeights {
-  HingeDims d;
+struct LeafTerm {
+  int64_t units;
   const T* grad_output;
   const T* margin;
-  const int32_t* start;
-  const int32_t* end;
   const int32_t* sorted_pairs;
-  T* grad_leaf_weights;
-  KT_HOST_DEVICE void operator()(int64_t e) const {
-    const int64_t key = e / d.units, j = e - key * d.units;
-    T acc = T(0);
-    for (int32_t p = start[key]; p < end[key]; ++p) {
-      const int64_t i = sorted_pairs[p];
-      acc += portable::Abs(margin[i]) * grad_output[i * d.units + j];
-    }
-    grad_leaf_weights[e] = acc;
+  KT_HOST_DEVICE T operator()(int64_t p, int64_t j) const {
+    const int64_t i = sorted_pairs[p];
+    return portable::Abs(margin[i]) * grad_output[i * units + j];
   }
 };
 
-// grad_thresholds, one element k = m * vertices + v: minus the coefficients of
-// the pairs decided at vertex v of tree m, in sample order.
+// ... and to grad_thresholds[m, v]: -dL/dr*.
 template <typename T>
-struct GradThresholds {
+struct ThresholdTerm {
   const T* coeff;
-  const int32_t* start;
-  const int32_t* end;
   const int32_t* sorted_pairs;
-  T* grad_thresholds;
-  KT_HOST_DEVICE void operator()(int64_t k) const {
-    T acc = T(0);
-    for (int32_t p = start[k]; p < end[k]; ++p) acc -= coeff[sorted_pairs[p]];
-    grad_thresholds[k] = acc;
-  }
+  KT_HOST_DEVICE T operator()(int64_t p, int64_t) const { return -coeff[sorted_pairs[p]]; }
 };
 
 }  // namespace hinge

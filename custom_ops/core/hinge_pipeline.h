@@ -11,9 +11,12 @@
 //   3. stable sorts of the pairs by leaf key and by vertex key;
 //   4. the run of each key in the sorted arrays;
 //   5. grad_leaf_weights per (tree, leaf, unit) and grad_thresholds per
-//      (tree, vertex): their run's pairs in sample order.
-// Every output element has one writer and a fixed summation order (the CPU
-// engine's: trees in order for grad_x, samples in order for the others).
+//      (tree, vertex): the sums over their runs, in fixed blocks of 256
+//      sorted positions added in block order (pipeline::SumRuns), so no
+//      thread walks a long run (a fern vertex's run holds every sample).
+// Every output element has one final writer and a fixed summation order:
+// trees in order for grad_x (the CPU engine's), samples in order within a
+// block and blocks in order for the others.
 #ifndef KERAS_TREES_CORE_HINGE_PIPELINE_H_
 #define KERAS_TREES_CORE_HINGE_PIPELINE_H_
 
@@ -35,10 +38,8 @@ std::string HingeForestForwardPipeline(Exec& exec, const HingeDims& d, bool fern
   unsigned long long* status = pipeline::NewStatus(exec, kStatusWords);
   const int64_t splits = d.trees * d.vertices;
   int32_t* safe = exec.template Scratch<int32_t>(splits);
-  exec.For(splits, FeatureCheck{feature_indices, d.features, status + kBadFeature});
-  exec.For(splits, SafeFeatures{feature_indices, d.features, safe});
+  exec.For(splits, Splits<T>{feature_indices, thresholds, d.features, safe, status});
   exec.For(d.batch * d.features, pipeline::FiniteCheck<T>{x, status + kBadX});
-  exec.For(splits, pipeline::FiniteCheck<T>{thresholds, status + kBadThreshold});
   exec.For(d.trees * d.leaves * d.units, pipeline::FiniteCheck<T>{leaf_weights, status + kBadLeafWeight});
   exec.For(d.batch * d.trees, Walk<T>{d, fern, x, thresholds, feature_indices, safe, leaf, margin, vertex});
   exec.For(d.batch * d.trees * d.units, Output<T>{d, leaf_weights, leaf, margin, output});
@@ -95,11 +96,12 @@ std::string HingeForestBackwardPipeline(Exec& exec, const HingeDims& d, const T*
     exec.SortPairs(leaf_key, sorted_leaf, pair, by_leaf, pairs, pipeline::KeyBits(leaf_keys));
     exec.SortPairs(vertex_key, sorted_vertex, pair, by_vertex, pairs, pipeline::KeyBits(vertex_keys));
   }
-  exec.For(pairs, RunBounds{sorted_leaf, pairs, leaf_start, leaf_end});
-  exec.For(pairs, RunBounds{sorted_vertex, pairs, vertex_start, vertex_end});
-  exec.For(leaf_keys * d.units,
-           GradLeafWeights<T>{d, grad_output, margin, leaf_start, leaf_end, by_leaf, grad_leaf_weights});
-  exec.For(vertex_keys, GradThresholds<T>{coeff, vertex_start, vertex_end, by_vertex, grad_thresholds});
+  exec.For(pairs, pipeline::RunBounds{sorted_leaf, pairs, leaf_start, leaf_end});
+  exec.For(pairs, pipeline::RunBounds{sorted_vertex, pairs, vertex_start, vertex_end});
+  pipeline::SumRuns(exec, sorted_leaf, pairs, leaf_start, leaf_end, leaf_keys, d.units,
+                    LeafTerm<T>{d.units, grad_output, margin, by_leaf}, grad_leaf_weights);
+  pipeline::SumRuns(exec, sorted_vertex, pairs, vertex_start, vertex_end, vertex_keys, int64_t{1},
+                    ThresholdTerm<T>{coeff, by_vertex}, grad_thresholds);
   unsigned long long words[kStatusWords];
   exec.CopyToHost(words, status, sizeof(words));
   return words[kBadPath] != portable::kNone ? kHingeBadPathMessage : "";

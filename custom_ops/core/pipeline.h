@@ -52,6 +52,87 @@ struct FiniteCheck {
   }
 };
 
+// Sums over the runs of a stably sorted key array, in fixed blocks of sorted
+// positions added in block order (the determinism rule for every reduction
+// over samples): out[k * columns + j] = the sum over the positions p of key
+// k's run of value(p, j). Two bodies:
+//   RunPieces, one item per (block, column): walks its block's kSumBlock
+//     positions in order; the piece of a run that starts in the block goes to
+//     out (its first piece), the piece of a run that started in an earlier
+//     block to head[block] (at most one per block: the run holding the
+//     block's first position);
+//   RunTotals, one item per (key, column): its first piece, then the heads of
+//     the later blocks its run covers, in block order.
+// Work per item is bounded by kSumBlock plus the number of blocks a run
+// covers, however long the runs (a fern's vertex gathers every sample of its
+// tree). The grid of both comes from the shapes alone. `Value` is a body-like
+// struct with `T operator()(int64_t p, int64_t j) const`.
+constexpr int64_t kSumBlock = 256;
+
+template <typename T, class Value>
+struct RunPieces {
+  const int32_t* sorted_keys;
+  int64_t n;
+  int64_t columns;
+  Value value;
+  T* head;  // [blocks, columns]
+  T* out;   // [keys, columns]
+  KT_HOST_DEVICE void operator()(int64_t item) const {
+    const int64_t block = item / columns, j = item - block * columns;
+    const int64_t begin = block * kSumBlock;
+    const int64_t end = begin + kSumBlock < n ? begin + kSumBlock : n;
+    bool continued = begin > 0 && sorted_keys[begin - 1] == sorted_keys[begin];
+    T acc = T(0);
+    for (int64_t p = begin; p < end; ++p) {
+      acc += value(p, j);
+      if (p + 1 == end || sorted_keys[p + 1] != sorted_keys[p]) {
+        if (continued) {
+          head[block * columns + j] = acc;
+          continued = false;
+        } else {
+          out[static_cast<int64_t>(sorted_keys[p]) * columns + j] = acc;
+        }
+        acc = T(0);
+      }
+    }
+  }
+};
+
+template <typename T>
+struct RunTotals {
+  const int32_t* start;
+  const int32_t* end;
+  int64_t columns;
+  const T* head;
+  T* out;
+  KT_HOST_DEVICE void operator()(int64_t item) const {
+    const int64_t k = item / columns, j = item - k * columns;
+    if (start[k] == end[k]) {
+      out[item] = T(0);
+      return;
+    }
+    T acc = out[item];
+    const int64_t last = (static_cast<int64_t>(end[k]) - 1) / kSumBlock;
+    for (int64_t b = start[k] / kSumBlock + 1; b <= last; ++b) acc += head[b * columns + j];
+    out[item] = acc;
+  }
+};
+
+// The run of each key in a sorted key array: for the position p that starts
+// (ends) the run of key k, start[k] = p (end[k] = p + 1). Keys absent from the
+// array keep the start = end = 0 they were filled with.
+struct RunBounds {
+  const int32_t* sorted_keys;
+  int64_t n;
+  int32_t* start;
+  int32_t* end;
+  KT_HOST_DEVICE void operator()(int64_t p) const {
+    const int32_t k = sorted_keys[p];
+    if (p == 0 || sorted_keys[p - 1] != k) start[k] = static_cast<int32_t>(p);
+    if (p + 1 == n || sorted_keys[p + 1] != k) end[k] = static_cast<int32_t>(p + 1);
+  }
+};
+
 // Status words, all set to portable::kNone.
 template <class Exec>
 unsigned long long* NewStatus(Exec& exec, int64_t words) {
@@ -65,6 +146,18 @@ inline int KeyBits(int64_t n) {
   int bits = 1;
   while ((int64_t{1} << bits) < n) ++bits;
   return bits;
+}
+
+// out[k * columns + j] for every key in [0, keys): the sums over the runs of
+// `sorted_keys` (n positions; `start`/`end` from RunBounds), by RunPieces and
+// RunTotals.
+template <typename T, class Exec, class Value>
+void SumRuns(Exec& exec, const int32_t* sorted_keys, int64_t n, const int32_t* start, const int32_t* end,
+             int64_t keys, int64_t columns, const Value& value, T* out) {
+  const int64_t blocks = (n + kSumBlock - 1) / kSumBlock;
+  T* head = exec.template Scratch<T>(blocks * columns);
+  exec.For(blocks * columns, RunPieces<T, Value>{sorted_keys, n, columns, value, head, out});
+  exec.For(keys * columns, RunTotals<T>{start, end, columns, head, out});
 }
 
 }  // namespace pipeline

@@ -54,6 +54,19 @@ def engine_scope(engine):
         yield
 
 
+def sweep_engines():
+    """The engines of the depth sweeps: the GPU kernels on a GPU, else their
+    CPU emulation (JAX); the CPU engines' depths are covered by tests/ops/."""
+    if BACKEND != "jax":
+        return ["portable"]  # skipped: see jax_only
+    import jax
+
+    return ["kernels"] if jax.default_backend() in ("gpu", "cuda") else ["portable"]
+
+
+jax_only = pytest.mark.skipif(BACKEND != "jax", reason="the CPU emulation of the GPU kernels is bound to JAX")
+
+
 def test_compiled_kernels_are_built_and_loaded():
     """Guard: the suite fails if the kernels silently fall back to the reference."""
     if os.environ.get("KERAS_TREES_DISABLE_CUSTOM_OPS"):
@@ -226,7 +239,8 @@ def test_hinge_forest_rejects_bad_inputs(engine):
             tree_ops.hinge_forest(x, t, f, w[:, :4])
 
 
-@pytest.mark.parametrize("engine", engines())
+@jax_only
+@pytest.mark.parametrize("engine", sweep_engines())
 @pytest.mark.parametrize("fern", [False, True], ids=["tree", "fern"])
 def test_hinge_forest_depths(fern, engine):
     """Depths 1 to 12 (:data:`DEPTHS`; 2 to 4096 leaves), an odd batch of 5
@@ -241,6 +255,20 @@ def test_hinge_forest_depths(fern, engine):
             np.testing.assert_allclose(np.asarray(kernel(*args)), np.asarray(reference(*args)),
                                        rtol=TOL[dtype], atol=TOL[dtype], err_msg=f"depth {depth}")
             check_gradients(kernel, reference, args, [0, 1, 3], dtype, rng, fd_coords=2)
+
+
+@pytest.mark.parametrize("engine", engines())
+def test_hinge_forest_gradients_over_long_runs(engine):
+    """700 samples through depth-2 trees and ferns: each leaf and vertex
+    gathers hundreds of samples, so the GPU kernels' run sums cross their
+    blocks of 256 sorted positions (pipeline::SumRuns)."""
+    rng = np.random.default_rng(3)
+    with precision("float64"), engine_scope(engine):
+        for fern in (False, True):
+            kernel = lambda x, t, f, w, fern=fern: tree_ops.hinge_forest(x, t, f, w, fern=fern)  # noqa: E731
+            reference = lambda x, t, f, w, fern=fern: tree_ops.hinge_forest_reference(x, t, f, w, fern=fern)  # noqa: E731
+            args = hinge_args(rng, 700, "float64", fern, trees=2, depth=2, features=3, units=2)
+            check_gradients(kernel, reference, args, [0, 1, 3], "float64", rng, fd_coords=2)
 
 
 def test_gpu_kernels_match_their_cpu_emulation_bitwise():
@@ -295,7 +323,8 @@ def test_hard_route(experts, dtype, batch, engine):
     check_hard_route(rng, experts, dtype, batch, depth=3, engine=engine)
 
 
-@pytest.mark.parametrize("engine", engines())
+@jax_only
+@pytest.mark.parametrize("engine", sweep_engines())
 @pytest.mark.parametrize("experts", [0, 2], ids=["oblique", "noisy_or"])
 def test_hard_route_depths(experts, engine):
     """Depths 1 to 12 (:data:`DEPTHS`), an odd batch, float32 and float64 in turn."""
