@@ -47,7 +47,9 @@ struct RateCheck {
   }
 };
 
-// One (sample, tree) pair i = s * trees + t: the walk from the root, one split
+// One (sample, tree) pair, item = t * batch + s (tree-major: neighbouring GPU
+// threads walk one tree, so the split rows of its top levels are read once
+// for many samples), writing pair i = s * trees + t: the walk from the root, one split
 // value per level, right iff v > 0 (NaN goes left), until a position that is
 // not a split. Oblique splits (expert_weights null): v = <w, x> + b. Noisy-OR
 // splits: v = sum_k r_k softplus(<w_k, x> + b_k) - threshold, experts in order.
@@ -74,8 +76,9 @@ struct Walk {
     }
     return s - threshold[split];
   }
-  KT_HOST_DEVICE void operator()(int64_t i) const {
-    const int64_t s = i / d.trees, t = i - s * d.trees;
+  KT_HOST_DEVICE void operator()(int64_t item) const {
+    const int64_t t = item / d.batch, s = item - t * d.batch;
+    const int64_t i = s * d.trees + t;
     const T* xs = x + s * d.input_dim;
     const bool* mt = is_split + t * d.num_internal;
     T* path = path_values != nullptr ? path_values + i * d.depth : nullptr;

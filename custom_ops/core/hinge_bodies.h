@@ -130,8 +130,10 @@ struct Splits {
   }
 };
 
-// One (sample, tree) pair i = s * trees + m: Algorithm 3 on the checked
-// feature indices, writing leaf, margin and vertex.
+// One (sample, tree) pair, item = m * batch + s (tree-major, so neighbouring
+// GPU threads walk one tree and share its top levels' reads): Algorithm 3 on
+// the checked feature indices, writing leaf, margin and vertex of pair
+// i = s * trees + m.
 template <typename T>
 struct Walk {
   HingeDims d;
@@ -143,8 +145,9 @@ struct Walk {
   int32_t* leaf;
   T* margin;
   int32_t* vertex;
-  KT_HOST_DEVICE void operator()(int64_t i) const {
-    const int64_t s = i / d.trees, m = i - s * d.trees;
+  KT_HOST_DEVICE void operator()(int64_t item) const {
+    const int64_t m = item / d.batch, s = item - m * d.batch;
+    const int64_t i = s * d.trees + m;
     const T* xs = x + s * d.features;
     const T* tm = thresholds + m * d.vertices;
     const int32_t* fm = safe_features + m * d.vertices;
