@@ -8,8 +8,9 @@
 
 #include <cmath>
 #include <cstdint>
-#include <sstream>
+#include <cstdio>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -26,19 +27,36 @@ using Shape = std::vector<int64_t>;
 
 namespace checks_internal {
 
-inline std::string ShapeString(const Shape& s) {
-  std::ostringstream out;
-  out << "[";
-  for (size_t i = 0; i < s.size(); ++i) out << (i ? ", " : "") << s[i];
-  out << "]";
-  return out.str();
+// Text of one part of a message, as an std::ostream with default flags would
+// write it (integers in decimal, floating point as %g), but without iostreams:
+// the messages are also built inside the CUDA library, loaded into processes
+// whose other libraries bring their own C++ runtimes.
+inline std::string Text(const std::string& v) { return v; }
+inline std::string Text(const char* v) { return v; }
+inline std::string Text(char v) { return std::string(1, v); }
+inline std::string Text(bool v) { return v ? "1" : "0"; }
+template <typename T>
+std::string Text(T v) {
+  if constexpr (std::is_floating_point<T>::value) {
+    char buffer[32];
+    std::snprintf(buffer, sizeof(buffer), "%g", static_cast<double>(v));
+    return buffer;
+  } else {
+    return std::to_string(v);
+  }
 }
 
 template <typename... Args>
-std::string Message(Args&&... args) {
-  std::ostringstream out;
-  (out << ... << std::forward<Args>(args));
-  return out.str();
+std::string Message(const Args&... args) {
+  std::string out;
+  ((out += Text(args)), ...);
+  return out;
+}
+
+inline std::string ShapeString(const Shape& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
 }
 
 inline std::string Rank(const Shape& s, size_t rank, const char* name, const char* layout) {
