@@ -12,5 +12,5 @@ from setuptools import find_packages, setup
 setup(
     packages=find_packages(include=["keras_trees", "keras_trees.*"]) + ["keras_trees.custom_ops"],
     package_dir={"keras_trees.custom_ops": "custom_ops"},
-    package_data={"keras_trees.custom_ops": ["**/*.cc", "**/*.h", "**/*.cu"]},
+    package_data={"keras_trees.custom_ops": ["**/*.cc", "**/*.h", "**/*.cu", "**/*.cuh"]},
 )

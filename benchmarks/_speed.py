@@ -1,22 +1,26 @@
 """Backend-neutral pieces of the speed benchmarks.
 
-Each speed script takes ``--backend tensorflow jax`` (default: the active
+Each speed script takes ``--backend tensorflow jax torch`` (default: the active
 ``KERAS_BACKEND``). The Keras backend is fixed per process, so with several
 backends the script re-runs itself once per backend in a fresh process, then
 prints the compiled-vs-dense ratios of all of them side by side
 (:func:`run_per_backend`). Inside one process, :class:`Backend` compiles
-functions (``tf.function`` / ``jax.jit``), differentiates them
-(``tf.GradientTape`` / ``jax.value_and_grad``) and waits for results (JAX
-dispatches asynchronously), so a timing loop reads the same on both.
+functions (``tf.function`` / ``jax.jit``; PyTorch runs eager, as Keras does
+there by default), differentiates them (``tf.GradientTape`` /
+``jax.value_and_grad`` / ``torch.autograd.grad``) and waits for results (JAX
+dispatches asynchronously), so a timing loop reads the same on all.
 """
 
 import json
 import os
+import resource
+import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
-BACKENDS = ("tensorflow", "jax")
+BACKENDS = ("tensorflow", "jax", "torch")
 
 
 def add_backend_argument(parser):
@@ -62,6 +66,45 @@ def run_per_backend(args, summarize):
     return True
 
 
+def cpu_seconds():
+    """CPU time of all of this process's threads so far (user + system)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def peak_rss_gb():
+    """This process's own peak resident set size so far, in GB.
+
+    On Linux ``VmHWM`` of ``/proc/self/status``: the high-water mark of this
+    process's address space. ``getrusage``'s ``ru_maxrss`` (used elsewhere)
+    also counts the parent's resident memory at the moment it started this
+    process (Linux keeps the larger of the two across ``exec``), so a child
+    started by a parent holding a grown forest would report the parent's
+    gigabytes as its own."""
+    try:
+        with open("/proc/self/status") as handle:
+            for line in handle:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 2**20  # kB
+    except OSError:
+        pass
+    scale = 2**30 if sys.platform == "darwin" else 2**20  # ru_maxrss: bytes on macOS, KiB on Linux
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / scale
+
+
+def timed(fn, repeats, block=lambda out: out):
+    """``(median, best)`` seconds of ``repeats`` calls of ``fn`` after one warm-up
+    call (tracing); ``block`` waits for a result (JAX returns before computing).
+    On a shared machine the best of N (timeit's convention) is the steadier figure."""
+    block(fn())
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        block(fn())
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), min(times)
+
+
 def _strip(argv, options):
     """argv without the given options and their values."""
     out, skip = [], False
@@ -97,6 +140,10 @@ class Backend:
             import tensorflow as tf
 
             threads = tf.config.threading.get_intra_op_parallelism_threads() or os.cpu_count()
+        elif self.name == "torch":
+            import torch
+
+            threads = torch.get_num_threads()
         else:
             threads = os.cpu_count()
         return f"{self.name} backend, {threads} threads; {report['summary']}"
@@ -106,6 +153,10 @@ class Backend:
             import jax.numpy as jnp
 
             return jnp.asarray(array)
+        if self.name == "torch":
+            import torch
+
+            return torch.as_tensor(array)
         import tensorflow as tf
 
         return tf.constant(array)
@@ -115,6 +166,8 @@ class Backend:
             import jax
 
             return jax.jit(fn)
+        if self.name == "torch":
+            return fn  # eager, as Keras runs PyTorch by default
         import tensorflow as tf
 
         return tf.function(fn)
@@ -125,6 +178,16 @@ class Backend:
             import jax
 
             return jax.jit(jax.value_and_grad(loss, argnums=tuple(argnums)))
+        if self.name == "torch":
+            import torch
+
+            def torch_fn(*args):
+                args = [a.detach().requires_grad_(i in argnums) if torch.is_tensor(a) and a.is_floating_point()
+                        else a for i, a in enumerate(args)]
+                value = loss(*args)
+                return value.detach(), list(torch.autograd.grad(value, [args[i] for i in argnums]))
+
+            return torch_fn
         import tensorflow as tf
 
         @tf.function
@@ -150,6 +213,8 @@ class Backend:
 
         if isinstance(out, (list, tuple)):
             return [self.numpy(o) for o in out]
+        if self.name == "torch":
+            return out.detach().cpu().numpy()
         return np.asarray(out)
 
 

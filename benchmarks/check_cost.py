@@ -33,6 +33,10 @@ repeat gives one ratio; the script prints the median ratio of the repeats
 and their spread. This needs at least two CPUs.
 
     python benchmarks/check_cost.py [--base REV] [--repeats 3] [--steps 50] [--paired | --graph-checks] [--json PATH]
+
+``--smoke`` (CI): three of the layers, 2 calls per step, one repeat; without
+``--graph-checks``, no worktree: this checkout stands in for the base, and the
+timing runs go in this process (nothing pinned), so the ratios are about 1.
 """
 
 import argparse
@@ -50,9 +54,17 @@ ROOT = os.path.dirname(HERE)
 BATCH, DIM, CLASSES = 256, 64, 10
 
 
-def cases():
-    """(name, make_layer, target kind, setup) of every tree layer, at the
-    benchmark sizes of the speed scripts (compiled kernels dominate)."""
+SMOKE_CASES = ("TreeEnsembleLayer d6", "ConvexPolytopeTree d3", "NonGreedyTree d6")  # one per kind of build
+
+
+def cases(smoke=False):
+    """(name, make_layer, target kind) of every tree layer, at the benchmark
+    sizes of the speed scripts (compiled kernels dominate); ``smoke``: those of
+    ``SMOKE_CASES``."""
+    return [case for case in _cases() if not smoke or case[0] in SMOKE_CASES]
+
+
+def _cases():
     from keras_trees import layers
 
     return [
@@ -129,12 +141,12 @@ def graph_checks_off():
         tensors.require, batched.require_all = require, require_all
 
 
-def graph_checks_cost(steps, rounds, threads):
+def graph_checks_cost(steps, rounds, threads, smoke=False):
     """Per layer and step: median time of the model with graph checks and of
     the same model traced without, called alternately in this process."""
     x, y = data(threads)
     results = {}
-    for name, make, kind in cases():
+    for name, make, kind in cases(smoke):
         models = {"checked": build(name, make, kind, x, y), "unchecked": build(name, make, kind, x, y)}
         for which, model in models.items():
             with graph_checks_off() if which == "unchecked" else contextlib.nullcontext():
@@ -218,10 +230,10 @@ def report_graph_checks(args, results):
             json.dump({"mode": "graph-checks", "results": results}, f, indent=1)
 
 
-def child(steps, out_path, threads=None):
+def child(steps, out_path, threads=None, smoke=False):
     x, y = data(threads)
     results = {}
-    for name, make, kind in cases():
+    for name, make, kind in cases(smoke):
         model = build(name, make, kind, x, y)
         for _ in range(3):  # trace and warm up
             model.train_on_batch(x, y)
@@ -271,31 +283,62 @@ def run_child(tree, steps, env):
     return finish_child(start_child(tree, steps, env))
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--base", default="f907a53", help="revision without the checks (default: f907a53)")
-    parser.add_argument("--repeats", type=int, default=3, help="fresh processes per tree (default 3)")
-    parser.add_argument("--steps", type=int, default=50, help="timed calls per step kind (default 50)")
+    parser.add_argument("--repeats", type=int, default=None, help="fresh processes per tree (default 3; --smoke 1)")
+    parser.add_argument("--steps", type=int, default=None, help="timed calls per step kind (default 50; --smoke 2)")
     parser.add_argument("--paired", action="store_true",
                         help="run both trees at once, each on its own CPU with one thread (see above)")
     parser.add_argument("--graph-checks", action="store_true",
                         help="in one process: with and without the checks issued into graphs (see above)")
     parser.add_argument("--json", help="write the results here too")
+    parser.add_argument("--smoke", action="store_true",
+                        help="smoke test (CI): three layers, 2 calls per step, one repeat, no worktree (this "
+                             "checkout stands in for the base) and no fresh processes; its figures mean nothing")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    args.repeats = args.repeats or (1 if args.smoke else 3)
+    args.steps = args.steps or (2 if args.smoke else 50)
     if args.child:
         child(args.steps, args.child, args.threads)
         return
     if args.graph_checks:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-        report_graph_checks(args, graph_checks_cost(args.steps, args.repeats, args.threads))
+        report_graph_checks(args, graph_checks_cost(args.steps, args.repeats, args.threads, args.smoke))
         return
     if args.paired and len(os.sched_getaffinity(0)) < 2:
         parser.error("--paired needs at least two CPUs")
     env = dict(os.environ)
     env.setdefault("KERAS_BACKEND", "tensorflow")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    if args.smoke:
+        args.base = "this checkout"
+        runs = {"base": [], "head": []}
+        for _ in range(args.repeats):
+            for which in runs:
+                runs[which].append(run_in_process(args.steps))
+    else:
+        runs = compare_trees(args, env)
+    if args.paired:
+        report_paired(args, env, runs)
+        return
+    report(args, env, runs)
+
+
+def run_in_process(steps):
+    """One timing run of this checkout, in this process (``--smoke``)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "result.json")
+        child(steps, out, smoke=True)
+        with open(out) as f:
+            return json.load(f)
+
+
+def compare_trees(args, env):
+    """The timing runs of the base revision (in a temporary worktree) and of
+    this checkout, ``--repeats`` fresh processes each: ``{"base": [...], "head": [...]}``."""
     base_tree = tempfile.mkdtemp(prefix="keras-trees-base-")
     subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", base_tree, args.base], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -317,9 +360,11 @@ def main():
                 print(f"  run {r + 1}/{args.repeats} {which} done", file=sys.stderr, flush=True)
     finally:
         subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", base_tree], check=False)
-    if args.paired:
-        report_paired(args, env, runs)
-        return
+    return runs
+
+
+def report(args, env, runs):
+    """Median per layer and step of both trees, and their ratio (and writes ``--json``)."""
     print(f"Input-check cost, {env['KERAS_BACKEND']} backend, batch {BATCH} x {DIM} features, "
           f"median of {args.steps} calls, median over {args.repeats} fresh processes per tree")
     print(f"{'layer':<24}{'step':<9}{'base (' + args.base + ')':>18}{'this tree':>14}{'ratio':>8}")

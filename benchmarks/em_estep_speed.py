@@ -13,27 +13,24 @@ alternating, ``--repeats`` times each. Printed: seconds (wall and CPU of all
 threads) per E-step, the ratio, and the largest difference between the
 counts of the two.
 
-    python benchmarks/em_estep_speed.py [--grown PATH] [--repeats 3]
+    python benchmarks/em_estep_speed.py [--grown PATH] [--repeats 3] [--smoke] [--json PATH]
+
+``--smoke`` (CI): 2 trees of depth <= 3 grown on 600 letter rows, one repeat.
 """
 
 import os
-import resource
 import tempfile
 import time
 
 import _data
 import numpy as np
-
-
-def cpu_seconds():
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
+from _speed import cpu_seconds
 
 
 def main():
     parser = _data.arg_parser(__doc__.splitlines()[0])
     parser.add_argument("--grown", metavar="PATH", help="grown forest (.keras): loaded if it exists, else grown there")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=None, help="alternating repeats (default 3; --smoke 1)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
@@ -44,11 +41,13 @@ def main():
     from keras_trees.layers._end_to_end import find_layers
     from keras_trees.ops import pruned_routing as pr
 
-    split = next(_data.splits("letter", [args.seed]))[1]
+    args.repeats = args.repeats or (1 if args.smoke else 3)
+    split = next(_data.splits("letter", [args.seed], rows=_data.smoke_rows(args)))[1]
     with tempfile.TemporaryDirectory() as tmp:
         path = args.grown or os.path.join(tmp, "grown.keras")
         if not os.path.exists(path):
-            args.trees, args.depth, args.growth_epochs, args.schedule_epochs = 70, 10, 1, 45
+            args.trees, args.depth = (2, 3) if args.smoke else (70, 10)
+            args.growth_epochs, args.schedule_epochs = 1, 45
             finetune.grow(split, args, path)
         model = keras.models.load_model(path)
     forest = find_layers(model)[0]
@@ -95,7 +94,10 @@ def main():
     print(f"two walks / fused: {wall['two walks'] / wall['fused']:.2f}x wall, {cpu['two walks'] / cpu['fused']:.2f}x CPU; "
           f"largest count difference {np.max(np.abs(results['fused'] - results['two walks'])):.2e} "
           f"(counts sum to {results['fused'].sum():.1f})")
-    _data.write_json(args.json, {"benchmark": "em_estep_speed", "wall": wall, "cpu": cpu})
+    difference = float(np.max(np.abs(results["fused"] - results["two walks"])))
+    _data.write_json(args.json, {"benchmark": "em_estep_speed", "trees": trees, "rows": len(x),
+                                 "repeats": args.repeats, "wall": wall, "cpu": cpu,
+                                 "largest_count_difference": difference})
 
 
 if __name__ == "__main__":

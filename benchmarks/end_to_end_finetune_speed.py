@@ -19,38 +19,34 @@ dense path. ``--grown PATH`` keeps the grown forest (grown there once, loaded
 by later runs). No accuracy is asserted: see end_to_end_forest.py for the
 schedule.
 
-    python benchmarks/end_to_end_finetune_speed.py [--quick] [--trees 70] [--epochs 3]
+    python benchmarks/end_to_end_finetune_speed.py [--quick | --smoke] [--trees 70] [--epochs 3]
         [--growth-epochs 45] [--grown PATH] [--thresholds 0 1e-4] [--json PATH]
+
+``--smoke`` (CI): 2 trees of depth <= 3 on 600 letter rows, 2 epochs per
+threshold, the finetune runs in this process. ``--backend tensorflow jax
+torch`` runs the whole comparison once per backend (each in its own process)
+and ends with the pruned-vs-dense epoch speedups side by side.
 """
 
+import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
 import time
 
 import _data
+import _speed
 import numpy as np
 
 
 def grow(split, args, path):
     import keras
 
-    from keras_trees.callbacks import EMLeafUpdate, GreedyLevelGrowth, SteepnessAnnealing
-    from keras_trees.layers import EndToEndForest
-
-    keras.utils.set_random_seed(args.seed)
-    forest = EndToEndForest(args.trees, max_depth=args.depth, num_classes=split.num_classes,
-                            features_per_split=8, seed=args.seed)
-    model = keras.Sequential([keras.Input((split.x_fit.shape[1],)), forest])
-    model.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy())
-    x, y = split.x_fit, split.y_fit
-    growth = GreedyLevelGrowth(x, y, epochs_per_level=args.growth_epochs, finetune_epochs=0)
     start = time.time()
-    model.fit(x, y, batch_size=1000, epochs=growth.max_epochs(args.depth), verbose=0,
-              callbacks=[growth, EMLeafUpdate(x, y), SteepnessAnnealing(0.1)])
+    model, forest, _ = _data.grow_end_to_end_forest(split, args.trees, args.depth, args.growth_epochs,
+                                                    finetune_epochs=0, seed=args.seed)
     # Where the paper's schedule puts every split when finetuning starts.
     split_mask = keras.ops.convert_to_numpy(forest.node_state)[:, : forest.num_internal] == 2
     forest.node_epochs.assign(np.where(split_mask, args.schedule_epochs, 0).astype("int32"))
@@ -58,57 +54,65 @@ def grow(split, args, path):
     return time.time() - start, forest.num_splits().mean(), forest.tree_depths().max()
 
 
-def finetune(path, threshold, epochs, seed):
-    """Runs in a fresh process: ``epochs`` finetune epochs at ``threshold``."""
+def finetune(path, threshold, epochs, seed, rows=None):
+    """Runs in a fresh process (``--smoke``: in this one): ``epochs`` finetune
+    epochs at ``threshold`` on letter (``rows``: a sample of that many rows)."""
     import keras
 
     from keras_trees.callbacks import EMLeafUpdate, SteepnessAnnealing
     from keras_trees.layers._end_to_end import find_layers
     from keras_trees.ops import pruned_routing
+    from keras_trees.validation import arguments
 
-    split = next(_data.splits("letter", [seed]))[1]
+    split = next(_data.splits("letter", [seed], rows=rows))[1]
     model = keras.models.load_model(path)
     forest = find_layers(model)[0]
-    forest.prune_threshold = pruned_routing.check_threshold(threshold)
+    forest.prune_threshold = arguments.prune_threshold(threshold)
     model.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy())
     x, y = split.x_fit, split.y_fit
     times, cpu = [], []
 
-    def cpu_seconds():
-        usage = resource.getrusage(resource.RUSAGE_SELF)
-        return usage.ru_utime + usage.ru_stime
-
     class Timer(keras.callbacks.Callback):  # listed first: the epoch includes the EM E-step
         def on_epoch_begin(self, epoch, logs=None):
-            self.start, self.cpu = time.perf_counter(), cpu_seconds()
+            self.start, self.cpu = time.perf_counter(), _speed.cpu_seconds()
 
         def on_epoch_end(self, epoch, logs=None):
             times.append(time.perf_counter() - self.start)
-            cpu.append(cpu_seconds() - self.cpu)
+            cpu.append(_speed.cpu_seconds() - self.cpu)
 
-    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    rss_before = _speed.peak_rss_gb()
     hist = model.fit(x, y, batch_size=1000, epochs=epochs, verbose=0,
                      callbacks=[Timer(), EMLeafUpdate(x, y), SteepnessAnnealing(0.1)])
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak = _speed.peak_rss_gb()
     pred = model.predict(split.x_test, batch_size=4096, verbose=0)
     is_split = forest.is_split()
-    _, kept, evals, dropped = pruned_routing.pruned_route(
+    _, kept, evals, dropped = [keras.ops.convert_to_numpy(t) for t in pruned_routing.pruned_route(
         x[:4000], forest.effective_kernel(), forest.split_bias, forest.gamma, is_split, forest.leaf_values,
-        forest.prune_threshold, with_statistics=True)
+        forest.prune_threshold, with_statistics=True)]
     return {
         "threshold": forest.prune_threshold, "epoch_seconds": times, "epoch_cpu_seconds": cpu,
-        "load_average": os.getloadavg()[0], "peak_rss_gb": peak / 2**20,
-        "rss_before_fit_gb": rss_before / 2**20, "loss": [float(v) for v in hist.history["loss"]],
+        "load_average": os.getloadavg()[0], "peak_rss_gb": peak, "rss_before_fit_gb": rss_before,
+        "loss": [float(v) for v in hist.history["loss"]],
         "accuracy": float((np.argmax(pred, 1) == split.y_test).mean()),
         "split_evaluations": float(np.mean(evals)), "kept_leaves": float(np.mean(kept)),
         "max_dropped_mass": float(np.max(dropped)),
     }
 
 
+def summarize(results):
+    """The epoch time and speedup over the dense path of each threshold, per backend."""
+    _speed.side_by_side(
+        results, key=lambda r: (r["threshold"],),
+        label=lambda k: f"{'prune_threshold':>15}" if k is None else f"{k[0]:>15g}",
+        header=lambda b: f"{b + ' epoch':>17} {'speedup':>8}",
+        cell=lambda r: f"{r['steady_epoch_seconds']:>16.1f}s {r['speedup_vs_dense']:>7.1f}x")
+
+
 def main():
     parser = _data.arg_parser(__doc__.splitlines()[0])
+    _speed.add_backend_argument(parser)
     parser.add_argument("--trees", type=int, default=None)
-    parser.add_argument("--depth", type=int, default=10)
+    parser.add_argument("--depth", type=int, default=None, help="maximum depth (default 10; --smoke 3)")
     parser.add_argument("--growth-epochs", type=int, default=None, help="greedy epochs per level")
     parser.add_argument("--schedule-epochs", type=int, default=45,
                         help="epochs every split counts as trained when finetuning starts (paper: 45)")
@@ -117,18 +121,22 @@ def main():
                         help="prune thresholds (0 = dense path; default: 0 and the layers' default)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--grown", metavar="PATH", help="grown forest (.keras): loaded if it exists, else grown there")
-    parser.add_argument("--child", nargs=3, metavar=("MODEL", "THRESHOLD", "EPOCHS"), help=argparse_hidden())
+    parser.add_argument("--child", nargs=3, metavar=("MODEL", "THRESHOLD", "EPOCHS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         print(json.dumps(finetune(args.child[0], float(args.child[1]), int(args.child[2]), args.seed)))
         return
+    if _speed.run_per_backend(args, summarize):
+        return
     from keras_trees.ops.pruned_routing import DEFAULT_PRUNE_THRESHOLD
 
-    args.trees = args.trees or (10 if args.quick else 70)
+    args.trees = args.trees or (2 if args.smoke else 10 if args.quick else 70)
+    args.depth = args.depth or (3 if args.smoke else 10)
     args.growth_epochs = args.growth_epochs or 1
-    epochs = args.epochs or (2 if args.quick else 3)
+    epochs = args.epochs or (2 if args.quick or args.smoke else 3)
     thresholds = args.thresholds if args.thresholds is not None else [0.0, DEFAULT_PRUNE_THRESHOLD]
-    split = next(_data.splits("letter", [args.seed]))[1]
+    rows = _data.smoke_rows(args)
+    split = next(_data.splits("letter", [args.seed], rows=rows))[1]
     print(f"letter forest: {args.trees} trees, depth <= {args.depth}, 8 features/split, grown with "
           f"{args.growth_epochs} epoch(s)/level, splits at epoch {args.schedule_epochs} of the steepness schedule "
           f"(steepness {1 + 0.1 * args.schedule_epochs:.1f}); {epochs} finetune epochs per threshold, "
@@ -140,19 +148,22 @@ def main():
         else:
             seconds, splits, depth = grow(split, args, path)
             print(f"grown in {seconds:.0f}s: {splits:.0f} splits per tree, depth {depth}", flush=True)
-        rows = []
+        results = []
         for thr in thresholds:
-            cmd = [sys.executable, os.path.abspath(__file__), "--seed", str(args.seed),
-                   "--child", path, repr(float(thr)), str(epochs)]
-            proc = subprocess.run(cmd, capture_output=True, text=True)
-            if proc.returncode != 0:
-                raise RuntimeError(f"threshold {thr} failed:\n{proc.stdout}\n{proc.stderr[-4000:]}")
-            row = json.loads(proc.stdout.strip().splitlines()[-1])
-            rows.append(row)
+            if args.smoke:  # one process: the code path, not the memory
+                row = json.loads(json.dumps(finetune(path, float(thr), epochs, args.seed, rows)))
+            else:
+                cmd = [sys.executable, os.path.abspath(__file__), "--seed", str(args.seed),
+                       "--child", path, repr(float(thr)), str(epochs)]
+                proc = subprocess.run(cmd, capture_output=True, text=True)
+                if proc.returncode != 0:
+                    raise RuntimeError(f"threshold {thr} failed:\n{proc.stdout}\n{proc.stderr[-4000:]}")
+                row = json.loads(proc.stdout.strip().splitlines()[-1])
+            results.append(row)
             print(f"prune_threshold {row['threshold']:g}: epochs {', '.join(f'{t:.1f}s' for t in row['epoch_seconds'])}"
                   f" (CPU {', '.join(f'{t:.1f}s' for t in row['epoch_cpu_seconds'])}), peak RSS "
                   f"{row['peak_rss_gb']:.2f} GB, load average {row['load_average']:.1f}", flush=True)
-    base = rows[0]
+    base = results[0]
 
     def steady(row, key="epoch_seconds"):
         t = row[key]
@@ -161,7 +172,7 @@ def main():
     print(f"\n{'prune_threshold':>15} {'1st epoch':>10} {'epoch':>8} {'epoch CPU':>10} {'peak RSS':>9} "
           f"{'splits/tree':>11} {'leaves/tree':>11} {'final loss':>10} {'test acc':>8} {'speedup':>8} "
           f"{'CPU':>6} {'memory':>7}")
-    for row in rows:
+    for row in results:
         print(f"{row['threshold']:>15g} {row['epoch_seconds'][0]:>9.1f}s {steady(row):>7.1f}s "
               f"{steady(row, 'epoch_cpu_seconds'):>9.1f}s {row['peak_rss_gb']:>7.2f}GB "
               f"{row['split_evaluations']:>11.1f} {row['kept_leaves']:>11.1f} {row['loss'][-1]:>10.4f} "
@@ -170,15 +181,11 @@ def main():
               f"{row['peak_rss_gb'] / base['peak_rss_gb']:>6.2f}x")
     print("epoch: mean of the epochs after the first (which includes tracing), wall and CPU time of all threads; "
           "ratios relative to the first row")
+    for row in results:
+        row["steady_epoch_seconds"], row["speedup_vs_dense"] = steady(row), steady(base) / steady(row)
     _data.write_json(args.json, {"benchmark": "end_to_end_finetune_speed", "trees": args.trees, "depth": args.depth,
                                  "growth_epochs": args.growth_epochs, "schedule_epochs": args.schedule_epochs,
-                                 "rows": rows})
-
-
-def argparse_hidden():
-    import argparse
-
-    return argparse.SUPPRESS
+                                 "smoke": args.smoke, "rows": results})
 
 
 if __name__ == "__main__":

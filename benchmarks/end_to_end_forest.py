@@ -8,30 +8,21 @@ Paper setting: 70 trees, E = 45, target 95.5% with <= 700 split evaluations.
 The quick and default runs are reductions (fewer trees / epochs); the exact
 setting is printed and written to the JSON.
 
-    python benchmarks/end_to_end_forest.py [--quick] [--trees 70 --epochs 45] [--json PATH]
+    python benchmarks/end_to_end_forest.py [--quick | --smoke] [--trees 70 --epochs 45] [--json PATH]
+
+``--smoke`` (CI): 2 trees of depth <= 3 on 600 letter rows, 1 epoch per level, increment 0.1 only.
 """
 
 import time
 
 import _data
-import keras
 import numpy as np
-
-from keras_trees.callbacks import EMLeafUpdate, GreedyLevelGrowth, SteepnessAnnealing
-from keras_trees.layers import EndToEndForest
 
 
 def run(split, trees, depth, epochs, increment, seed):
-    keras.utils.set_random_seed(seed)
-    forest = EndToEndForest(trees, max_depth=depth, num_classes=split.num_classes,
-                            features_per_split=8, seed=seed)
-    model = keras.Sequential([keras.Input((split.x_fit.shape[1],)), forest])
-    model.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy())
-    x, y = split.x_fit, split.y_fit
-    growth = GreedyLevelGrowth(x, y, epochs_per_level=epochs, finetune_epochs=3 * epochs)
     start = time.time()
-    hist = model.fit(x, y, batch_size=1000, epochs=growth.max_epochs(depth), verbose=0,
-                     callbacks=[growth, EMLeafUpdate(x, y), SteepnessAnnealing(increment)])
+    model, forest, hist = _data.grow_end_to_end_forest(split, trees, depth, epochs, finetune_epochs=3 * epochs,
+                                                       increment=increment, seed=seed)
     pred = model.predict(split.x_test, batch_size=4096, verbose=0)
     return {
         "increment": increment, "accuracy": float((np.argmax(pred, 1) == split.y_test).mean()),
@@ -46,19 +37,20 @@ def main():
     parser = _data.arg_parser(__doc__.splitlines()[0])
     parser.add_argument("--trees", type=int, default=None)
     parser.add_argument("--epochs", type=int, default=None, help="greedy epochs per level (finetune: 3x)")
-    parser.add_argument("--depth", type=int, default=10)
+    parser.add_argument("--depth", type=int, default=None, help="maximum depth (default 10; --smoke 3)")
     parser.add_argument("--increments", type=float, nargs="*", default=None)
     parser.add_argument("--seeds", type=int, nargs="*", default=None)
     args = parser.parse_args()
-    trees = args.trees or (4 if args.quick else 20)
-    epochs = args.epochs or (2 if args.quick else 10)
-    increments = args.increments if args.increments is not None else [0.0, 0.01, 0.1]
+    trees = args.trees or (2 if args.smoke else 4 if args.quick else 20)
+    epochs = args.epochs or (1 if args.smoke else 2 if args.quick else 10)
+    args.depth = args.depth or (3 if args.smoke else 10)
+    increments = args.increments if args.increments is not None else [0.1] if args.smoke else [0.0, 0.01, 0.1]
     seeds = args.seeds or [0]
     print(f"letter forest: {trees} trees, depth <= {args.depth}, 8 features/split, {epochs} epochs/level "
           f"+ {3 * epochs} finetune, increments {increments}, seeds {seeds} "
           f"(paper: 70 trees, 45 + 135 epochs)")
     rows = []
-    for seed, split in _data.splits("letter", seeds):
+    for seed, split in _data.splits("letter", seeds, rows=_data.smoke_rows(args)):
         for inc in increments:
             row = run(split, trees, args.depth, epochs, inc, seed)
             row["seed"] = seed

@@ -13,29 +13,16 @@ side in one run:
 Both return identical leaves (checked). Targets at depth 10, where the flop
 ratio is (2**10 - 1) / 10 ~ 100: >= 30x on TensorFlow, >= 25x on JAX.
 
-    python benchmarks/hard_routing_speed.py [--quick] [--backend tensorflow jax] [--json PATH]
-"""
+    python benchmarks/hard_routing_speed.py [--quick | --smoke] [--backend tensorflow jax] [--json PATH]
 
-import statistics
-import time
+``--smoke`` (CI): depth 4, batch 128, 2 calls.
+"""
 
 import _data
 import _speed
 import numpy as np
 
 TREES, DIM = 100, 64
-
-
-def timed(backend, fn, repeats):
-    """(median, best) seconds over ``repeats`` calls after a warm-up call. On a
-    shared machine the best of N (timeit's convention) is the steadier figure."""
-    backend.block(fn())  # warm up (tracing)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        backend.block(fn())
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), min(times)
 
 
 def summarize(results):
@@ -49,15 +36,16 @@ def summarize(results):
 def main():
     parser = _data.arg_parser(__doc__.splitlines()[0])
     _speed.add_backend_argument(parser)
-    parser.add_argument("--batch", type=int, default=1024)
+    parser.add_argument("--batch", type=int, default=None, help="samples per call (default 1024; --smoke 128)")
     args = parser.parse_args()
     if _speed.run_per_backend(args, summarize):
         return
     from keras_trees import ops as tree_ops
 
     backend = _speed.Backend()
-    depths = [4, 6, 8, 10] if args.quick else [2, 4, 6, 8, 10, 12]
-    repeats = 15 if args.quick else 40
+    depths = [4] if args.smoke else [4, 6, 8, 10] if args.quick else [2, 4, 6, 8, 10, 12]
+    repeats = 2 if args.smoke else 15 if args.quick else 40
+    args.batch = args.batch or (128 if args.smoke else 1024)
     rng = np.random.default_rng(0)
     x = backend.constant(rng.normal(size=(args.batch, DIM)).astype("float32"))
     rows = []
@@ -72,8 +60,8 @@ def main():
         op = backend.jit(lambda x, w, b, m: tree_ops.hard_route(x, w, b, m, with_path_values=False)[0])
         dense = backend.jit(lambda x, w, b, m: tree_ops.hard_route_reference(x, w, b, m)[0])
         np.testing.assert_array_equal(backend.numpy(op(x, w, b, is_split)), backend.numpy(dense(x, w, b, is_split)))
-        (t_op, b_op) = timed(backend, lambda: op(x, w, b, is_split), repeats)
-        (t_dense, b_dense) = timed(backend, lambda: dense(x, w, b, is_split), repeats)
+        (t_op, b_op) = _speed.timed(lambda: op(x, w, b, is_split), repeats, backend.block)
+        (t_dense, b_dense) = _speed.timed(lambda: dense(x, w, b, is_split), repeats, backend.block)
         row = {"depth": depth, "op_ms": 1e3 * t_op, "dense_ms": 1e3 * t_dense, "speedup": t_dense / t_op,
                "op_best_ms": 1e3 * b_op, "dense_best_ms": 1e3 * b_dense, "speedup_best": b_dense / b_op,
                "flop_ratio": n / depth}

@@ -21,6 +21,7 @@ the paper's 40,000 iterations (133 epochs of 16,000 at batch 53) and we report
 test error at the epoch with the lowest validation error.
 
     python benchmarks/hinge_letter.py --quick            # <= 5 min, 12 epochs, seed 0
+    python benchmarks/hinge_letter.py --smoke            # CI: 1 epoch on 600 rows, seed 0
     python benchmarks/hinge_letter.py --json results/hinge_letter.json   # full
 """
 
@@ -173,11 +174,12 @@ def main(argv=None):
                         default=["forest", "ferns"])
     parser.add_argument("--protocol", choices=["paper", "validation"], default="paper")
     args = parser.parse_args(argv)
-    seeds = args.seeds or ([0] if args.quick else list(_data.SEEDS))
+    seeds = _data.run_seeds(args)
 
-    x, y = _data.load("letter")
+    x, y = _data.subsample(*_data.load("letter"), _data.smoke_rows(args))
     fit_size = int(round(len(x) * 0.8)) if args.protocol == "paper" else int(round(len(x) * 0.64))
-    epochs = args.epochs or (12 if args.quick else int(np.ceil(PAPER_ITERATIONS * BATCH_SIZE / fit_size)))
+    epochs = args.epochs or (1 if args.smoke else 12 if args.quick else
+                             int(np.ceil(PAPER_ITERATIONS * BATCH_SIZE / fit_size)))
 
     import keras_trees  # noqa: F401  builds/loads the custom ops before timing
     from keras_trees import ops as tree_ops
@@ -200,7 +202,7 @@ def main(argv=None):
             print(msg, flush=True)
             rows = summarize(results, args.protocol)
             _data.write_json(args.json, {
-                "benchmark": "hinge_letter", "quick": args.quick, "protocol": args.protocol,
+                "benchmark": "hinge_letter", "quick": args.quick, "smoke": args.smoke, "protocol": args.protocol,
                 "epochs": epochs, "batch_size": BATCH_SIZE, "learning_rate": LEARNING_RATE,
                 "num_trees": NUM_TREES, "depth": DEPTH, "num_features": NUM_FEATURES,
                 "complete": len(results) == len(seeds) * len(args.models),

@@ -25,6 +25,7 @@ it adds the feature layer and Adam's dense update of all 2.7M leaf weights.
 
     python benchmarks/hinge_speed.py --quick [--backend tensorflow jax]
     python benchmarks/hinge_speed.py --json results/hinge_speed.json
+    python benchmarks/hinge_speed.py --smoke   # CI: depth 2, one repetition, the Keras step at depth 3
 
 Targets at depth 10: the training step >= 50x faster than dense on JAX.
 """
@@ -46,8 +47,10 @@ DEPTHS = tuple(range(2, 11))
 PYTORCH_REFERENCE_MS = {"train": 150.0, "inference": 44.0}
 
 
-def repetitions(depth, quick):
+def repetitions(depth, quick, smoke=False):
     """(dense repetitions, op repetitions per dense one)."""
+    if smoke:
+        return 1, 1
     dense = 10 if depth <= 6 else 5 if depth <= 8 else 3
     if not quick:
         dense *= 3
@@ -60,7 +63,7 @@ def time_call(backend, fn, *args):
     return time.perf_counter() - start
 
 
-def bench_depth(backend, kind, depth, quick, rng):
+def bench_depth(backend, kind, depth, quick, rng, smoke=False):
     import keras
 
     from keras_trees import ops as tree_ops
@@ -93,7 +96,7 @@ def bench_depth(backend, kind, depth, quick, rng):
     for a, b in zip(out["op"][1], out["dense"][1]):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
 
-    dense_reps, op_per_dense = repetitions(depth, quick)
+    dense_reps, op_per_dense = repetitions(depth, quick, smoke)
     times = {(impl, mode): [] for impl in impls for mode in ("train", "inference")}
     calls = {(name, "train"): impls[name][1] for name in impls}
     calls.update({(name, "inference"): infer_of[name] for name in impls})
@@ -110,8 +113,8 @@ def bench_depth(backend, kind, depth, quick, rng):
     return row
 
 
-def bench_keras_step(quick, rng):
-    """train_on_batch of Dense(100) -> HingeBatchNormalization -> HingeForest(100, 10, 26)."""
+def bench_keras_step(quick, rng, depth=10, smoke=False):
+    """train_on_batch of Dense(100) -> HingeBatchNormalization -> HingeForest(100, depth, 26)."""
     import keras
 
     from keras_trees import ops as tree_ops
@@ -135,11 +138,11 @@ def bench_keras_step(quick, rng):
             keras.Input((16,)),
             keras.layers.Dense(FEATURES, use_bias=False),
             HingeBatchNormalization(),
-            forest(TREES, 10, UNITS, reduction="sum", seed=0),
+            forest(TREES, depth, UNITS, reduction="sum", seed=0),
         ])
         model.compile(keras.optimizers.Adam(0.005),
                       keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-        reps = (20 if impl == "op" else 3) * (1 if quick else 3)
+        reps = 1 if smoke else (20 if impl == "op" else 3) * (1 if quick else 3)
         model.train_on_batch(x, y)
         values = []
         for _ in range(reps):
@@ -167,22 +170,24 @@ def main(argv=None):
     if _speed.run_per_backend(args, summarize):
         return
     backend = _speed.Backend()
+    run = "smoke" if args.smoke else "quick" if args.quick else "full"
+    depths, keras_depth = ((2,), 3) if args.smoke else (DEPTHS, 10)
     print(f"batch {BATCH}, {FEATURES} features, {TREES} trees, {UNITS} outputs, float32; "
-          f"{backend.describe()}; {'quick' if args.quick else 'full'} run", flush=True)
+          f"{backend.describe()}; {run} run", flush=True)
     rng = np.random.default_rng(0)
     rows = []
     for kind in args.kinds:
         print(f"\n{kind}s: milliseconds per call (median), dense / op ratio")
         print(f"{'depth':>5s} | {'train op':>9s} {'dense':>9s} {'ratio':>7s} | "
               f"{'infer op':>9s} {'dense':>9s} {'ratio':>7s}")
-        for depth in DEPTHS:
-            row = bench_depth(backend, kind, depth, args.quick, rng)
+        for depth in depths:
+            row = bench_depth(backend, kind, depth, args.quick, rng, args.smoke)
             rows.append(row)
             print(f"{depth:5d} | {row['train_op_ms']:9.2f} {row['train_dense_ms']:9.1f} "
                   f"{row['train_ratio']:6.1f}x | {row['inference_op_ms']:9.2f} "
                   f"{row['inference_dense_ms']:9.1f} {row['inference_ratio']:6.1f}x", flush=True)
-    keras_rows = bench_keras_step(args.quick, rng)
-    print("\nfull Keras train_on_batch at depth 10 (Dense(100) + HingeBatchNormalization + "
+    keras_rows = bench_keras_step(args.quick, rng, keras_depth, args.smoke)
+    print(f"\nfull Keras train_on_batch at depth {keras_depth} (Dense(100) + HingeBatchNormalization + "
           "100 trees, Adam):")
     for row in keras_rows:
         print(f"  {row['impl']:5s}: {row['train_on_batch_ms']:8.1f} ms")
@@ -196,9 +201,9 @@ def main(argv=None):
               f"{r['inference_op_ms']:.2f} ms ({r['inference_ratio']:.0f}x; PyTorch "
               f"{PYTORCH_REFERENCE_MS['inference']:.0f} ms)")
     _data.write_json(args.json, {
-        "benchmark": "hinge_speed", "backend": backend.name, "quick": args.quick, "batch": BATCH,
-        "features": FEATURES, "trees": TREES, "units": UNITS, "rows": rows,
-        "keras_train_on_batch_depth10": keras_rows,
+        "benchmark": "hinge_speed", "backend": backend.name, "quick": args.quick, "smoke": args.smoke,
+        "batch": BATCH, "features": FEATURES, "trees": TREES, "units": UNITS, "rows": rows,
+        f"keras_train_on_batch_depth{keras_depth}": keras_rows,
         "pytorch_reference_ms_from_issue": PYTORCH_REFERENCE_MS,
     })
 

@@ -7,26 +7,21 @@ log loss): the exact search over all 2**d leaves (Eq. 10, O(2**d p)) and the
 fast one over the Hamming ball of radius 1 (Eq. 13, O(d**2 p)). Also timed: the
 hard-routing op (prediction, O(d p)) for scale.
 
-    python benchmarks/non_greedy_speed.py [--quick] [--json PATH]
-"""
+    python benchmarks/non_greedy_speed.py [--quick | --smoke] [--json PATH]
 
-import time
+``--smoke`` (CI): depth 4, batch 200, one call each.
+"""
 
 import numpy as np
 from _data import arg_parser, write_json
+from _speed import timed
 
 from keras_trees.ops.hard_routing import hard_route
 from keras_trees.ops import loss_augmented_inference
 
 
 def best_time(fn, repeats):
-    fn()  # warm up
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
+    return timed(fn, repeats)[1]
 
 
 def main():
@@ -34,8 +29,9 @@ def main():
     parser.add_argument("--depths", type=int, nargs="+")
     parser.add_argument("--batch", type=int)
     args = parser.parse_args()
-    depths = args.depths or ([4, 6, 8, 10, 12, 14] if args.quick else [4, 6, 8, 10, 12, 14, 16, 18])
-    batch = args.batch or (2000 if args.quick else 10000)
+    depths = args.depths or ([4] if args.smoke else [4, 6, 8, 10, 12, 14] if args.quick else
+                             [4, 6, 8, 10, 12, 14, 16, 18])
+    batch = args.batch or (200 if args.smoke else 2000 if args.quick else 10000)
     p, k = 16, 26
     rng = np.random.default_rng(0)
     x = rng.normal(size=(batch, p)).astype("float32")
@@ -47,7 +43,7 @@ def main():
         w = rng.normal(size=(2**d - 1, p)).astype("float32")
         b = (rng.normal(size=2**d - 1) * 0.3).astype("float32")
         theta = rng.normal(size=(2**d, k)).astype("float32")
-        repeats = 3 if d <= 12 else 1
+        repeats = 1 if args.smoke or d > 12 else 3
         exact = best_time(lambda: loss_augmented_inference(x, w, b, theta, y, "log", False), repeats)
         fast = best_time(lambda: loss_augmented_inference(x, w, b, theta, y, "log", True), repeats)
         mask = np.ones((1, 2**d - 1), bool)

@@ -59,6 +59,7 @@ Usage:
     python benchmarks/peers.py                       # nine PMLB sets, seeds 0 1 2, every model
     python benchmarks/peers.py --datasets pima wisconsin --seeds 0 --models node grande cart xgboost
     python benchmarks/peers.py --quick --no-peer-envs --models cart xgboost tel
+    python benchmarks/peers.py --smoke               # CI: 600 rows of wisconsin, seed 0, no peer environments
     python benchmarks/peers.py --datasets letter ...  # letter is opt-in (slow on CPU)
     python benchmarks/peers.py --datasets pmlb sklearn held-out --no-peer-envs \
         --models xgboost cart-d8 tel hinge e2e polytope nongreedy --json defaults.json   # the defaults' goals
@@ -110,6 +111,10 @@ OURS = tuple(name for family in FAMILIES for name in (family[0], family[0] + "+s
 ALL_MODELS = CLASSICAL + PEERS + OURS
 GROUPS = {"classical": CLASSICAL, "peers": PEERS, "ours": OURS}
 QUICK_SETS = ("pima", "wisconsin")
+# --smoke: one small set (600 rows), the quick settings, every model that needs
+# no environment of its own, and the search path once.
+SMOKE_SETS = ("wisconsin",)
+SMOKE_MODELS = CLASSICAL + tuple(family[0] for family in FAMILIES) + ("tel+search",)
 # --datasets accepts these group names for several sets at once.
 DATASET_GROUPS = {
     "pmlb": _data.PMLB_SETS,
@@ -414,9 +419,13 @@ def main(argv=None):
                              "e.g. tel:node_l2=0.001 nongreedy:nu=[10,1]; values are read as JSON")
     args = parser.parse_args(argv)
     args.params = parse_params(args.params, parser)
-    args.quick_note = "--quick: 2 small sets, 1 seed, few epochs" if args.quick else ""
+    if args.smoke:  # the quick settings of every fit, and no peer environments
+        args.quick, args.no_peer_envs = True, True
+        args.quick_note = f"--smoke: {_data.SMOKE_ROWS} rows of each set, 1 seed, few epochs, no peer environments"
+    else:
+        args.quick_note = "--quick: 2 small sets, 1 seed, few epochs" if args.quick else ""
     datasets = []
-    for item in args.datasets or (QUICK_SETS if args.quick else _data.PMLB_SETS):
+    for item in args.datasets or (SMOKE_SETS if args.smoke else QUICK_SETS if args.quick else _data.PMLB_SETS):
         for dataset in DATASET_GROUPS.get(item, (item,)):
             if dataset not in datasets:
                 datasets.append(dataset)
@@ -424,7 +433,7 @@ def main(argv=None):
     if args.quick and args.peer_epochs is None:
         args.peer_epochs = 2
     models = []
-    for item in args.models or ALL_MODELS:
+    for item in args.models or (SMOKE_MODELS if args.smoke else ALL_MODELS):
         for model in GROUPS.get(item, (item,)):
             if model not in ALL_MODELS:
                 parser.error(f"--models: unknown model {model!r}; expected some of "
@@ -453,7 +462,7 @@ def main(argv=None):
     results = {d: {} for d in datasets}
     skipped, failures = {}, []
     for dataset in datasets:
-        for seed, split in _data.splits(dataset, seeds):
+        for seed, split in _data.splits(dataset, seeds, rows=_data.smoke_rows(args)):
             for model in models:
                 if model in skipped:
                     continue

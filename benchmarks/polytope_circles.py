@@ -7,6 +7,7 @@ greedily beside CART of depths 2, 6 and 10.
 
     python benchmarks/polytope_circles.py --quick           # seed 0
     python benchmarks/polytope_circles.py --json out.json   # seeds 0, 1, 2
+    python benchmarks/polytope_circles.py --smoke           # CI: 600 points, 2 experts, 1 epoch per level
 """
 
 import time
@@ -43,15 +44,17 @@ def run_cart(split, depth, seed):
 
 def main():
     parser = _data.arg_parser(__doc__.splitlines()[0])
-    parser.add_argument("--experts", type=int, default=20)
-    parser.add_argument("--epochs", type=int, default=60)
+    parser.add_argument("--experts", type=int, default=None, help="K experts per node (default 20; --smoke 2)")
+    parser.add_argument("--epochs", type=int, default=None, help="epochs per level (default 60; --smoke 1)")
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--min-gain", type=float, default=0.01, help="smallest information gain (nats) of a split")
     parser.add_argument("--seeds", type=int, nargs="+", default=None)
     args = parser.parse_args()
-    seeds = args.seeds or ([0] if args.quick else list(_data.SEEDS))
+    seeds = _data.run_seeds(args)
+    args.experts = args.experts or (2 if args.smoke else 20)
+    args.epochs = args.epochs or (1 if args.smoke else 60)
     results = {"cpt": [], "cart_d2": [], "cart_d6": [], "cart_d10": []}
-    for seed, split in _data.splits("two_circles", seeds):
+    for seed, split in _data.splits("two_circles", seeds, rows=_data.smoke_rows(args)):
         results["cpt"].append(run_cpt(split, args.experts, args.epochs, args.lr, args.min_gain, seed))
         for d in (2, 6, 10):
             results[f"cart_d{d}"].append(run_cart(split, d, seed))

@@ -7,6 +7,7 @@ benchmarks/_data.py (80/20, 20% of train for validation, seeds 0, 1, 2).
 
     python benchmarks/polytope_diabetes.py --quick          # seed 0
     python benchmarks/polytope_diabetes.py --json out.json  # seeds 0, 1, 2
+    python benchmarks/polytope_diabetes.py --smoke          # CI: depth 2, 2 experts, 1 epoch per level
 """
 
 import time
@@ -51,13 +52,16 @@ def run_cart(split, max_depth, seed):
 
 def main():
     parser = _data.arg_parser(__doc__.splitlines()[0])
-    parser.add_argument("--experts", type=int, default=5)
-    parser.add_argument("--depth", type=int, default=4)
-    parser.add_argument("--epochs", type=int, default=40)
+    parser.add_argument("--experts", type=int, default=None, help="K experts per node (default 5; --smoke 2)")
+    parser.add_argument("--depth", type=int, default=None, help="maximum depth (default 4; --smoke 2)")
+    parser.add_argument("--epochs", type=int, default=None, help="epochs per level (default 40; --smoke 1)")
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--seeds", type=int, nargs="+", default=None)
     args = parser.parse_args()
-    seeds = args.seeds or ([0] if args.quick else list(_data.SEEDS))
+    seeds = _data.run_seeds(args)
+    args.experts = args.experts or (2 if args.smoke else 5)
+    args.depth = args.depth or (2 if args.smoke else 4)
+    args.epochs = args.epochs or (1 if args.smoke else 40)
     results = {"cpt": [], "cpt_k1": [], "cart": []}
     for seed, split in _data.splits("diabetes", seeds, regression=True):
         results["cpt"].append(run_cpt(split, args.experts, args.depth, args.epochs, args.lr, seed))

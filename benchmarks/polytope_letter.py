@@ -10,6 +10,7 @@ grown greedily (Section 3.3.2) with the depth chosen on validation data.
     python benchmarks/polytope_letter.py --json out.json  # seeds 0,1,2, depth 11
     python benchmarks/polytope_letter.py --prior-weight 0 # without the gamma-process prior
     python benchmarks/polytope_letter.py --search 25      # + the paper's per-data-set search
+    python benchmarks/polytope_letter.py --smoke          # CI: 600 rows, depth 2, K=2, 1 epoch per level
 
 ``--search N`` adds the paper's tuning (it tunes K, the epochs, the learning
 rate, the batch size and the prior per data set, under 25 settings): a Keras
@@ -57,7 +58,7 @@ def tree_result(split, tree, seconds):
     }
 
 
-def search_space(num_classes, num_features, depth, experts):
+def search_space(num_classes, num_features, depth, experts, epochs_per_level=(20, 30, 60)):
     """The paper's per-data-set search as a ConvexPolytopeHyperModel at a fixed depth."""
     import keras_tuner as kt
 
@@ -65,17 +66,17 @@ def search_space(num_classes, num_features, depth, experts):
 
     hypermodel = ConvexPolytopeHyperModel(
         (num_features,), num_classes=num_classes, max_depth=depth, num_experts=sorted({5, 10, experts, 2 * experts}),
-        learning_rate=(5e-3, 5e-2), batch_sizes=(256, 512), epochs_per_level=(20, 30, 60))
+        learning_rate=(5e-3, 5e-2), batch_sizes=(256, 512), epochs_per_level=epochs_per_level)
     hp = kt.HyperParameters()
     hp.Fixed("max_depth", depth)
     return hypermodel, hp
 
 
-def search(split, depth, experts, trials, directory, seed=0):
+def search(split, depth, experts, trials, directory, seed=0, epochs_per_level=(20, 30, 60)):
     """Random search of ``trials`` settings on ``split``'s validation part; the best hyperparameters."""
     import keras_tuner as kt
 
-    hypermodel, hp = search_space(split.num_classes, split.x_train.shape[1], depth, experts)
+    hypermodel, hp = search_space(split.num_classes, split.x_train.shape[1], depth, experts, epochs_per_level)
     tuner = kt.RandomSearch(hypermodel, objective="val_accuracy", max_trials=trials, seed=seed, hyperparameters=hp,
                             directory=directory, project_name="polytope_letter")
     tuner.search(split.x_train, split.y_train, validation_data=(split.x_val, split.y_val), verbose=0)
@@ -89,7 +90,7 @@ def run_cpt_hp(split, values, seed):
     import keras
 
     hypermodel, hp = search_space(split.num_classes, split.x_train.shape[1], values["max_depth"],
-                                  values["num_experts"])
+                                  values["num_experts"], (values["epochs_per_level"],))
     for name, value in values.items():
         if name != "max_depth":
             hp.Fixed(name, value)
@@ -110,23 +111,27 @@ def run_cart(split, depth, seed):
 
 def main():
     parser = _data.arg_parser(__doc__.splitlines()[0])
-    parser.add_argument("--depth", type=int, default=None, help="maximum depth (default 11; quick 8)")
-    parser.add_argument("--experts", type=int, default=20, help="K experts per node")
-    parser.add_argument("--epochs", type=int, default=None, help="epochs per level (default 30; quick 8)")
+    parser.add_argument("--depth", type=int, default=None, help="maximum depth (default 11; quick 8; smoke 2)")
+    parser.add_argument("--experts", type=int, default=None, help="K experts per node (default 20; smoke 2)")
+    parser.add_argument("--epochs", type=int, default=None, help="epochs per level (default 30; quick 8; smoke 1)")
     parser.add_argument("--batch-size", type=int, default=512)
     parser.add_argument("--lr", type=float, default=0.02)
     parser.add_argument("--increment", type=float, default=0.1)
-    parser.add_argument("--refine-epochs", type=int, default=None, help="joint refinement epochs (default 10; quick 0)")
+    parser.add_argument("--refine-epochs", type=int, default=None,
+                        help="joint refinement epochs (default 10; quick 0; smoke 1)")
     parser.add_argument("--seeds", type=int, nargs="+", default=None)
     parser.add_argument("--prior-weight", type=float, default=1.0,
                         help="strength of the gamma-process prior (default 1, the layer's; 0: none)")
     parser.add_argument("--search", type=int, default=0, metavar="N",
                         help="also run the paper's search, N random trials on seed 0's validation part")
     args = parser.parse_args()
-    depth = args.depth or (8 if args.quick else 11)
-    epochs = args.epochs or (8 if args.quick else 30)
-    refine_epochs = args.refine_epochs if args.refine_epochs is not None else (0 if args.quick else 10)
-    seeds = args.seeds or ([0] if args.quick else list(_data.SEEDS))
+    depth = args.depth or (2 if args.smoke else 8 if args.quick else 11)
+    args.experts = args.experts or (2 if args.smoke else 20)
+    epochs = args.epochs or (1 if args.smoke else 8 if args.quick else 30)
+    refine_epochs = args.refine_epochs if args.refine_epochs is not None else (
+        1 if args.smoke else 0 if args.quick else 10)
+    seeds = _data.run_seeds(args)
+    sample_rows = _data.smoke_rows(args)
     results = {"cart": [], "cart_unlimited": [], "cpt_k1": [], f"cpt_k{args.experts}": []}
     best = None
     if args.search:
@@ -134,10 +139,11 @@ def main():
 
         results["cpt_search"] = []
         with tempfile.TemporaryDirectory() as directory:
-            for _, split in _data.splits("letter", [0]):
-                best = search(split, depth, args.experts, args.search, directory)
+            for _, split in _data.splits("letter", [0], rows=sample_rows):
+                best = search(split, depth, args.experts, args.search, directory,
+                              epochs_per_level=(1,) if args.smoke else (20, 30, 60))
         print(f"search: best of {args.search} trials {best}", flush=True)
-    for seed, split in _data.splits("letter", seeds):
+    for seed, split in _data.splits("letter", seeds, rows=sample_rows):
         results["cart"].append(run_cart(split, depth, seed))
         results["cart_unlimited"].append(run_cart(split, None, seed))
         for name, k in (("cpt_k1", 1), (f"cpt_k{args.experts}", args.experts)):

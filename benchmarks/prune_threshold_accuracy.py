@@ -16,8 +16,11 @@ Prints accuracy (mean and standard deviation over seeds) and the largest
 difference to the exact run; no threshold changes the deterministic
 inference path, only training.
 
-    python benchmarks/prune_threshold_accuracy.py [--quick] [--thresholds 0 1e-4 1e-3]
+    python benchmarks/prune_threshold_accuracy.py [--quick | --smoke] [--thresholds 0 1e-4 1e-3]
         [--seeds 0 1 2] [--tasks wine digits letter cpt_letter cpt_circles] [--json PATH]
+
+``--smoke`` (CI): thresholds 0 and 1e-4 on letter (a forest) and the two circles
+(a polytope tree), 600 rows, 2 trees of depth <= 3 (2 experts), 1 epoch per level.
 """
 
 import time
@@ -29,22 +32,9 @@ TASKS = ("wine", "digits", "letter", "cpt_letter", "cpt_circles")
 
 
 def forest(split, threshold, seed, trees, depth, features, epochs, batch):
-    import keras
-
-    from keras_trees.callbacks import EMLeafUpdate, GreedyLevelGrowth, SteepnessAnnealing
-    from keras_trees.layers import EndToEndForest
-
-    keras.utils.set_random_seed(seed)
-    layer = EndToEndForest(trees, max_depth=depth, num_classes=split.num_classes, features_per_split=features,
-                           prune_threshold=threshold, seed=seed)
-    model = keras.Sequential([keras.Input((split.x_fit.shape[1],)), layer])
-    model.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy())
-    x, y = split.x_fit, split.y_fit
-    growth = GreedyLevelGrowth(x, y, epochs_per_level=epochs)
-    model.fit(x, y, batch_size=min(batch, len(x)), epochs=growth.max_epochs(depth), verbose=0,
-              callbacks=[growth, EMLeafUpdate(x, y), SteepnessAnnealing(0.1)])
-    pred = model.predict(split.x_test, batch_size=4096, verbose=0)
-    return float((np.argmax(pred, 1) == split.y_test).mean())
+    model, _, _ = _data.grow_end_to_end_forest(split, trees, depth, epochs, features_per_split=features,
+                                               batch_size=batch, seed=seed, prune_threshold=threshold)
+    return _data.accuracy(split.y_test, model.predict(split.x_test, batch_size=4096, verbose=0))
 
 
 def polytope(split, threshold, seed, depth, experts, epochs, refine_epochs):
@@ -57,34 +47,42 @@ def polytope(split, threshold, seed, depth, experts, epochs, refine_epochs):
                               prune_threshold=threshold, seed=seed)
     tree.fit_greedy(split.x_fit, split.y_fit, epochs=epochs, batch_size=512, refine_epochs=refine_epochs,
                     verbose=0)
-    pred = np.asarray(tree(split.x_test, training=False))
-    return float((pred.argmax(1) == split.y_test).mean())
+    return _data.accuracy(split.y_test, tree(split.x_test, training=False))
 
 
-def circles_split(seed):
+def circles_split(seed, rows=None):
     x, y = _data.two_circles(seed=0)
-    return _data.split(x, y, seed)
+    return _data.split(x, y, seed, rows=rows)
 
 
 def main():
     parser = _data.arg_parser(__doc__.splitlines()[0])
-    parser.add_argument("--thresholds", type=float, nargs="*", default=[0.0, 1e-4, 1e-3])
+    parser.add_argument("--thresholds", type=float, nargs="*", default=None,
+                        help="default 0 1e-4 1e-3 (--smoke: 0 1e-4)")
     parser.add_argument("--seeds", type=int, nargs="*", default=None)
-    parser.add_argument("--tasks", nargs="*", default=list(TASKS), choices=TASKS)
+    parser.add_argument("--tasks", nargs="*", default=None, choices=TASKS,
+                        help=f"default: {' '.join(TASKS)} (--smoke: letter cpt_circles)")
     args = parser.parse_args()
-    seeds = args.seeds or ([0] if args.quick else [0, 1, 2])
-    scale = 0.3 if args.quick else 1.0
-    e = lambda n: max(1, int(round(n * scale)))  # noqa: E731
+    seeds = _data.run_seeds(args)
+    if args.thresholds is None:
+        args.thresholds = [0.0, 1e-4] if args.smoke else [0.0, 1e-4, 1e-3]
+    args.tasks = args.tasks or (["letter", "cpt_circles"] if args.smoke else list(TASKS))
+    scale = 0.0 if args.smoke else 0.3 if args.quick else 1.0
+    e = lambda n: max(1, int(round(n * scale)))  # noqa: E731  epochs
+    size = (lambda n: min(n, 2)) if args.smoke else (lambda n: n)  # trees, experts
+    depth = (lambda n: min(n, 3)) if args.smoke else (lambda n: n)
+    sample_rows = _data.smoke_rows(args)
     runs = {
-        "wine": (lambda s: _data.split(*_data.load("wine"), s),
-                 lambda split, thr, s: forest(split, thr, s, 10, 4, 4, e(20), 1000)),
-        "digits": (lambda s: _data.split(*_data.load("digits"), s),
-                   lambda split, thr, s: forest(split, thr, s, 10, 8, 16, e(10), 1000)),
-        "letter": (lambda s: next(_data.splits("letter", [s]))[1],
-                   lambda split, thr, s: forest(split, thr, s, 10, 10, 8, e(10), 1000)),
-        "cpt_letter": (lambda s: next(_data.splits("letter", [s]))[1],
-                       lambda split, thr, s: polytope(split, thr, s, 6, 10, e(5), e(10))),
-        "cpt_circles": (circles_split, lambda split, thr, s: polytope(split, thr, s, 2, 20, e(20), e(20))),
+        "wine": (lambda s: _data.split(*_data.load("wine"), s, rows=sample_rows),
+                 lambda split, thr, s: forest(split, thr, s, size(10), depth(4), 4, e(20), 1000)),
+        "digits": (lambda s: _data.split(*_data.load("digits"), s, rows=sample_rows),
+                   lambda split, thr, s: forest(split, thr, s, size(10), depth(8), 16, e(10), 1000)),
+        "letter": (lambda s: next(_data.splits("letter", [s], rows=sample_rows))[1],
+                   lambda split, thr, s: forest(split, thr, s, size(10), depth(10), 8, e(10), 1000)),
+        "cpt_letter": (lambda s: next(_data.splits("letter", [s], rows=sample_rows))[1],
+                       lambda split, thr, s: polytope(split, thr, s, depth(6), size(10), e(5), e(10))),
+        "cpt_circles": (lambda s: circles_split(s, sample_rows),
+                        lambda split, thr, s: polytope(split, thr, s, depth(2), size(20), e(20), e(20))),
     }
     print(f"prune thresholds {args.thresholds}, seeds {seeds}, tasks {args.tasks}", flush=True)
     results = {}

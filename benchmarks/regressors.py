@@ -11,6 +11,7 @@ and on average, and the mean fit time.
 
     python benchmarks/regressors.py --quick            # diabetes and friedman1, seed 0, short fits
     python benchmarks/regressors.py --json out.json    # four sets, seeds 0, 1, 2
+    python benchmarks/regressors.py --smoke            # CI: diabetes, seed 0, the --quick fits
 """
 
 import time
@@ -23,7 +24,7 @@ import _data
 
 ESTIMATORS = ("TreeEnsembleRegressor", "HingeForestRegressor", "EndToEndTreeRegressor",
               "ConvexPolytopeTreeRegressor", "NonGreedyTreeRegressor")
-# Shorter fits for --quick (the code path, not the figures).
+# Shorter fits for --quick and --smoke (the code path, not the figures).
 QUICK = {"TreeEnsembleRegressor": {"max_epochs": 3}, "HingeForestRegressor": {"max_epochs": 2, "num_trees": 5},
          "EndToEndTreeRegressor": {"epochs_per_level": 1, "max_depth": 3},
          "ConvexPolytopeTreeRegressor": {"epochs_per_level": 2, "max_depth": 3},
@@ -73,16 +74,16 @@ def main():
     parser.add_argument("--seeds", type=int, nargs="+", default=None)
     parser.add_argument("--models", nargs="+", choices=("cart-d8", "xgboost") + ESTIMATORS, default=None)
     args = parser.parse_args()
-    sets = args.datasets or (["diabetes", "friedman1"] if args.quick else list(SETS))
-    seeds = args.seeds or ([0] if args.quick else list(_data.SEEDS))
+    sets = args.datasets or (["diabetes"] if args.smoke else ["diabetes", "friedman1"] if args.quick else list(SETS))
+    seeds = _data.run_seeds(args)
     models = args.models or ["cart-d8", "xgboost", *ESTIMATORS]
     results = {}
     for name in sets:
         x, y = load(name)
         for seed in seeds:
-            split = _data.split(x, y, seed, regression=True)
+            split = _data.split(x, y, seed, regression=True, rows=_data.smoke_rows(args))
             for model in models:
-                pred, seconds = fit_predict(model, split, seed, args.quick)
+                pred, seconds = fit_predict(model, split, seed, args.quick or args.smoke)
                 row = {"seed": seed, "r2": float(r2_score(split.y_test, pred)), "train_seconds": seconds}
                 results.setdefault(name, {}).setdefault(model, []).append(row)
                 print(f"  {name} seed {seed} {model}: R^2 {row['r2']:.4f} fit {seconds:.1f} s", flush=True)

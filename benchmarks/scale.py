@@ -77,8 +77,11 @@ Families (each trained by ``model.fit`` on the stream, Adam unless noted):
 
 Without ``--quick`` N = 1e4, 1e5, 1e6, 1e7; ``--quick`` runs 1e4, 1e5, 1e6
 (a few minutes on 2 cores, plus about 5 s to generate the 1e6-row cache once).
+``--smoke`` (CI) runs every family at N = 2,048 (two batches) in this process,
+one after the other, with TensorFlow's thread pools as they are.
 """
 
+import argparse
 import json
 import os
 import subprocess
@@ -87,6 +90,7 @@ import tempfile
 import time
 
 import _data
+import _speed
 import numpy as np
 
 FEATURES = 32
@@ -100,6 +104,7 @@ SEED = 0
 FORMAT = 1
 SIZES = (10_000, 100_000, 1_000_000, 10_000_000)
 QUICK_SIZES = (10_000, 100_000, 1_000_000)
+SMOKE_SIZES = (2_048,)
 CART_ROWS = 10_000  # NonGreedyTree's CART initialization sample
 TEL_GOAL = 100_000  # rows/s, TreeEnsembleLayer depth 8 on 2 cores
 FAMILIES = ("TreeEnsembleLayer", "HingeForest", "EndToEndForest", "ConvexPolytopeTree", "NonGreedyTree",
@@ -395,13 +400,20 @@ def run_one(args):
         leaves = model.layers[-1].mean_reachable_leaves(model.layers[0](x, training=False))
         result["note"] = f"reachable leaves {float(np.asarray(leaves)):.1f}"
     result.update(rows_per_s=timed_rows / seconds, rows_per_cpu_s=timed_rows / max(cpu_seconds, 1e-9),
-                  epochs=clock.epochs, fit_s=clock.end - clock.begin, accuracy=correct / total)
+                  epochs=clock.epochs, fit_s=clock.end - clock.begin, accuracy=correct / total,
+                  peak_rss_mb=_speed.peak_rss_gb() * 1024)  # this process's own (see _speed.peak_rss_gb)
     return result
 
 
 # ------------------------------------------------------------------ driver
+def run_in_process(args, family, n):
+    """Runs one (family, n) in this process (``--smoke``); the peak RSS is the process's so far."""
+    return run_one(argparse.Namespace(**{**vars(args), "child": [family, str(n)]}))
+
+
 def run_child(args, family, n):
-    """Runs one (family, n) in a fresh process; returns its result with its own peak RSS."""
+    """Runs one (family, n) in a fresh process; returns its result with its own peak RSS
+    (measured by the child: the rusage the parent gets also counts the parent's memory)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "result.json")
         log = os.path.join(tmp, "log.txt")
@@ -417,9 +429,9 @@ def run_child(args, family, n):
             return {"family": family, "n": n, "failed": f"exit {proc.returncode}:\n{tail}"}
         with open(out) as handle:
             result = json.load(handle)
-    # ru_maxrss is in KiB on Linux, bytes on macOS.
-    scale = 1 if sys.platform == "darwin" else 1024
-    result["peak_rss_mb"] = usage.ru_maxrss * scale / 2**20
+    if "peak_rss_mb" not in result:  # a skipped run: ru_maxrss (KiB on Linux, bytes on macOS)
+        scale = 1 if sys.platform == "darwin" else 1024
+        result["peak_rss_mb"] = usage.ru_maxrss * scale / 2**20
     return result
 
 
@@ -481,12 +493,15 @@ def main(argv=None):
     parser.add_argument("--batch-size", type=int, default=1024)
     parser.add_argument("--data-dir", default=None, help="cache folder of the TFRecord shards "
                         "(default $KERAS_TREES_CACHE_DIR/scale-data or ~/.cache/keras_trees/scale-data)")
-    parser.add_argument("--threads", type=int, default=os.cpu_count(),
-                        help="TensorFlow intra- and inter-op threads per run (default: all cores)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="TensorFlow intra- and inter-op threads per run (default: all cores; "
+                             "--smoke: 0, TensorFlow's default)")
     parser.add_argument("--generate-only", action="store_true", help="build the cache for the sizes and stop")
-    parser.add_argument("--child", nargs=2, metavar=("FAMILY", "N"), help=argparse_hidden())
-    parser.add_argument("--result", help=argparse_hidden())
+    parser.add_argument("--child", nargs=2, metavar=("FAMILY", "N"), help=argparse.SUPPRESS)
+    parser.add_argument("--result", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.threads is None:
+        args.threads = 0 if args.smoke else os.cpu_count()
     if args.batch_size < 1:
         parser.error("--batch-size must be a positive integer")
     if args.threads is not None and args.threads < 0:
@@ -497,11 +512,12 @@ def main(argv=None):
         with open(args.result, "w") as handle:
             json.dump(result, handle)
         return None
-    sizes = args.sizes or list(QUICK_SIZES if args.quick else SIZES)
+    sizes = args.sizes or list(SMOKE_SIZES if args.smoke else QUICK_SIZES if args.quick else SIZES)
     if min(sizes) < 1:
         parser.error("--sizes must be positive")
     print(f"{len(args.families)} families x N = {', '.join(fmt_n(n) for n in sizes)}; batch {args.batch_size}, "
-          f"{args.threads} threads, one process per run", flush=True)
+          f"{args.threads} threads, {'all runs in this process' if args.smoke else 'one process per run'}",
+          flush=True)
     _, gen_seconds = ensure_data(args.data_dir, max(sizes))
     if args.generate_only:
         return None
@@ -509,7 +525,7 @@ def main(argv=None):
     print(HEADER, flush=True)
     for family in args.families:
         for n in sizes:
-            result = run_child(args, family, n)
+            result = (run_in_process if args.smoke else run_child)(args, family, n)
             results.append(result)
             if "failed" in result:
                 print(result["failed"], file=sys.stderr, flush=True)
@@ -522,12 +538,6 @@ def main(argv=None):
                                  "generation_s": gen_seconds, "results": results,
                                  "summary": summary})
     return results
-
-
-def argparse_hidden():
-    import argparse
-
-    return argparse.SUPPRESS
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ or depth 9; random search stays within the ranges.)
 Usage:
 
     python benchmarks/tel_pmlb.py --quick
+    python benchmarks/tel_pmlb.py --smoke   # CI: 600 rows of wisconsin, seed 0, one trial of one epoch
     python benchmarks/tel_pmlb.py [--sets crx,pima] [--seeds 0,1,2] [--trials 10]
                                   [--epochs 100] [--json results/tel_pmlb.json]
 """
@@ -64,6 +65,7 @@ PAPER_TEL = {
 }
 
 QUICK_SETS = ("pima", "vehicle", "wisconsin")
+SMOKE_SETS = ("wisconsin",)
 
 SEARCH_SPACE = {
     "num_trees": "int [1, 100] log",
@@ -323,16 +325,19 @@ def main():
     warnings.filterwarnings("ignore", module="sklearn.gaussian_process")
 
     quick = args.quick
-    sets = args.sets.split(",") if args.sets else list(QUICK_SETS if quick else _data.PMLB_SETS)
+    sets = args.sets.split(",") if args.sets else list(SMOKE_SETS if args.smoke else QUICK_SETS if quick
+                                                       else _data.PMLB_SETS)
     unknown = [s for s in sets if s not in _data.PMLB_SETS]
     if unknown:
         parser.error(f"unknown sets {unknown}; choose from {list(_data.PMLB_SETS)}")
-    seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else (
-        list(_data.SEEDS))
-    args.trials = args.trials or (4 if quick else 10)
-    args.epochs = args.epochs or (30 if quick else 100)
-    args.patience = args.patience or (5 if quick else 10)
-    args.xgb_trials = args.xgb_trials or (4 if quick else 12)
+    seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else ([0] if args.smoke else list(_data.SEEDS))
+    smoke = args.smoke
+    args.trials = args.trials or (1 if smoke else 4 if quick else 10)
+    args.epochs = args.epochs or (1 if smoke else 30 if quick else 100)
+    args.patience = args.patience or (1 if smoke else 5 if quick else 10)
+    args.xgb_trials = args.xgb_trials or (1 if smoke else 4 if quick else 12)
+    if smoke:
+        args.xgb_rounds = min(args.xgb_rounds, 10)
 
     import keras
 
@@ -351,7 +356,7 @@ def main():
     try:
         for name in sets:
             runs = []
-            for seed, split in _data.splits(name, seeds):
+            for seed, split in _data.splits(name, seeds, rows=_data.smoke_rows(args)):
                 tel = run_tel(split, seed, args, workdir, f"{name}_{seed}")
                 xgb_result = run_xgboost(split, seed, args)
                 cart = run_cart(split, seed)
@@ -380,6 +385,7 @@ def main():
     _data.write_json(args.json, {
         "benchmark": "tel_pmlb",
         "quick": quick,
+        "smoke": args.smoke,
         "sets": sets,
         "seeds": seeds,
         "settings": {"tel_trials": args.trials, "tuner": args.tuner, "max_epochs": args.epochs,

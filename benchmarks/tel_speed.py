@@ -17,7 +17,9 @@ is printed beside the times. The paper's target is a training step at least 10x
 faster than the dense logistic tree at depth 10; on JAX at least 15x faster
 than the jit-compiled dense smooth-step tree.
 
-    python benchmarks/tel_speed.py [--quick] [--backend tensorflow jax] [--json PATH]
+    python benchmarks/tel_speed.py [--quick | --smoke] [--backend tensorflow jax] [--json PATH]
+
+``--smoke`` (CI): depth 2, 2 training steps, one timed call each.
 """
 
 import statistics
@@ -135,9 +137,9 @@ def main():
     if _speed.run_per_backend(args, summarize):
         return
     backend = _speed.Backend()
-    depths = args.depths or ([2, 4, 6, 8, 10] if args.quick else list(range(2, 11)))
-    train_steps = args.train_steps or (150 if args.quick else 400)
-    repeats, inner = (3, 2) if args.quick else (5, 3)
+    depths = args.depths or ([2] if args.smoke else [2, 4, 6, 8, 10] if args.quick else list(range(2, 11)))
+    train_steps = args.train_steps or (2 if args.smoke else 150 if args.quick else 400)
+    repeats, inner = (1, 1) if args.smoke else (3, 2) if args.quick else (5, 3)
     rng = np.random.default_rng(0)
     x, y = make_problem(rng)
     xb, yb = backend.constant(x[:BATCH]), backend.constant(y[:BATCH])
@@ -177,7 +179,7 @@ def main():
           f"{deepest['infer_speedup_vs_logistic']:.1f}x; {deepest['mean_reachable_leaves']:.1f} reachable "
           f"leaves per sample and tree of {2**deepest['depth']}")
     _data.write_json(args.json, {"benchmark": "tel_speed", "backend": backend.name, "quick": args.quick,
-                                 "rows": rows})
+                                 "smoke": args.smoke, "rows": rows})
 
 
 if __name__ == "__main__":

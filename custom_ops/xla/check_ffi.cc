@@ -42,7 +42,4 @@ ffi::Error Check(ffi::AnyBuffer oks, ffi::Result<ffi::AnyBuffer> token, std::str
 namespace ffi = ::xla::ffi;
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesCheck, keras_trees::Guard<keras_trees::Check>::Call,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::AnyBuffer>()  // oks: (n,) bool
-                                  .Ret<ffi::AnyBuffer>()  // token: () bool, true
-                                  .Attr<std::string_view>("messages"));
+                              keras_trees::CheckSignature(ffi::Ffi::Bind()));

@@ -14,6 +14,7 @@
 #include <new>
 #include <initializer_list>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 
@@ -159,6 +160,71 @@ inline std::string CheckSameType(std::initializer_list<std::pair<const char*, co
 inline std::string CheckType(const ffi::AnyBuffer& b, ffi::DataType type, const char* name,
                              const char* type_name) {
   return b.element_type() == type ? "" : std::string(name) + " must be " + type_name;
+}
+
+
+// The arguments, results and attributes of the ops bound on several platforms,
+// after each platform's context (XLA's thread pool for the CPU handlers and
+// their CPU emulation, the stream for the CUDA handlers): one declaration per
+// op (xla/*_ffi.cc, xla/portable_ffi.cc, cuda/xla_handlers.cu).
+template <typename Binding>
+auto HingeForwardSignature(Binding binding) {
+  return std::move(binding).template Arg<ffi::AnyBuffer>()  // x
+      .template Arg<ffi::AnyBuffer>()            // thresholds
+      .template Arg<ffi::AnyBuffer>()            // feature_indices (int32)
+      .template Arg<ffi::AnyBuffer>()            // leaf_weights
+      .template Ret<ffi::AnyBuffer>()            // output [batch, trees, units]
+      .template Ret<ffi::AnyBuffer>()            // leaf (int32)
+      .template Ret<ffi::AnyBuffer>()            // margin
+      .template Ret<ffi::AnyBuffer>()            // vertex (int32)
+      .template Attr<bool>("fern");
+}
+
+template <typename Binding>
+auto HingeBackwardSignature(Binding binding) {
+  return std::move(binding).template Arg<ffi::AnyBuffer>()  // grad_output
+      .template Arg<ffi::AnyBuffer>()            // grad_margin
+      .template Arg<ffi::AnyBuffer>()            // x
+      .template Arg<ffi::AnyBuffer>()            // feature_indices
+      .template Arg<ffi::AnyBuffer>()            // leaf_weights
+      .template Arg<ffi::AnyBuffer>()            // leaf
+      .template Arg<ffi::AnyBuffer>()            // margin
+      .template Arg<ffi::AnyBuffer>()            // vertex
+      .template Ret<ffi::AnyBuffer>()            // grad_x
+      .template Ret<ffi::AnyBuffer>()            // grad_thresholds
+      .template Ret<ffi::AnyBuffer>()            // grad_leaf_weights
+      .template Attr<bool>("fern");
+}
+
+template <typename Binding>
+auto RouteSignature(Binding binding) {
+  return std::move(binding).template Arg<ffi::AnyBuffer>()  // x
+      .template Arg<ffi::AnyBuffer>()            // split_weights
+      .template Arg<ffi::AnyBuffer>()            // split_bias
+      .template Arg<ffi::AnyBuffer>()            // is_split (bool)
+      .template Ret<ffi::AnyBuffer>()            // node (int32) [batch, trees]
+      .template Ret<ffi::AnyBuffer>()            // path_values [batch, trees, depth or 0]
+      .template Attr<bool>("with_path_values");
+}
+
+template <typename Binding>
+auto RouteExpertsSignature(Binding binding) {
+  return std::move(binding).template Arg<ffi::AnyBuffer>()  // x
+      .template Arg<ffi::AnyBuffer>()            // split_weights
+      .template Arg<ffi::AnyBuffer>()            // split_bias
+      .template Arg<ffi::AnyBuffer>()            // expert_weights
+      .template Arg<ffi::AnyBuffer>()            // threshold
+      .template Arg<ffi::AnyBuffer>()            // is_split (bool)
+      .template Ret<ffi::AnyBuffer>()            // node (int32)
+      .template Ret<ffi::AnyBuffer>()            // path_values
+      .template Attr<bool>("with_path_values");
+}
+
+template <typename Binding>
+auto CheckSignature(Binding binding) {
+  return std::move(binding).template Arg<ffi::AnyBuffer>()  // oks: (n,) bool
+      .template Ret<ffi::AnyBuffer>()            // token: () bool, true
+      .template Attr<std::string_view>("messages");
 }
 
 }  // namespace keras_trees

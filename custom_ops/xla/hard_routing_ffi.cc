@@ -77,26 +77,8 @@ ffi::Error RouteExperts(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer w
 namespace ffi = ::xla::ffi;
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesHardRouting, keras_trees::Guard<keras_trees::Route>::Call,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::AnyBuffer>()  // x
-                                  .Arg<ffi::AnyBuffer>()  // split_weights
-                                  .Arg<ffi::AnyBuffer>()  // split_bias
-                                  .Arg<ffi::AnyBuffer>()  // is_split (bool)
-                                  .Ret<ffi::AnyBuffer>()  // node (int32) [batch, trees]
-                                  .Ret<ffi::AnyBuffer>()  // path_values [batch, trees, depth or 0]
-                                  .Attr<bool>("with_path_values"));
+                              keras_trees::RouteSignature(ffi::Ffi::Bind().Ctx<ffi::ThreadPool>()));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesHardRoutingExperts, keras_trees::Guard<keras_trees::RouteExperts>::Call,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::AnyBuffer>()  // x
-                                  .Arg<ffi::AnyBuffer>()  // split_weights
-                                  .Arg<ffi::AnyBuffer>()  // split_bias
-                                  .Arg<ffi::AnyBuffer>()  // expert_weights
-                                  .Arg<ffi::AnyBuffer>()  // threshold
-                                  .Arg<ffi::AnyBuffer>()  // is_split (bool)
-                                  .Ret<ffi::AnyBuffer>()  // node (int32)
-                                  .Ret<ffi::AnyBuffer>()  // path_values
-                                  .Attr<bool>("with_path_values"));
+                              keras_trees::RouteExpertsSignature(ffi::Ffi::Bind().Ctx<ffi::ThreadPool>()));
 

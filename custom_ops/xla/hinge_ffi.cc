@@ -77,31 +77,8 @@ ffi::Error Backward(ffi::ThreadPool pool, ffi::AnyBuffer gy, ffi::AnyBuffer gm, 
 namespace ffi = ::xla::ffi;
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesHingeForest, keras_trees::Guard<keras_trees::Forward>::Call,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::AnyBuffer>()  // x
-                                  .Arg<ffi::AnyBuffer>()  // thresholds
-                                  .Arg<ffi::AnyBuffer>()  // feature_indices (int32)
-                                  .Arg<ffi::AnyBuffer>()  // leaf_weights
-                                  .Ret<ffi::AnyBuffer>()  // output [batch, trees, units]
-                                  .Ret<ffi::AnyBuffer>()  // leaf (int32)
-                                  .Ret<ffi::AnyBuffer>()  // margin
-                                  .Ret<ffi::AnyBuffer>()  // vertex (int32)
-                                  .Attr<bool>("fern"));
+                              keras_trees::HingeForwardSignature(ffi::Ffi::Bind().Ctx<ffi::ThreadPool>()));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesHingeForestGrad, keras_trees::Guard<keras_trees::Backward>::Call,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::AnyBuffer>()  // grad_output
-                                  .Arg<ffi::AnyBuffer>()  // grad_margin
-                                  .Arg<ffi::AnyBuffer>()  // x
-                                  .Arg<ffi::AnyBuffer>()  // feature_indices
-                                  .Arg<ffi::AnyBuffer>()  // leaf_weights
-                                  .Arg<ffi::AnyBuffer>()  // leaf
-                                  .Arg<ffi::AnyBuffer>()  // margin
-                                  .Arg<ffi::AnyBuffer>()  // vertex
-                                  .Ret<ffi::AnyBuffer>()  // grad_x
-                                  .Ret<ffi::AnyBuffer>()  // grad_thresholds
-                                  .Ret<ffi::AnyBuffer>()  // grad_leaf_weights
-                                  .Attr<bool>("fern"));
+                              keras_trees::HingeBackwardSignature(ffi::Ffi::Bind().Ctx<ffi::ThreadPool>()));
 

@@ -53,56 +53,13 @@ ffi::Error RouteExperts(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer w
 namespace ffi = ::xla::ffi;
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesHingeForestPortable, keras_trees::Guard<keras_trees::HingeForward>::Call,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::AnyBuffer>()  // x
-                                  .Arg<ffi::AnyBuffer>()  // thresholds
-                                  .Arg<ffi::AnyBuffer>()  // feature_indices (int32)
-                                  .Arg<ffi::AnyBuffer>()  // leaf_weights
-                                  .Ret<ffi::AnyBuffer>()  // output
-                                  .Ret<ffi::AnyBuffer>()  // leaf
-                                  .Ret<ffi::AnyBuffer>()  // margin
-                                  .Ret<ffi::AnyBuffer>()  // vertex
-                                  .Attr<bool>("fern"));
+                              keras_trees::HingeForwardSignature(ffi::Ffi::Bind().Ctx<ffi::ThreadPool>()));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesHingeForestGradPortable,
-                              keras_trees::Guard<keras_trees::HingeBackward>::Call,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::AnyBuffer>()  // grad_output
-                                  .Arg<ffi::AnyBuffer>()  // grad_margin
-                                  .Arg<ffi::AnyBuffer>()  // x
-                                  .Arg<ffi::AnyBuffer>()  // feature_indices
-                                  .Arg<ffi::AnyBuffer>()  // leaf_weights
-                                  .Arg<ffi::AnyBuffer>()  // leaf
-                                  .Arg<ffi::AnyBuffer>()  // margin
-                                  .Arg<ffi::AnyBuffer>()  // vertex
-                                  .Ret<ffi::AnyBuffer>()  // grad_x
-                                  .Ret<ffi::AnyBuffer>()  // grad_thresholds
-                                  .Ret<ffi::AnyBuffer>()  // grad_leaf_weights
-                                  .Attr<bool>("fern"));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesHingeForestGradPortable, keras_trees::Guard<keras_trees::HingeBackward>::Call,
+                              keras_trees::HingeBackwardSignature(ffi::Ffi::Bind().Ctx<ffi::ThreadPool>()));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesHardRoutingPortable, keras_trees::Guard<keras_trees::Route>::Call,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::AnyBuffer>()  // x
-                                  .Arg<ffi::AnyBuffer>()  // split_weights
-                                  .Arg<ffi::AnyBuffer>()  // split_bias
-                                  .Arg<ffi::AnyBuffer>()  // is_split (bool)
-                                  .Ret<ffi::AnyBuffer>()  // node (int32)
-                                  .Ret<ffi::AnyBuffer>()  // path_values
-                                  .Attr<bool>("with_path_values"));
+                              keras_trees::RouteSignature(ffi::Ffi::Bind().Ctx<ffi::ThreadPool>()));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesHardRoutingExpertsPortable,
-                              keras_trees::Guard<keras_trees::RouteExperts>::Call,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::AnyBuffer>()  // x
-                                  .Arg<ffi::AnyBuffer>()  // split_weights
-                                  .Arg<ffi::AnyBuffer>()  // split_bias
-                                  .Arg<ffi::AnyBuffer>()  // expert_weights
-                                  .Arg<ffi::AnyBuffer>()  // threshold
-                                  .Arg<ffi::AnyBuffer>()  // is_split (bool)
-                                  .Ret<ffi::AnyBuffer>()  // node (int32)
-                                  .Ret<ffi::AnyBuffer>()  // path_values
-                                  .Attr<bool>("with_path_values"));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesHardRoutingExpertsPortable, keras_trees::Guard<keras_trees::RouteExperts>::Call,
+                              keras_trees::RouteExpertsSignature(ffi::Ffi::Bind().Ctx<ffi::ThreadPool>()));

@@ -1,7 +1,8 @@
 """Loading of the compiled kernels and the dispatch between them and the reference path.
 
 The kernel cores are bound to each framework: TensorFlow custom ops
-(TensorFlow backend) and XLA FFI handlers (JAX backend), on the CPU for every
+(TensorFlow backend), XLA FFI handlers (JAX backend) and ``torch.library``
+custom ops (PyTorch backend, CPU tensors), on the CPU for every
 op family and on CUDA GPUs for the families of :data:`DISPATCH` (the JAX
 handlers from a separate CUDA library, registered for the ``"CUDA"`` platform
 under the same target names; the TensorFlow GPU kernels in the op library,
@@ -9,8 +10,8 @@ registered beside the CPU kernels). :func:`load` builds and loads what the
 active backend and its devices can use. :func:`binding` returns a family's
 wrapper module; :func:`custom_ops_available` says whether a family's calls
 made here run the kernels, by the one table :data:`DISPATCH` keyed by
-(framework, device platform). The PyTorch backend runs the ``keras.ops``
-reference path.
+(framework, device platform). On PyTorch the kernels serve CPU tensors (a
+CUDA, MPS or XPU default device runs the ``keras.ops`` reference path).
 """
 
 import contextlib
@@ -25,11 +26,13 @@ from keras_trees.api_export import keras_trees_export
 
 _DISABLE_ENV = "KERAS_TREES_DISABLE_CUSTOM_OPS"
 # Backends with compiled kernels -> prefix of their wrapper modules.
-_BINDINGS = {"tensorflow": "tf", "jax": "jax"}
+_BINDINGS = {"tensorflow": "tf", "jax": "jax", "torch": "torch"}
 # Every op family with compiled kernels; its wrapper module is
 # keras_trees.ops._<prefix>_<family> ("check": the runtime input checks).
 FAMILIES = ("soft_tree", "hinge", "hard_routing", "loss_augmented", "pruned_routing", "check")
 _GPU_FAMILIES = ("hinge", "hard_routing")
+# The families bound to PyTorch (torch.library ops of custom_ops/torch/).
+_TORCH_FAMILIES = ("hinge", "hard_routing", "soft_tree", "loss_augmented", "pruned_routing", "check")
 # (framework, device platform) -> {op family: its binding module}. One wrapper
 # module serves a framework's CPU and GPU: the op (TensorFlow) or FFI target
 # (JAX) is the same, and the framework picks the kernel of the device.
@@ -38,6 +41,7 @@ DISPATCH = {
     ("tensorflow", "gpu"): {f: f"_tf_{f}" for f in _GPU_FAMILIES},
     ("jax", "cpu"): {f: f"_jax_{f}" for f in FAMILIES},
     ("jax", "gpu"): {f: f"_jax_{f}" for f in (*_GPU_FAMILIES, "check")},
+    ("torch", "cpu"): {f: f"_torch_{f}" for f in _TORCH_FAMILIES},
 }
 # The XLA FFI handlers exported by the JAX library (custom_ops/xla/).
 _FFI_TARGETS = (
@@ -81,17 +85,21 @@ def load():
     Never raises: failures are recorded, reported once with a warning, and the
     library keeps working through the ``keras.ops`` reference path.
     """
+    if _state["loaded"] is not None:  # no lock once decided (torch.compile traces this)
+        return _state["loaded"]
     with _lock:
         if _state["loaded"] is not None:
             return _state["loaded"]
         backend = keras.backend.backend()
         if backend not in _BINDINGS:
-            _state["error"] = f"the Keras backend is {backend!r}; compiled kernels exist for TensorFlow and JAX"
+            _state["error"] = (f"the Keras backend is {backend!r}; compiled kernels exist for TensorFlow, JAX "
+                               "and PyTorch")
         elif _env_disabled():
             _state["error"] = f"{_DISABLE_ENV} is set"
         else:
             try:
-                _state["module"] = _load_tensorflow() if backend == "tensorflow" else _load_jax()
+                loader = {"tensorflow": _load_tensorflow, "jax": _load_jax, "torch": _load_torch}[backend]
+                _state["module"] = loader()
             except Exception as exc:  # noqa: BLE001 - any failure means fall back
                 _state["error"] = f"{type(exc).__name__}: {exc}"
         _state["loaded"] = _state["module"] is not None
@@ -199,6 +207,25 @@ def _load_jax():
     return library
 
 
+def _load_torch():
+    """Loads the torch.library ops (custom_ops/torch/, CPU kernels) and
+    registers their fake kernels and autograd formulas (the ``_torch_*``
+    wrapper modules). Needs neither TensorFlow nor JAX."""
+    import torch
+
+    from keras_trees import _build
+
+    path = str(_build.build(framework="torch"))
+    torch.ops.load_library(path)
+    _state["gpu"] = False
+    _state["gpu_error"] = None
+    import importlib
+
+    for name in DISPATCH[("torch", "cpu")].values():  # now: torch.compile cannot trace an import
+        _bindings[name] = _Binding(importlib.import_module(f"keras_trees.ops.{name}"))
+    return path
+
+
 def _register_gradients():
     """Imports every TensorFlow wrapper module so its op gradients are registered
     (a SavedModel loaded after `import keras_trees` can then be differentiated)."""
@@ -264,11 +291,14 @@ def _platform():
     "gpu" (another accelerator: its own name). TensorFlow: the innermost
     device scope, else the first visible accelerator; JAX: the default
     device's platform."""
-    if keras.backend.backend() == "jax":
+    backend = keras.backend.backend()
+    if backend == "jax":
         import jax
 
         platform = jax.default_backend()
         return "gpu" if platform in ("gpu", "cuda") else platform
+    if backend == "torch":
+        return _torch_platform()
     accelerators = _visible_accelerators()
     requested = _requested_device().upper()
     if not accelerators or "CPU" in requested:
@@ -276,6 +306,18 @@ def _platform():
     if "GPU" in requested or accelerators[0].device_type == "GPU":
         return "gpu"
     return accelerators[0].device_type.lower()
+
+
+def _torch_platform():
+    """The platform of the device Keras puts PyTorch tensors on ("cpu", "gpu"
+    for CUDA, else the device type: "mps", "xpu")."""
+    get_device = _state.get("torch_get_device")
+    if get_device is None:  # imported once: torch.compile cannot trace an import
+        from keras.src.backend.torch.core import get_device
+
+        _state["torch_get_device"] = get_device
+    kind = str(get_device()).split(":")[0].lower()
+    return "gpu" if kind == "cuda" else kind
 
 
 def _compiled_families(backend, platform):
@@ -293,9 +335,15 @@ def binding(family):
     (the module :data:`DISPATCH` names for the family on the CPU; a framework's
     GPU kernels share it)."""
     name = DISPATCH[(keras.backend.backend(), "cpu")][family]
-    # The builtin __import__, not importlib: AutoGraph (inside tf.function)
-    # leaves builtins alone but warns that it cannot convert importlib.
-    return _Binding(__import__(f"keras_trees.ops.{name}", fromlist=["_"]))
+    found = _bindings.get(name)
+    if found is None:  # imported once: torch.compile cannot trace an import
+        # The builtin __import__, not importlib: AutoGraph (inside tf.function)
+        # leaves builtins alone but warns that it cannot convert importlib.
+        found = _bindings[name] = _Binding(__import__(f"keras_trees.ops.{name}", fromlist=["_"]))
+    return found
+
+
+_bindings = {}
 
 
 class _Binding:
@@ -325,6 +373,10 @@ _TF_NOISE = re.compile(r"^\{\{function_node [^}]*\}\}\s*|\s*\[Op:[^\]]*\].*$", r
 
 def _eager_value_errors(fn, args, kwargs):
     backend = keras.backend.backend()
+    if backend == "torch":
+        # A failed check of the kernels raises ValueError itself (the adapters
+        # throw std::invalid_argument), eager and under torch.compile.
+        return fn(*args, **kwargs)
     if backend == "tensorflow":
         import tensorflow as tf
 
@@ -364,12 +416,13 @@ def custom_ops_available(family=None):
             that family's calls run its kernels. ``None``: whether every
             family's do.
 
-    That needs the TensorFlow or JAX backend, the loaded kernels, no
-    :func:`reference_only` context, and kernels of the family for the device
-    the call runs on (:data:`DISPATCH`): every family on the CPU; hinge
-    forests and ferns and hard routing also on CUDA GPUs, when nvcc built
-    them. The device is TensorFlow's placement (the innermost device scope,
-    else the GPU when one is visible) or JAX's default device. On TensorFlow
+    That needs the loaded kernels, no :func:`reference_only` context, and
+    kernels of the family for the device the call runs on (:data:`DISPATCH`):
+    every family on the CPU (PyTorch: CPU tensors); hinge forests and ferns
+    and hard routing also on CUDA GPUs under TensorFlow and JAX, when nvcc
+    built them. The device is TensorFlow's placement (the
+    innermost device scope, else the GPU when one is visible), JAX's default
+    device or the device Keras puts PyTorch tensors on. On TensorFlow
     also no XLA compilation in progress (inside ``tf.function(jit_compile=True)``
     the XLA-compatible ``keras.ops`` path is traced instead); on JAX the
     kernels are XLA FFI calls and compile under ``jax.jit``.
@@ -407,7 +460,8 @@ def execution_report():
     """What runs where, as a dict (also a readable summary under ``"summary"``).
 
     Keys: ``backend``; ``library_loaded`` and ``load_error``; ``devices``, a map
-    from each device TensorFlow or JAX sees (PyTorch: ``"default"``) to
+    from each device TensorFlow or JAX sees (PyTorch: the device type Keras
+    puts tensors on, e.g. ``"cpu"``) to
     ``"kernels"`` (compiled kernels for every op family), ``"reference"`` (the
     ``keras.ops`` path) or ``"kernels for <families>; reference otherwise"``
     (a GPU: the families with CUDA kernels); ``families``, the same per op
@@ -436,6 +490,10 @@ def execution_report():
             platform = "gpu" if device.platform in ("gpu", "cuda") else device.platform
             families[str(device)] = _device_families(backend, platform)
         xla = "native (the kernels are XLA FFI custom calls)"
+    elif backend == "torch":
+        platform = _torch_platform()
+        families[platform if platform != "gpu" else "cuda"] = _device_families(backend, platform)
+        xla = "not used (torch.compile traces the kernels as custom ops)"
     else:
         families["default"] = {f: "reference" for f in FAMILIES}
         xla = "native (the keras.ops path compiles like any layer)"

@@ -201,7 +201,9 @@ def hinge_forest_dense(x, thresholds, feature_indices, leaf_weights, fern=False)
             lo, hi = 2**level - 1, 2 ** (level + 1) - 1
         go_left, go_right = left[..., lo:hi], right[..., lo:hi]
         if member is not None:
-            go_left, go_right = ops.minimum(member, go_left), ops.minimum(member, go_right)
+            # where, not ops.minimum: Keras promotes float64 to float32 there on PyTorch.
+            go_left = ops.where(go_left < member, go_left, member)
+            go_right = ops.where(go_right < member, go_right, member)
         member = ops.reshape(ops.stack([go_left, go_right], axis=-1), (batch, trees, 2 ** (level + 1)))
     return ops.einsum("bml,mlk->bmk", member, leaf_weights)
 

@@ -114,7 +114,7 @@ def leaf_losses(leaf_values, labels, loss):
     y = ops.cast(labels, theta.dtype)
     return (
         ops.sum(y * y, axis=1)[:, None]
-        - 2.0 * ops.matmul(y, ops.transpose(theta))
+        - 2.0 * ops.einsum("bk,lk->bl", y, theta)  # einsum: ops.matmul gives float32 on PyTorch
         + ops.sum(theta * theta, axis=1)[None, :]
     )
 
@@ -149,7 +149,8 @@ def loss_augmented_inference_reference(x, split_weights, split_bias, leaf_values
     _check_values(x, split_weights, split_bias, leaf_values, labels, loss)
     internal = split_weights.shape[0]
     depth = topology.max_depth_from_internal(internal)
-    v = ops.matmul(x, ops.transpose(split_weights)) + split_bias[None]
+    # einsum, not ops.matmul: Keras computes float64 matmuls in float32 on PyTorch.
+    v = ops.einsum("bp,ip->bi", x, split_weights) + split_bias[None]
     batch = ops.shape(v)[0]
     margin = ops.zeros_like(v[:, :1])
     flips = ops.zeros_like(v[:, :1])
@@ -168,7 +169,8 @@ def loss_augmented_inference_reference(x, split_weights, split_bias, leaf_values
     best = ops.max(scores, axis=1, initial=-np.inf)  # `initial`: an empty batch is no error
     first = ops.cast(ops.argmax(scores, axis=1), "int32")
     g_leaf = ops.where(h_score >= best, h_leaf, first)
-    return g_leaf, h_leaf, ops.maximum(best, h_score)
+    # where, not ops.maximum: Keras promotes float64 to float32 there on PyTorch.
+    return g_leaf, h_leaf, ops.where(h_score > best, h_score, best)
 
 
 @keras_trees_export("keras_trees.ops")

@@ -402,7 +402,8 @@ def _em_reference(threshold, x, split_weights, split_bias, gamma, is_split, leaf
     onehot = ops.one_hot(ops.cast(labels, "int32"), values.shape[2], dtype=mu.dtype)
     pi_y = ops.einsum("tnk,bk->btn", values, onehot)
     p_y = ops.sum(mu * pi_y, axis=(1, 2)) / trees
-    scale = 1.0 / (trees * ops.maximum(p_y, 1e-30))
+    # where, not ops.maximum: Keras promotes float64 to float32 there on PyTorch.
+    scale = 1.0 / (trees * ops.where(p_y > 1e-30, p_y, ops.full_like(p_y, 1e-30)))
     if sample_weight is not None:
         scale = scale * ops.cast(sample_weight, mu.dtype)
     h = mu * pi_y * scale[:, None, None]

@@ -12,7 +12,9 @@ on with computed after them:
 - ``tf.function``: ``tf.debugging.Assert`` ops and control dependencies;
 - ``jax.jit``: one XLA custom call of the compiled library (``KerasTreesCheck``,
   a few microseconds) that the tensor depends on; the failure arrives as a
-  ``JaxRuntimeError`` carrying the message when the call's results are read.
+  ``JaxRuntimeError`` carrying the message when the call's results are read;
+- ``torch.compile``: one op of the compiled library (``keras_trees::check``)
+  that the tensor depends on, raising ``ValueError`` with the message.
 
 The messages are the same on every path. :func:`finite_variables` is
 :func:`keras_trees.validation.variables.finite` for several variables of one
@@ -52,6 +54,9 @@ def require_all(checks, error=ValueError, output=None):
     if any(tensors._jax_traced(ok) for ok, _, _ in checks):
         return tensors.jax_check([ok for ok, _, _ in checks], [m for _, m, _ in checks], checks[0][2],
                                  output=output)
+    if any(tensors._torch_compiling(ok) for ok, _, _ in checks):
+        return tensors.torch_check([ok for ok, _, _ in checks], [m for _, m, _ in checks], checks[0][2],
+                                   output=output)
     asserts = [tensors.require(ok, message, err) for ok, message, err in checks]
     asserts = [a for a in asserts if a is not None]
     if output is None or not asserts:

@@ -15,6 +15,10 @@ Each check takes the tensor and the argument's name and returns the tensor
   XLA custom call of the compiled library (``KerasTreesCheck``), or without
   it to a ``jax.debug.callback``, which fails the compiled function with the
   message when it runs (``JaxRuntimeError``), see :func:`jax_check`;
+- inside ``torch.compile`` tracing: the conditions go to one op of the
+  compiled library (``keras_trees::check``) that fails the compiled call with
+  the message when it runs (``ValueError``), see :func:`torch_check`, instead
+  of a graph break on every ``bool(tensor)``;
 - symbolic Keras tensors (functional model construction) have no values: only
   dtype and shape checks apply.
 
@@ -23,6 +27,7 @@ are dropped by XLA itself; the compiled kernels keep their own checks.
 """
 
 import contextlib
+import math
 import threading
 
 import numpy as np
@@ -58,6 +63,15 @@ def _jax_traced(x):
     return isinstance(x, jax.core.Tracer)
 
 
+def _torch_compiling(x):
+    """True while ``torch.compile`` traces ``x`` (a tensor of the PyTorch backend)."""
+    if backend() != "torch":
+        return False
+    import torch
+
+    return isinstance(x, torch.Tensor) and torch.compiler.is_compiling()
+
+
 def _raise_if_false(ok, message, error):
     if not bool(np.asarray(ok)):
         raise error(message)
@@ -78,7 +92,7 @@ def require(ok, message, error=ValueError):
     if is_keras_symbolic(ok):
         return
     stack = getattr(_collectors, "stack", None)
-    if stack and (_tf_graph(ok) or _jax_traced(ok)):
+    if stack and (_tf_graph(ok) or _jax_traced(ok) or _torch_compiling(ok)):
         stack[-1].append((ok, message, error))
         return
     if _tf_graph(ok):
@@ -87,6 +101,9 @@ def require(ok, message, error=ValueError):
         return tf.debugging.Assert(ok, [message], name="keras_trees_check")
     if _jax_traced(ok):
         jax_check([ok], [message], error)
+        return
+    if _torch_compiling(ok):
+        torch_check([ok], [message], error)
         return
     _raise_if_false(ops.convert_to_numpy(ok), message, error)
 
@@ -193,6 +210,24 @@ def jax_check(oks, messages, error=ValueError, output=None):
         jax.debug.callback(_raise_first, stacked, messages, error)
 
     jax.lax.cond(jnp.all(stacked), lambda stacked: None, fail, stacked)
+    return output
+
+
+def torch_check(oks, messages, error=ValueError, output=None):
+    """Inside ``torch.compile``: fails the compiled call with the message of
+    the first false condition of ``oks`` (scalar booleans). Returns ``output``.
+
+    With the compiled kernels loaded this is one op (``keras_trees::check``,
+    kept by the compiler even when nothing reads it) that raises
+    ``ValueError`` when the compiled call runs; given ``output``, the result
+    is made to depend on it. Without the kernels the conditions are read at
+    once (a graph break) and ``error`` is raised."""
+    from keras_trees.ops import _library
+
+    if _library.custom_ops_available("check"):
+        token = _library.binding("check").check(oks, messages)
+        return output if output is None else _library.binding("check").depend(output, token)
+    _raise_first(np.asarray([bool(ok) for ok in oks]), messages, error)
     return output
 
 
@@ -362,7 +397,8 @@ def positive_scalar(value, name):
     if isinstance(value, (bool, np.bool_)) or isinstance(value, str):
         raise TypeError(f"{name} must be a finite number > 0, got {value!r}")
     if isinstance(value, (int, float, np.number)):
-        if not (np.isfinite(value) and value > 0):
+        # math, not NumPy: torch.compile traces np.isfinite as a tensor op.
+        if not (math.isfinite(value) and value > 0):
             raise ValueError(f"{name} must be a finite number > 0, got {value}")
         return value
     t = as_tensor(value, name)

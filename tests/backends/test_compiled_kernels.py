@@ -1,9 +1,10 @@
 """The compiled kernels of the active backend's binding against the keras.ops
 reference and finite differences: TensorFlow custom ops under TensorFlow, XLA
-FFI handlers under JAX (CI runs this file with both). Every kernel: forward
-pass, every gradient, batch 0 and 1, float32 and float64, compiled
-(``tf.function`` / ``jax.jit``) and eager, bit-identical reruns, bad inputs.
-PyTorch has no binding: the layers run the reference there.
+FFI handlers under JAX, ``torch.library`` ops under PyTorch (CI runs this file
+with all three). Every kernel: forward pass, every gradient, batch 0 and 1,
+float32 and float64, compiled (``tf.function`` / ``jax.jit``; PyTorch: eager,
+``torch.compile`` is tested in tests/backends/test_torch_binding.py) and eager,
+bit-identical reruns, bad inputs.
 
 The families with GPU kernels (hinge forests and ferns, hard routing) run
 their tests on every engine (:func:`engines`): the kernels of the default
@@ -23,7 +24,8 @@ from keras_trees import ops as tree_ops
 from tests._backend import compiled, precision
 from tests.backends.conftest import BACKEND
 
-pytestmark = pytest.mark.skipif(BACKEND not in ("tensorflow", "jax"), reason=f"no compiled kernels on {BACKEND}")
+pytestmark = pytest.mark.skipif(BACKEND not in ("tensorflow", "jax", "torch"),
+                                reason=f"no compiled kernels on {BACKEND}")
 
 DTYPES = ["float32", "float64"]
 # (batch, dtype): both dtypes at a real batch, the edge batches once each.
@@ -95,6 +97,16 @@ def value_and_gradients(fn, args, diff, cotangent):
         value, grads = jax.jit(jax.value_and_grad(loss, argnums=tuple(range(len(diff)))))(
             *[args[i] for i in diff])
         return float(value), numpy(grads)
+    if BACKEND == "torch":
+        import torch
+
+        full = [torch.tensor(a) for a in args]
+        for i in diff:
+            full[i].requires_grad_(True)
+        value = (fn(*full) * torch.as_tensor(cotangent)).sum()
+        grads = torch.autograd.grad(value, [full[i] for i in diff], allow_unused=True)
+        return float(value.detach()), [np.zeros(args[i].shape) if g is None else g.detach().numpy()
+                              for i, g in zip(diff, grads)]
     import tensorflow as tf
 
     full = [tf.constant(a) for a in args]

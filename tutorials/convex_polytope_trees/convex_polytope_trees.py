@@ -15,7 +15,7 @@ experts whose "left" region is a convex polytope (Theorem 1).
 4. Save the model and reload it: predictions are identical, served by the
    compiled hard-routing op.
 
-    python tutorials/convex_polytope_trees/convex_polytope_trees.py [--quick] [--out DIR]
+    python tutorials/convex_polytope_trees/convex_polytope_trees.py [--quick | --smoke] [--out DIR]
 
 Figures go to tutorials/convex_polytope_trees/_out/ (git-ignored) by default.
 """
@@ -46,7 +46,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer epochs (smoke test)")
+    parser.add_argument("--quick", action="store_true", help="fewer epochs")
+    parser.add_argument("--smoke", action="store_true",
+                        help="smoke test (CI): one or two epochs, the smallest settings; its figures mean nothing")
     parser.add_argument("--out", default=os.path.join(HERE, "_out"))
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -56,7 +58,8 @@ def main():
     split = _data.split(*_data.two_circles(), seed=0)
     tree = ConvexPolytopeTree(max_depth=2, num_experts=20, num_classes=2, seed=0, name="cpt")
     model = keras.Sequential([keras.Input((2,)), tree])
-    history = tree.fit_greedy(split.x_train, split.y_train, epochs=10 if args.quick else 60, batch_size=256,
+    epochs = 1 if args.smoke else 10 if args.quick else 60
+    history = tree.fit_greedy(split.x_train, split.y_train, epochs=epochs, batch_size=256,
                               learning_rate=0.05, min_gain=0.01)
     scores = model.predict(split.x_test, verbose=0)
     auc = _data.auc(split.y_test, scores, 2)

@@ -13,7 +13,7 @@ predictions:
    process that never imports keras_trees (stock TensorFlow ops only);
 4. ``keras_trees.inspection.to_json`` -> the grown tree evaluated with NumPy alone.
 
-    python tutorials/deployment/deployment.py [--quick] [--out DIR]
+    python tutorials/deployment/deployment.py [--quick | --smoke] [--out DIR]
 """
 
 import argparse
@@ -52,6 +52,8 @@ def fresh_process(code, env=None):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--smoke", action="store_true",
+                        help="smoke test (CI): one or two epochs, the smallest settings; its figures mean nothing")
     parser.add_argument("--out", default=os.path.join(HERE, "_out"))
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -72,12 +74,12 @@ def main():
         keras.layers.Dense(2),
     ], name="tel_classifier")
     tel_model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    tel_model.fit(x_tr, y_tr, epochs=5 if args.quick else 30, batch_size=64, verbose=0)
+    tel_model.fit(x_tr, y_tr, epochs=1 if args.smoke else 5 if args.quick else 30, batch_size=64, verbose=0)
     # ... and an end-to-end tree grown greedily, deterministic at inference.
     tree = EndToEndTree(max_depth=3, num_classes=2, seed=0)
     tree_model = keras.Sequential([keras.Input((30,)), tree], name="tree_classifier")
     tree_model.compile(keras.optimizers.Adam(0.01), keras.losses.SparseCategoricalCrossentropy())
-    growth = GreedyLevelGrowth(x_tr, y_tr, epochs_per_level=3 if args.quick else 15)
+    growth = GreedyLevelGrowth(x_tr, y_tr, epochs_per_level=1 if args.smoke else 3 if args.quick else 15)
     tree_model.fit(x_tr, y_tr, batch_size=100, epochs=growth.max_epochs(3), verbose=0,
                    callbacks=[growth, EMLeafUpdate(x_tr, y_tr), SteepnessAnnealing(0.1)])
     # Both in one Functional model: averaged class probabilities.

@@ -9,7 +9,7 @@
    drawn as images.
 3. Saving the grown tree and routing with the compiled op.
 
-    python tutorials/end_to_end_trees/end_to_end_trees.py [--quick] [--out DIR]
+    python tutorials/end_to_end_trees/end_to_end_trees.py [--quick | --smoke] [--out DIR]
 
 Figures go to tutorials/end_to_end_trees/_out/ (git-ignored) by default.
 """
@@ -38,7 +38,7 @@ from keras_trees.regularizers import SpatialLaplacian  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def posterior_convergence(out, quick):
+def posterior_convergence(out, quick, smoke=False):
     x, y = make_moons(2000, noise=0.25, random_state=0)
     x = ((x - x.mean(0)) / x.std(0)).astype("float32")
     y = y.astype("int32")
@@ -47,7 +47,7 @@ def posterior_convergence(out, quick):
     model.compile(keras.optimizers.Adam(0.01), keras.losses.SparseCategoricalCrossentropy())
     grid = np.stack(np.meshgrid(np.linspace(-2.5, 2.5, 150), np.linspace(-2.5, 2.5, 150)), -1)
     flat = grid.reshape(-1, 2).astype("float32")
-    stages = [1, 4, 12] if quick else [2, 8, 40]
+    stages = [1, 2] if smoke else [1, 4, 12] if quick else [2, 8, 40]
     callbacks = [EMLeafUpdate(x, y), SteepnessAnnealing(0.1)]
     fig, axes = plt.subplots(2, len(stages), figsize=(4 * len(stages), 8))
     done = 0
@@ -72,12 +72,12 @@ def posterior_convergence(out, quick):
     print(f"wrote {path}")
 
 
-def spatial_regularization(out, quick):
+def spatial_regularization(out, quick, smoke=False):
     digits = load_digits()
     x = (digits.data / 16.0).astype("float32").reshape(-1, 8, 8)
     y = digits.target.astype("int32")
     x_tr, x_te, y_tr, y_te = train_test_split(x, y, test_size=0.2, random_state=0, stratify=y)
-    epochs = 4 if quick else 15
+    epochs = 1 if smoke else 4 if quick else 15
     fig, axes = plt.subplots(2, 6, figsize=(12, 4.4))
     for row, strength in enumerate((0.0, 0.01)):
         reg = SpatialLaplacian(strength, (8, 8)) if strength else None
@@ -114,12 +114,14 @@ def spatial_regularization(out, quick):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--smoke", action="store_true",
+                        help="smoke test (CI): one or two epochs, the smallest settings; its figures mean nothing")
     parser.add_argument("--out", default=os.path.join(HERE, "_out"))
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     keras.utils.set_random_seed(0)
-    posterior_convergence(args.out, args.quick)
-    spatial_regularization(args.out, args.quick)
+    posterior_convergence(args.out, args.quick, args.smoke)
+    spatial_regularization(args.out, args.quick, args.smoke)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Random hinge forests and ferns walk-through (Lay et al. 2018).
 
-    python tutorials/hinge_forests/hinge_forests.py [--quick] [--out DIR]
+    python tutorials/hinge_forests/hinge_forests.py [--quick | --smoke] [--out DIR]
 
 1. A single hinge tree on one input: crisp routing, piecewise-linear output
    ``w_leaf * |r*|`` (figure ``hinge_tree_1d.png``), and what ``traverse`` reports.
@@ -76,7 +76,7 @@ def feature_pool_forest(input_dim, units, layer, reduction, seed, trees=100, max
     ])
 
 
-def regression(quick, seed=0):
+def regression(quick, seed=0, smoke=False):
     from sklearn.linear_model import LinearRegression
 
     x, y = _data.load("diabetes")
@@ -89,7 +89,7 @@ def regression(quick, seed=0):
     model.fit(
         split.x_train, (split.y_train - mu) / sd,
         validation_data=(split.x_val, (split.y_val - mu) / sd),
-        epochs=40 if quick else 200, batch_size=32, verbose=0,
+        epochs=1 if smoke else 40 if quick else 200, batch_size=32, verbose=0,
         callbacks=[keras.callbacks.EarlyStopping(patience=30, restore_best_weights=True)],
     )
     seconds = time.perf_counter() - start
@@ -106,10 +106,10 @@ def regression(quick, seed=0):
     return rmse
 
 
-def classification(quick, out, seed=0):
+def classification(quick, out, seed=0, smoke=False):
     x, y = _data.load("digits")
-    split = _data.split(x, y, seed)
-    epochs = 8 if quick else 30
+    split = _data.split(x, y, seed, rows=600 if smoke else None)
+    epochs = 1 if smoke else 8 if quick else 30
     models = {
         "inner-product features + forest": feature_pool_forest(64, 10, HingeForest, "sum", seed),
         "inner-product features + ferns": feature_pool_forest(64, 10, HingeFern, "sum", seed),
@@ -152,12 +152,14 @@ def classification(quick, out, seed=0):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer epochs (about 30 s)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="smoke test (CI): one or two epochs, the smallest settings; its figures mean nothing")
     parser.add_argument("--out", default=os.path.join(HERE, "_out"), help="folder for outputs")
     args = parser.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     one_tree(args.out)
-    regression(args.quick)
-    classification(args.quick, args.out)
+    regression(args.quick, smoke=args.smoke)
+    classification(args.quick, args.out, smoke=args.smoke)
 
 
 if __name__ == "__main__":

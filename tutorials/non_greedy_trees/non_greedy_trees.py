@@ -10,7 +10,7 @@
 3. Fast vs exact loss-augmented inference time (Figure 4, a small version).
 4. Saving and reloading: identical predictions through the hard-routing op.
 
-    python tutorials/non_greedy_trees/non_greedy_trees.py [--quick] [--out DIR]
+    python tutorials/non_greedy_trees/non_greedy_trees.py [--quick | --smoke] [--out DIR]
 
 Figures go to tutorials/non_greedy_trees/_out/ by default.
 """
@@ -126,14 +126,17 @@ def save_reload(model, xt, out):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--smoke", action="store_true",
+                        help="smoke test (CI): one or two epochs, the smallest settings; its figures mean nothing")
     parser.add_argument("--out", default=os.path.join(HERE, "_out"))
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    x, xt, y, yt = data(args.quick)
+    x, xt, y, yt = data(args.quick or args.smoke)
     bound_check(x, y, depth=4)
-    nus = [0.5, 4.0, 43.0] if args.quick else [0.1, 1.0, 4.0, 10.0, 43.0, 100.0]
-    model = nu_sweep(x, y, xt, yt, depth=6, nus=nus, epochs=6 if args.quick else 30, out=args.out)
-    speed([4, 8, 12] if args.quick else [4, 6, 8, 10, 12, 14], args.out)
+    nus = [4.0] if args.smoke else [0.5, 4.0, 43.0] if args.quick else [0.1, 1.0, 4.0, 10.0, 43.0, 100.0]
+    epochs = 1 if args.smoke else 6 if args.quick else 30
+    model = nu_sweep(x, y, xt, yt, depth=6, nus=nus, epochs=epochs, out=args.out)
+    speed([4] if args.smoke else [4, 8, 12] if args.quick else [4, 6, 8, 10, 12, 14], args.out)
     save_reload(model, xt, args.out)
 
 

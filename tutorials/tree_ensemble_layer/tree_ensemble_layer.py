@@ -1,6 +1,6 @@
 """Tree Ensemble Layer walk-through: smooth-step routing and conditional computation.
 
-    python tutorials/tree_ensemble_layer/tree_ensemble_layer.py [--quick] [--out DIR]
+    python tutorials/tree_ensemble_layer/tree_ensemble_layer.py [--quick | --smoke] [--out DIR]
 
 1. Plots the smooth-step against the paper's logistic (Figure 1).
 2. Trains a single tree of depth 10 on the Pima diabetes data with Adam
@@ -64,6 +64,8 @@ def plot_activations(out):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--smoke", action="store_true",
+                        help="smoke test (CI): one or two epochs, the smallest settings; its figures mean nothing")
     parser.add_argument("--out", default=os.path.join(HERE, "_out"))
     args = parser.parse_args()
     tf.get_logger().setLevel("ERROR")  # one model per width retraces predict; that is expected
@@ -71,8 +73,8 @@ def main():
     print("wrote", plot_activations(args.out))
 
     data = _data.split(*_data.load("pima"), seed=0)
-    epochs = 8 if args.quick else 40
-    widths = (0.1, 1.0, 10.0) if args.quick else (0.01, 0.1, 1.0, 10.0)
+    epochs = 1 if args.smoke else 8 if args.quick else 40
+    widths = (1.0,) if args.smoke else (0.1, 1.0, 10.0) if args.quick else (0.01, 0.1, 1.0, 10.0)
     curves = {}
     for width in widths:
         keras.utils.set_random_seed(0)

@@ -9,7 +9,7 @@
 3. The best tree reloaded from the tuner's directory in a fresh process, its
    statistics, and its diagram.
 
-    python tutorials/tuning/tuning.py [--quick] [--out DIR]
+    python tutorials/tuning/tuning.py [--quick | --smoke] [--out DIR]
 """
 
 import argparse
@@ -50,13 +50,14 @@ def trial_scores(tuner):
     return [t.score if t.score is not None else np.nan for t in trials]
 
 
-def tune_tel(out, quick):
+def tune_tel(out, quick, smoke=False):
     x_tr, x_val, x_te, y_tr, y_val, y_te = splits(*load_digits(return_X_y=True))
     hypermodel = TreeEnsembleHyperModel(input_shape=(64,), num_classes=10)
-    tuner = kt.BayesianOptimization(hypermodel, objective="val_accuracy", max_trials=3 if quick else 15,
-                                    num_initial_points=2 if quick else 5, seed=0,
+    tuner = kt.BayesianOptimization(hypermodel, objective="val_accuracy",
+                                    max_trials=1 if smoke else 3 if quick else 15,
+                                    num_initial_points=1 if smoke else 2 if quick else 5, seed=0,
                                     directory=out, project_name="tel_digits", overwrite=True)
-    tuner.search(x_tr, y_tr, validation_data=(x_val, y_val), epochs=3 if quick else 40, verbose=0,
+    tuner.search(x_tr, y_tr, validation_data=(x_val, y_val), epochs=1 if smoke else 3 if quick else 40, verbose=0,
                  callbacks=[keras.callbacks.EarlyStopping("val_accuracy", patience=5)])
     best_hp = tuner.get_best_hyperparameters(1)[0]
     model = tuner.get_best_models(1)[0]
@@ -67,11 +68,17 @@ def tune_tel(out, quick):
     return trial_scores(tuner)
 
 
-def tune_tree(out, quick):
+def epochs_per_level(quick, smoke=False):
+    """The tree search's choices of epochs per level."""
+    return (1,) if smoke else (2, 4) if quick else (10, 20)
+
+
+def tune_tree(out, quick, smoke=False):
     x_tr, x_val, x_te, y_tr, y_val, y_te = splits(*load_wine(return_X_y=True))
     hypermodel = EndToEndTreeHyperModel(input_shape=(13,), num_classes=3, max_depth=4,
-                                        epochs_per_level=(2, 4) if quick else (10, 20), batch_sizes=(32, 64))
-    tuner = kt.RandomSearch(hypermodel, objective="val_accuracy", max_trials=2 if quick else 10, seed=0,
+                                        epochs_per_level=epochs_per_level(quick, smoke), batch_sizes=(32, 64))
+    tuner = kt.RandomSearch(hypermodel, objective="val_accuracy", max_trials=1 if smoke else 2 if quick else 10,
+                            seed=0,
                             directory=out, project_name="tree_wine", overwrite=True)
     tuner.search(x_tr, y_tr, validation_data=(x_val, y_val), verbose=0)
     # Trials may tie on a small validation set, and a reloaded oracle may order ties
@@ -95,8 +102,8 @@ def tune_tree(out, quick):
     return trial_scores(tuner), hypermodel
 
 
-def reload_in_fresh_process(out, quick):
-    levels = (2, 4) if quick else (10, 20)
+def reload_in_fresh_process(out, quick, smoke=False):
+    levels = epochs_per_level(quick, smoke)
     code = f"""
 import numpy as np, keras_tuner as kt
 import keras_trees
@@ -121,13 +128,15 @@ print(np.array_equal(model.predict(x, verbose=0), np.load({os.path.join(out, "be
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--smoke", action="store_true",
+                        help="smoke test (CI): one or two epochs, the smallest settings; its figures mean nothing")
     parser.add_argument("--out", default=os.path.join(HERE, "_out"))
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     keras.utils.set_random_seed(0)
-    tel_scores = tune_tel(args.out, args.quick)
-    tree_scores, _ = tune_tree(args.out, args.quick)
-    reload_in_fresh_process(args.out, args.quick)
+    tel_scores = tune_tel(args.out, args.quick, args.smoke)
+    tree_scores, _ = tune_tree(args.out, args.quick, args.smoke)
+    reload_in_fresh_process(args.out, args.quick, args.smoke)
     fig, ax = plt.subplots(figsize=(5, 3))
     ax.plot(np.arange(1, len(tel_scores) + 1), tel_scores, "o-", label="TEL, Bayesian optimization (digits)")
     ax.plot(np.arange(1, len(tree_scores) + 1), tree_scores, "s-", label="end-to-end tree, random search (wine)")

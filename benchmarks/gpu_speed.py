@@ -1,0 +1,418 @@
+"""CUDA kernels vs the jit-compiled keras.ops path on one device (JAX backend).
+
+Each row times the same computation two ways on ``jax.devices()[0]``, both
+under ``jax.jit``:
+
+* ``kernels``: ``keras_trees.ops`` as a user calls it, which dispatches to the
+  compiled kernels (XLA FFI custom calls; CUDA handlers on a GPU) where they
+  are available for the device;
+* ``keras.ops``: the same functions traced inside
+  ``keras_trees.ops.reference_only()``, the ``keras.ops`` path a GPU user ran
+  before the CUDA kernels (level-by-level gathers).
+
+Rows (float32):
+
+* hinge forest, 100 trees of depth 10 over 100 inputs, 26 units, forward and
+  backward at batch 256 and 4096: ``loss = sum(hinge_forest(...) * c)`` for a
+  fixed random cotangent ``c``, gradients with respect to the inputs, the
+  thresholds and the leaf weights;
+* hinge fern, the same at batch 4096;
+* hard routing forward (``hard_route``: leaf node and path values), 100
+  oblique trees over 64 inputs, every internal node a split, depth 10 and 12,
+  batch 1024.
+
+Timing: a few warm-up calls, then the median of N calls, each waited for with
+``jax.block_until_ready``, rotating among 3 input sets (so no cache holds the
+one input); the two paths alternate call by call. The JSON also has the
+pipelined time per call (50 calls back to back, one wait) and the compile
+times. Before timing, each row checks that the kernels agree with the
+``keras.ops`` path computed with exact float32 dot products (``max rel diff``:
+largest difference over the largest magnitude, per output, worst output; for
+routing, leaf nodes must match: at most 1 in 10,000 may differ, split values
+within rounding of 0) and runs the kernel computation twice on the same inputs
+(``bitwise``: all outputs and gradients bit-identical). ``path`` says what the timed ``kernels`` function
+actually compiled to: ``kernels`` when its HLO holds keras-trees custom calls,
+``reference`` when the dispatch fell back to the keras.ops path (then the
+ratio is about 1).
+
+Goals on a GPU: hinge at batch 4096 at most 0.15 ms and at least 9x faster
+than keras.ops; hard routing at batch 1024 at least 10x. For context the
+table ends with the published figures (shared/benchmarks.md, one H100): the
+keras.ops path 0.40 / 1.34 ms (hinge, batch 256 / 4096), 0.49 / 1.12 ms (hard
+routing depth 10 / 12), and the public PyTorch CUDA hinge-forest extension
+0.89 / 1.90 ms with atomics, 5.0 / 69.7 ms deterministic.
+
+    KERAS_BACKEND=jax python benchmarks/gpu_speed.py [--json PATH] [--quick] [--reps N]
+    KERAS_BACKEND=jax python benchmarks/gpu_speed.py --smoke   # tiny shapes, 2 reps, any device (CI)
+
+Exits non-zero when the kernels and the keras.ops path disagree (the timings
+would then compare different computations); misses of the goals and
+non-determinism are reported, not fatal (tests/gpu/run_check.sh checks
+determinism on its own).
+"""
+
+import os
+import re
+import statistics
+import sys
+import time
+
+os.environ.setdefault("KERAS_BACKEND", "jax")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import _data  # noqa: E402  (also puts the repository root on sys.path)
+
+import numpy as np  # noqa: E402
+
+INPUT_SETS = 3
+PIPELINE_CALLS = 50
+# Published figures, shared/benchmarks.md (one H100, JAX 0.11, Keras 3.15, median).
+PUBLISHED_KERAS_OPS_MS = {("hinge", False, 256): 0.40, ("hinge", False, 4096): 1.34,
+                          ("routing", 10, 1024): 0.49, ("routing", 12, 1024): 1.12}
+PUBLISHED_PYTORCH_CUDA_HINGE_MS = {"atomics": {256: 0.89, 4096: 1.90},
+                                   "deterministic": {256: 5.0, 4096: 69.7}}
+HINGE_GOAL = {"max_ms": 0.15, "min_ratio": 9.0}
+ROUTING_GOAL = {"min_ratio": 10.0}
+AGREE_RTOL = 1e-4  # kernels vs keras.ops, relative to each output's largest magnitude
+NODE_MISMATCH_FRACTION = 1e-4  # routing: leaf nodes that may differ (split values within rounding of 0)
+
+
+def settings(smoke):
+    """The rows: dicts of family, shapes and goal."""
+    if smoke:
+        hinge = dict(trees=3, depth=3, features=5, units=2)
+        routing = dict(trees=3, dim=4)
+        return [
+            dict(family="hinge", fern=False, batch=8, **hinge),
+            dict(family="hinge", fern=False, batch=16, goal=HINGE_GOAL, **hinge),
+            dict(family="hinge", fern=True, batch=16, goal=HINGE_GOAL, **hinge),
+            dict(family="routing", depth=3, batch=8, goal=ROUTING_GOAL, **routing),
+            dict(family="routing", depth=4, batch=8, goal=ROUTING_GOAL, **routing),
+        ]
+    hinge = dict(trees=100, depth=10, features=100, units=26)
+    routing = dict(trees=100, dim=64)
+    return [
+        dict(family="hinge", fern=False, batch=256, **hinge),
+        dict(family="hinge", fern=False, batch=4096, goal=HINGE_GOAL, **hinge),
+        dict(family="hinge", fern=True, batch=4096, goal=HINGE_GOAL, **hinge),
+        dict(family="routing", depth=10, batch=1024, goal=ROUTING_GOAL, **routing),
+        dict(family="routing", depth=12, batch=1024, goal=ROUTING_GOAL, **routing),
+    ]
+
+
+def label(s):
+    if s["family"] == "hinge":
+        return f"hinge {'fern' if s['fern'] else 'forest'} fwd+bwd, depth {s['depth']}"
+    return f"hard routing fwd, depth {s['depth']}"
+
+
+def published(s):
+    if s["family"] == "hinge":
+        return PUBLISHED_KERAS_OPS_MS.get(("hinge", s["fern"], s["batch"]))
+    return PUBLISHED_KERAS_OPS_MS.get(("routing", s["depth"], s["batch"]))
+
+
+def kernels_available(family):
+    """``custom_ops_available(family)`` (per-family form), else the global form."""
+    from keras_trees import ops as tree_ops
+
+    try:
+        return bool(tree_ops.custom_ops_available(family))
+    except TypeError:  # the per-family signature is not there yet
+        return bool(tree_ops.custom_ops_available())
+
+
+# ---------------------------------------------------------------- the computations
+
+
+def hinge_inputs(s, rng):
+    """Input sets ``(x, thresholds, leaf_weights)``, and the shared feature indices and cotangent."""
+    import jax.numpy as jnp
+
+    vertices = s["depth"] if s["fern"] else 2 ** s["depth"] - 1
+    sets = []
+    for _ in range(INPUT_SETS):
+        x = rng.standard_normal((s["batch"], s["features"]), dtype=np.float32)
+        t = rng.uniform(-2, 2, size=(s["trees"], vertices)).astype(np.float32)
+        w = rng.standard_normal((s["trees"], 2 ** s["depth"], s["units"]), dtype=np.float32)
+        sets.append(tuple(jnp.asarray(a) for a in (x, t, w)))
+    f = jnp.asarray(rng.integers(0, s["features"], size=(s["trees"], vertices)).astype(np.int32))
+    cot = jnp.asarray(rng.standard_normal((s["batch"], s["trees"], s["units"]), dtype=np.float32))
+    return sets, (f, cot)
+
+
+def hinge_step(fern):
+    """A fresh jitted ``(x, t, w, f, cot) -> (loss, (dx, dt, dw))``: a new function
+    object per path, so no trace of one path can serve the other."""
+    import jax
+    import jax.numpy as jnp
+
+    from keras_trees import ops as tree_ops
+
+    def loss(x, t, w, f, cot):
+        return jnp.sum(tree_ops.hinge_forest(x, t, f, w, fern=fern) * cot)
+
+    return jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2)))
+
+
+def routing_inputs(s, rng):
+    """Input sets ``(x, split_weights, split_bias)``, and the shared ``is_split``."""
+    import jax.numpy as jnp
+
+    n = 2 ** s["depth"] - 1
+    sets = []
+    for _ in range(INPUT_SETS):
+        x = rng.standard_normal((s["batch"], s["dim"]), dtype=np.float32)
+        w = rng.standard_normal((s["trees"], n, s["dim"]), dtype=np.float32) / np.float32(np.sqrt(s["dim"]))
+        b = (0.1 * rng.standard_normal((s["trees"], n), dtype=np.float32)).astype(np.float32)
+        sets.append(tuple(jnp.asarray(a) for a in (x, w, b)))
+    return sets, (jnp.asarray(np.ones((s["trees"], n), bool)),)
+
+
+def routing_step():
+    import jax
+
+    from keras_trees import ops as tree_ops
+
+    def route(x, w, b, is_split):
+        return tree_ops.hard_route(x, w, b, is_split)
+
+    return jax.jit(route)
+
+
+# ---------------------------------------------------------------- measuring
+
+
+def flat(out):
+    import jax
+
+    return [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(out)]
+
+
+def compile_ahead(fn, args):
+    """``(compiled fn, seconds to lower and compile, keras-trees custom-call
+    targets in its module)``; no targets: the keras.ops path only."""
+    start = time.perf_counter()
+    lowered = fn.lower(*args)
+    compiled = lowered.compile()
+    seconds = time.perf_counter() - start
+    return compiled, seconds, sorted(set(re.findall(r"KerasTrees[A-Za-z]+", lowered.as_text())))
+
+
+def bitwise_equal(a, b):
+    return all(x.shape == y.shape and x.dtype == y.dtype and x.tobytes() == y.tobytes() for x, y in zip(a, b))
+
+
+def rel_diff(a, b):
+    """Largest |a - b| over the largest |b|, worst output (floating outputs only)."""
+    worst = 0.0
+    for x, y in zip(a, b):
+        if not np.issubdtype(y.dtype, np.floating) or y.size == 0:
+            continue
+        scale = max(float(np.max(np.abs(y))), np.finfo(y.dtype).tiny)
+        worst = max(worst, float(np.max(np.abs(x.astype(np.float64) - y.astype(np.float64)))) / scale)
+    return worst
+
+
+def compare(family, kernel_out, reference_out):
+    """(agrees, max rel diff, differing leaf nodes)."""
+    if family == "hinge":
+        diff = rel_diff(kernel_out, reference_out)
+        return diff <= AGREE_RTOL, diff, 0
+    (node_k, path_k), (node_r, path_r) = kernel_out, reference_out
+    same = node_k == node_r
+    mismatched = int(same.size - np.count_nonzero(same))
+    diff = rel_diff([path_k[same]], [path_r[same]]) if np.any(same) else 0.0
+    agrees = mismatched <= NODE_MISMATCH_FRACTION * max(1, same.size) and diff <= AGREE_RTOL
+    return agrees, diff, mismatched
+
+
+def timed_calls(fns, sets, shared, reps):
+    """Median seconds per synchronized call of each function, alternating call by call."""
+    import jax
+
+    times = {name: [] for name in fns}
+    for i in range(reps):
+        args = (*sets[i % len(sets)], *shared)
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            jax.block_until_ready(fn(*args))
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def pipelined(fn, sets, shared, rounds):
+    """Best over ``rounds`` of (PIPELINE_CALLS calls back to back, one wait) / calls."""
+    import jax
+
+    best = float("inf")
+    for _ in range(rounds):
+        start = time.perf_counter()
+        out = [fn(*sets[i % len(sets)], *shared) for i in range(PIPELINE_CALLS)]
+        jax.block_until_ready(out)
+        best = min(best, (time.perf_counter() - start) / PIPELINE_CALLS)
+        del out
+    return best
+
+
+def bench(s, reps, warmup, smoke, rng):
+    """One row of the table (a dict) for setting ``s``."""
+    import jax
+
+    from keras_trees import ops as tree_ops
+
+    if s["family"] == "hinge":
+        sets, shared = hinge_inputs(s, rng)
+        step = lambda: hinge_step(s["fern"])  # noqa: E731
+    else:
+        sets, shared = routing_inputs(s, rng)
+        step = routing_step
+    first = (*sets[0], *shared)
+
+    # Each path is traced and compiled ahead of time in its own context (the
+    # dispatch is decided while tracing), so no later call can retrace it.
+    kernel_fn, kernel_compile, targets = compile_ahead(step(), first)
+    with tree_ops.reference_only():
+        reference_fn, reference_compile, reference_targets = compile_ahead(step(), first)
+        # The agreement check runs the keras.ops path with exact float32 dot
+        # products: on recent GPUs XLA's default float32 matmul is TF32, which
+        # moves hard-routing split values by ~1e-3 (the timed keras.ops path
+        # keeps the default, as users run it).
+        with jax.default_matmul_precision("highest"):
+            check_fn, _, _ = compile_ahead(step(), first)
+    if reference_targets:
+        raise SystemExit(f"reference_only() still compiled keras-trees kernels: {reference_targets}")
+    kernel_out, reference_out = flat(kernel_fn(*first)), flat(reference_fn(*first))
+    agrees, diff, mismatched = compare(s["family"], kernel_out, flat(check_fn(*first)))
+
+    fns = {"kernels": kernel_fn, "reference": reference_fn}
+    for _ in range(warmup):
+        timed_calls(fns, sets, shared, len(sets))
+    medians = timed_calls(fns, sets, shared, reps)
+    rounds = 1 if smoke else 3
+    piped = {name: pipelined(fn, sets, shared, rounds) for name, fn in fns.items()}
+    again = flat(kernel_fn(*first))  # after the timing: the same inputs must give the same bits
+    reference_again = flat(reference_fn(*first))
+
+    row = {
+        "setting": label(s), "family": s["family"], "batch": s["batch"],
+        "shape": {k: v for k, v in s.items() if k not in ("family", "batch", "goal")},
+        "path": "kernels" if targets else "reference", "ffi_targets": targets,
+        "kernels_ms": 1e3 * medians["kernels"], "reference_ms": 1e3 * medians["reference"],
+        "ratio": medians["reference"] / medians["kernels"],
+        "kernels_pipelined_ms": 1e3 * piped["kernels"], "reference_pipelined_ms": 1e3 * piped["reference"],
+        "kernels_compile_s": kernel_compile, "reference_compile_s": reference_compile,
+        "bitwise_deterministic": bitwise_equal(kernel_out, again),
+        "reference_bitwise_deterministic": bitwise_equal(reference_out, reference_again),
+        "agrees": agrees, "max_rel_diff": diff, "node_mismatches": mismatched,
+        "published_keras_ops_ms": published(s),
+    }
+    goal = s.get("goal")
+    row["goal"] = goal_text(goal)
+    row["goal_met"] = None if goal is None or smoke else goal_met(goal, row)
+    return row
+
+
+def goal_text(goal):
+    if goal is None:
+        return "-"
+    parts = []
+    if "max_ms" in goal:
+        parts.append(f"<={goal['max_ms']} ms")
+    parts.append(f">={goal['min_ratio']:g}x")
+    return ", ".join(parts)
+
+
+def goal_met(goal, row):
+    ok = row["ratio"] >= goal["min_ratio"]
+    if "max_ms" in goal:
+        ok = ok and row["kernels_ms"] <= goal["max_ms"]
+    return ok
+
+
+# ---------------------------------------------------------------- report
+
+HEADER = (f"{'setting':<32} {'batch':>5} {'path':<9} {'kernels ms':>10} {'keras.ops ms':>12} {'ratio':>7} "
+          f"{'bitwise':>7} {'max rel diff':>12}  {'goal':<24} {'published keras.ops':>19}")
+
+
+def format_row(row):
+    if row["goal_met"] is None:
+        goal = row["goal"] if row["goal"] == "-" else f"{row['goal']} (n/a)"
+    else:
+        goal = f"{row['goal']}: {'met' if row['goal_met'] else 'MISSED'}"
+    diff = f"{row['max_rel_diff']:.1e}" + ("" if row["agrees"] else " !")
+    if row["node_mismatches"]:
+        diff = f"{row['node_mismatches']} nodes" + ("" if row["agrees"] else " !")
+    pub = "-" if row["published_keras_ops_ms"] is None else f"{row['published_keras_ops_ms']:.2f} ms (H100)"
+    return (f"{row['setting']:<32} {row['batch']:>5} {row['path']:<9} {row['kernels_ms']:>10.3f} "
+            f"{row['reference_ms']:>12.3f} {row['ratio']:>6.1f}x {'yes' if row['bitwise_deterministic'] else 'NO':>7} "
+            f"{diff:>12}  {goal:<24} {pub:>19}")
+
+
+def main(argv=None):
+    parser = _data.arg_parser(__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny shapes and 2 repetitions, on any device (checks the script, times nothing)")
+    parser.add_argument("--reps", type=int, default=None,
+                        help="timed calls per path (default 200, --quick 50, --smoke 2)")
+    args = parser.parse_args(argv)
+
+    import jax
+    import keras
+
+    if keras.backend.backend() != "jax":
+        raise SystemExit(f"gpu_speed.py measures the JAX backend; KERAS_BACKEND is {keras.backend.backend()!r}")
+    from keras_trees import ops as tree_ops
+
+    reps = args.reps or (2 if args.smoke else 50 if args.quick else 200)
+    warmup = 1 if args.smoke else 3
+    device = jax.devices()[0]
+    available = {family: kernels_available(family) for family in ("hinge", "hard_routing")}
+    summary = tree_ops.execution_report()["summary"]
+    print(f"device: {device.device_kind} ({device.platform}, {device}); jax {jax.__version__}, "
+          f"keras {keras.__version__}", flush=True)
+    print(f"{summary}")
+    print("custom_ops_available: " + ", ".join(f"{k}={v}" for k, v in available.items()))
+    print(f"{'smoke run (tiny shapes)' if args.smoke else 'full shapes'}, float32; times: median of {reps} "
+          f"calls, each waited for, rotating among {INPUT_SETS} input sets, the two paths alternating; "
+          f"{warmup} warm-up round(s)\n")
+    print(HEADER, flush=True)
+    rng = np.random.default_rng(0)
+    rows = []
+    for s in settings(args.smoke):
+        row = bench(s, reps, warmup, args.smoke, rng)
+        rows.append(row)
+        print(format_row(row), flush=True)
+
+    print("\nkernels ms / keras.ops ms: median per synchronized call on this device; ratio = keras.ops / kernels;"
+          "\nbitwise: the kernels' outputs and gradients bit-identical on a second run of the same inputs;"
+          "\nmax rel diff: kernels vs keras.ops, largest difference over each output's largest magnitude"
+          f" (must be <= {AGREE_RTOL:g}).")
+    pub = PUBLISHED_PYTORCH_CUDA_HINGE_MS
+    print("published (shared/benchmarks.md, one H100): keras.ops path 0.40 / 1.34 ms hinge forest (batch 256 / 4096),"
+          " 0.49 / 1.12 ms hard routing depth 10 / 12;\n  public PyTorch CUDA hinge-forest extension "
+          f"{pub['atomics'][256]:.2f} / {pub['atomics'][4096]:.2f} ms with atomics, "
+          f"{pub['deterministic'][256]:.1f} / {pub['deterministic'][4096]:.1f} ms deterministic.")
+    off_path = [r["setting"] for r in rows if r["path"] != "kernels"]
+    if off_path:
+        print(f"NOTE: the kernel dispatch fell back to the keras.ops path for: {', '.join(sorted(set(off_path)))}")
+    _data.write_json(args.json, {
+        "benchmark": "gpu_speed", "smoke": args.smoke, "quick": args.quick, "reps": reps,
+        "device_kind": device.device_kind, "platform": device.platform, "device": str(device),
+        "jax_version": jax.__version__, "keras_version": keras.__version__,
+        "execution_summary": summary, "custom_ops_available": available,
+        "input_sets": INPUT_SETS, "pipeline_calls": PIPELINE_CALLS, "rows": rows,
+        "published_keras_ops_ms_h100": {"hinge_forest_256": 0.40, "hinge_forest_4096": 1.34,
+                                        "hard_routing_depth10_1024": 0.49, "hard_routing_depth12_1024": 1.12},
+        "published_pytorch_cuda_hinge_ms_h100": PUBLISHED_PYTORCH_CUDA_HINGE_MS,
+    })
+    bad = [r["setting"] + f" (batch {r['batch']})" for r in rows if not r["agrees"]]
+    if bad:
+        print(f"FAILED: the kernels disagree with the keras.ops path: {'; '.join(bad)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+// XLA FFI CUDA handlers (JAX binding, platform "CUDA"): the kernel pipelines of
+// xla/pipeline_handlers.h on the CUDA executor (cuda/launch.cuh), on the
+// stream XLA gives the call and with scratch memory from a reusable workspace of the GPU.
+// Python registers symbol "<Target>Cuda" under target name "<Target>"
+// (keras_trees/ops/_library.py). The argument and attribute bindings are the
+// CPU handlers' (xla/hinge_ffi.cc, xla/hard_routing_ffi.cc, xla/check_ffi.cc)
+// with the stream in place of the thread pool.
+//
+// Every pipeline ends with a copy of its status words to the host, which waits
+// for its kernels: when a handler returns, its work is done and the GPU's
+// workspace (scratch memory, cuda/launch.cuh) is free for the next call.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cuda/launch.cuh"
+#include "xla/ffi_utils.h"
+#include "xla/pipeline_handlers.h"
+
+KT_EXPORT_FFI_HANDLER(KerasTreesHingeForestCuda);
+KT_EXPORT_FFI_HANDLER(KerasTreesHingeForestGradCuda);
+KT_EXPORT_FFI_HANDLER(KerasTreesHardRoutingCuda);
+KT_EXPORT_FFI_HANDLER(KerasTreesHardRoutingExpertsCuda);
+KT_EXPORT_FFI_HANDLER(KerasTreesCheckCuda);
+
+namespace keras_trees {
+namespace {
+
+// The executor of one call: XLA's stream and the GPU's reusable workspace
+// (cuda/launch.cuh).
+auto Executor(cudaStream_t stream) {
+  return [stream] { return CudaExecutor(stream); };
+}
+
+ffi::Error HingeForward(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer t,
+                        ffi::AnyBuffer f, ffi::AnyBuffer w, ffi::Result<ffi::AnyBuffer> out,
+                        ffi::Result<ffi::AnyBuffer> leaf, ffi::Result<ffi::AnyBuffer> margin,
+                        ffi::Result<ffi::AnyBuffer> vertex, bool fern) {
+  return pipeline_handlers::HingeForward(Executor(stream), x, t, f, w, out, leaf, margin, vertex, fern);
+}
+
+ffi::Error HingeBackward(cudaStream_t stream, ffi::AnyBuffer gy, ffi::AnyBuffer gm,
+                         ffi::AnyBuffer x, ffi::AnyBuffer f, ffi::AnyBuffer w, ffi::AnyBuffer leaf,
+                         ffi::AnyBuffer margin, ffi::AnyBuffer vertex, ffi::Result<ffi::AnyBuffer> gx,
+                         ffi::Result<ffi::AnyBuffer> gt, ffi::Result<ffi::AnyBuffer> gw, bool fern) {
+  return pipeline_handlers::HingeBackward(Executor(stream), gy, gm, x, f, w, leaf, margin, vertex, gx, gt,
+                                          gw, fern);
+}
+
+ffi::Error Route(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer w,
+                 ffi::AnyBuffer b, ffi::AnyBuffer is_split, ffi::Result<ffi::AnyBuffer> node,
+                 ffi::Result<ffi::AnyBuffer> path_values, bool with_path_values) {
+  return pipeline_handlers::Route(Executor(stream), x, w, b, nullptr, nullptr, is_split, node,
+                                  path_values, with_path_values);
+}
+
+ffi::Error RouteExperts(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer w,
+                        ffi::AnyBuffer b, ffi::AnyBuffer r, ffi::AnyBuffer c, ffi::AnyBuffer is_split,
+                        ffi::Result<ffi::AnyBuffer> node, ffi::Result<ffi::AnyBuffer> path_values,
+                        bool with_path_values) {
+  return pipeline_handlers::Route(Executor(stream), x, w, b, &r, &c, is_split, node, path_values,
+                                  with_path_values);
+}
+
+// The runtime input checks under jax.jit on the GPU (xla/check_ffi.cc): the
+// conditions come to the host, and the call fails with the message of the
+// first false one (`messages`: one per condition, each ended by '\n').
+ffi::Error Check(cudaStream_t stream, ffi::AnyBuffer oks, ffi::Result<ffi::AnyBuffer> token,
+                 std::string_view messages) {
+  if (oks.element_type() != ffi::DataType::PRED) {
+    return InvalidArgument("keras-trees check: the conditions must be booleans");
+  }
+  const size_t n = oks.element_count();
+  std::vector<unsigned char> ok(n);  // PRED: one byte per element, 0 or 1
+  if (n > 0) {
+    cuda_launch::Check(cudaMemcpyAsync(ok.data(), oks.untyped_data(), n, cudaMemcpyDeviceToHost, stream),
+                       "keras-trees check: copying the conditions to the host");
+  }
+  cuda_launch::Check(cudaStreamSynchronize(stream), "keras-trees check");
+  size_t start = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const size_t end = messages.find('\n', start);
+    if (ok[i] == 0) {
+      return InvalidArgument(std::string(
+          messages.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start)));
+    }
+    if (end == std::string_view::npos) break;
+    start = end + 1;
+  }
+  cuda_launch::Check(cudaMemsetAsync(token->untyped_data(), 1, 1, stream), "keras-trees check: writing the token");
+  return ffi::Error::Success();
+}
+
+}  // namespace
+}  // namespace keras_trees
+
+namespace ffi = ::xla::ffi;
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesHingeForestCuda, keras_trees::Guard<keras_trees::HingeForward>::Call,
+                              keras_trees::HingeForwardSignature(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesHingeForestGradCuda, keras_trees::Guard<keras_trees::HingeBackward>::Call,
+                              keras_trees::HingeBackwardSignature(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesHardRoutingCuda, keras_trees::Guard<keras_trees::Route>::Call,
+                              keras_trees::RouteSignature(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesHardRoutingExpertsCuda, keras_trees::Guard<keras_trees::RouteExperts>::Call,
+                              keras_trees::RouteExpertsSignature(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesCheckCuda, keras_trees::Guard<keras_trees::Check>::Call,
+                              keras_trees::CheckSignature(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()));

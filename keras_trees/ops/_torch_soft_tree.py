@@ -1,0 +1,54 @@
+"""PyTorch (``torch.library``) wrappers of the compiled Tree Ensemble Layer
+ops, with an autograd formula calling the backward op. As in the JAX binding
+the output shapes are static: the forward op records no fractional-tree trace,
+and the backward op re-runs the conditional forward pass with a trace in
+scratch memory, then walks it. Imported only under the PyTorch backend with
+the kernels loaded."""
+
+import torch
+
+from keras_trees.ops import _torch_common as common
+
+
+@torch.library.register_fake("keras_trees::soft_tree_ensemble")
+def _fake(x, node_weights, node_bias, leaf_weights, gamma):
+    return x.new_empty((x.shape[0], leaf_weights.shape[2]))
+
+
+@torch.library.register_fake("keras_trees::soft_tree_ensemble_grad")
+def _grad_fake(grad_output, x, node_weights, node_bias, leaf_weights, gamma):
+    return (x.new_empty(x.shape), x.new_empty(node_weights.shape), x.new_empty(node_bias.shape),
+            x.new_empty(leaf_weights.shape))
+
+
+def _setup_context(ctx, inputs, output):
+    ctx.save_for_backward(*inputs)
+
+
+def _backward(ctx, grad_output):
+    x, w, b, o, g = ctx.saved_tensors
+    grads = common.ops().soft_tree_ensemble_grad(common.grad_or_zeros(grad_output, x.new_empty((x.shape[0],
+                                                                                               o.shape[2]))),
+                                                 x, w, b, o, g)
+    needs = ctx.needs_input_grad
+    # gamma is a hyperparameter: no gradient, as in TensorFlow and JAX. The
+    # core computes grad_x on its walk; it is handed on only when x requires it.
+    return (*[grad if need else None for grad, need in zip(grads, needs)], None)
+
+
+torch.library.register_autograd("keras_trees::soft_tree_ensemble", _backward, setup_context=_setup_context)
+common.no_vmap("soft_tree_ensemble")
+common.no_vmap("soft_tree_ensemble_grad")
+
+
+def soft_tree_ensemble(x, node_weights, node_bias, leaf_weights, gamma, with_trace=True):
+    """``(batch, units)``; ``with_trace`` is TensorFlow's concern (ignored here)."""
+    del with_trace
+    x = common.tensor(x)
+    out = common.out_dtype(x)
+    dtype = common.compute_dtype(x)
+    if node_bias is None:
+        node_bias = torch.zeros(tuple(node_weights.shape[:2]), dtype=dtype)
+    x, w, b, o = common.cast(dtype, x, node_weights, node_bias, leaf_weights)
+    (g,) = common.cast(dtype, common.tensor(gamma).detach().reshape(()))
+    return common.ops().soft_tree_ensemble(x, w, b, o, g).to(out)

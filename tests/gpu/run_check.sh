@@ -1,0 +1,221 @@
+#!/usr/bin/env bash
+# The prepared GPU check of the CUDA kernels (hinge forests/ferns, hard routing)
+# under the JAX backend: the one command for a lent GPU machine (see
+# tests/gpu/README.md for the exact `run` call, the wheels and the budget).
+#
+#   bash tests/gpu/run_check.sh                          # on the GPU machine, with .whl carried
+#   KT_GPU_CHECK_DRY_RUN=1 bash tests/gpu/run_check.sh   # dry run on a CPU machine, with .venv
+#
+# Steps, each under its own `timeout` and a banner, all run even when one fails:
+#   install       pip-installs .whl/*.whl into /tmp/site (keras and what the image lacks),
+#                 prints nvidia-smi -L, nvcc, compute-sanitizer and JAX's devices
+#   build         python -m keras_trees.build --framework jax [--cuda] (CPU and CUDA libraries),
+#                 then gpu_env.py: execution report; fails unless custom_ops_available("hinge")
+#                 and ("hard_routing") are True on the GPU
+#   benchmark     benchmarks/gpu_speed.py --json $OUT/gpu_speed.json (first: the figures
+#                 come back even if a later step runs out of time)
+#   kernel-tests  pytest -x -n 8 tests/backends/test_compiled_kernels.py
+#                 -k "(hinge or hard_route or gpu_kernels) and not portable", every depth of the sweeps
+#   determinism   gpu_determinism.py: 20 runs bit-identical, float32 and float64; GPU vs CPU kernels
+#   training      gpu_train.py: a hinge forest on digits, GPU and CPU, test accuracy > 0.9
+#   sanitizers    compute-sanitizer --tool memcheck and --tool racecheck (at the same time)
+#                 on gpu_sanitize.py (tiny shapes)
+# The sanitizers run last: they are the slowest and least predictable. A
+# whole-run budget (KT_GPU_CHECK_BUDGET_S, default 510 s: the `run` call gets
+# 540) caps each step's timeout; a step with under 30 s left is not run (and
+# counts as failed). Logs go to $OUT (or /tmp/kt_gpu_check): run_check.log
+# (everything), summary.txt, gpu_speed.json, memcheck.log, racecheck.log. The
+# exit status is non-zero when any step failed; a summary table ends the output.
+#
+# Dry run (KT_GPU_CHECK_DRY_RUN=1): no pip install, nvidia-smi or
+# compute-sanitizer; .venv/bin/python (or $KT_GPU_CHECK_PYTHON) on the CPU
+# (JAX_PLATFORMS=cpu), the depth sweeps at CI's depths, the benchmark with
+# --smoke, fewer repetitions and epochs, the sanitizer workload run plainly,
+# and no GPU expected.
+
+set -u -o pipefail
+cd "$(dirname "$0")/../.." || exit 2
+ROOT=$PWD
+DRY=${KT_GPU_CHECK_DRY_RUN:-0}
+[ "$DRY" = 0 ] && DRY=""
+
+export LOGDIR=${OUT:-/tmp/kt_gpu_check}
+mkdir -p "$LOGDIR"
+LOG=$LOGDIR/run_check.log
+SUMMARY=$LOGDIR/summary.txt
+: >"$LOG"
+START=$SECONDS
+
+export KERAS_BACKEND=jax PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2
+export KERAS_TREES_CACHE_DIR=${KERAS_TREES_CACHE_DIR:-/tmp/kt_cache}
+if [ -n "$DRY" ]; then
+    BUDGET=${KT_GPU_CHECK_BUDGET_S:-1800}
+    export PY=${KT_GPU_CHECK_PYTHON:-$ROOT/.venv/bin/python}
+    export JAX_PLATFORMS=cpu
+    export PYTHONPATH=$ROOT
+    export EXPECT_GPU=""
+else
+    BUDGET=${KT_GPU_CHECK_BUDGET_S:-510}
+    export PY=${KT_GPU_CHECK_PYTHON:-python3}
+    unset JAX_PLATFORMS
+    export PYTHONPATH=/tmp/site:$ROOT
+    export PATH=$PATH:/usr/local/cuda/bin
+    export EXPECT_GPU=--expect-gpu
+fi
+export SANITIZER_ARGS=${KT_SANITIZER_ARGS:-}
+
+NAMES=()
+RESULTS=()
+TIMES=()
+FAILED=0
+
+log() { echo "$@" | tee -a "$LOG"; }
+
+record() {  # record NAME RESULT SECONDS
+    NAMES+=("$1")
+    RESULTS+=("$2")
+    TIMES+=("$3")
+}
+
+# step NAME LIMIT_S COMMAND: runs COMMAND (a string, by bash -c) under `timeout`,
+# its output into the log; STEP_LIMIT tells the command its limit.
+step() {
+    local name=$1 limit=$2 command=$3
+    local left=$((BUDGET - (SECONDS - START)))
+    if ((left < 30)); then
+        log ""
+        log "=== $name: NOT RUN, ${left} s of the ${BUDGET} s budget left"
+        record "$name" "NOT RUN (budget)" 0
+        FAILED=1
+        return
+    fi
+    ((limit > left - 10)) && limit=$((left - 10))
+    log ""
+    log "=================================================================="
+    log "=== $name  (timeout ${limit} s; $((SECONDS - START)) s elapsed, ${left} s of the budget left)"
+    log "=== \$ $command"
+    log "=================================================================="
+    local t0=$SECONDS
+    STEP_LIMIT=$limit timeout -k 10 "$limit" bash -c "$command" 2>&1 | tee -a "$LOG"
+    local rc=${PIPESTATUS[0]}
+    local took=$((SECONDS - t0))
+    if ((rc == 0)); then
+        record "$name" "ok" "$took"
+    elif ((rc == 124 || rc == 137)); then
+        record "$name" "TIMEOUT (${limit} s)" "$took"
+        FAILED=1
+    else
+        record "$name" "FAILED (exit $rc)" "$took"
+        FAILED=1
+    fi
+    log "=== $name: ${RESULTS[-1]} in ${took} s"
+}
+
+# The sanitizer step's command: memcheck and racecheck at the same time (two
+# processes on the GPU, each its own allocations), each tool's whole output
+# into its own log, the start and the end of each (where the error summary is)
+# into the main log; fails when either does. KT_SANITIZERS_SEQUENTIAL=1 runs
+# them one after the other.
+SANITIZE='run_tool() {
+    timeout -k 5 $((STEP_LIMIT - 15)) env XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_PYTHON_CLIENT_ALLOCATOR=platform \
+        compute-sanitizer --tool "$1" --error-exitcode 1 --report-api-errors no $SANITIZER_ARGS \
+        $PY tests/gpu/gpu_sanitize.py >"$LOGDIR/$1.log" 2>&1
+    echo $? >"$LOGDIR/.$1.rc"
+}
+if [ -n "${KT_SANITIZERS_SEQUENTIAL:-}" ]; then
+    run_tool memcheck; run_tool racecheck
+else
+    run_tool memcheck & run_tool racecheck & wait
+fi
+rc=0
+for tool in memcheck racecheck; do
+    echo "--- compute-sanitizer --tool $tool:"
+    if [ "$(wc -l <"$LOGDIR/$tool.log")" -le 45 ]; then cat "$LOGDIR/$tool.log"
+    else head -n 30 "$LOGDIR/$tool.log"; echo "[...]"; tail -n 12 "$LOGDIR/$tool.log"; fi
+    code=$(cat "$LOGDIR/.$tool.rc" 2>/dev/null || echo "?"); rm -f "$LOGDIR/.$tool.rc"
+    echo "compute-sanitizer $tool: exit $code (full output: $LOGDIR/$tool.log)"
+    [ "$code" = 0 ] || rc=1
+done
+exit $rc'
+
+log "keras-trees GPU check$([ -n "$DRY" ] && echo ' (DRY RUN on the CPU)'), $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+REV=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')
+git -C "$ROOT" status --porcelain 2>/dev/null | grep -q . && REV="$REV + uncommitted changes"
+log "repo $ROOT at $REV; python $PY; logs in $LOGDIR; budget ${BUDGET} s"
+
+# ---------------------------------------------------------------- install and environment
+VERSIONS='$PY -c "import sys, jax, keras; print(\"python\", sys.version.split()[0], \"| jax\", jax.__version__, \"| keras\", keras.__version__, \"| devices\", jax.devices())"'
+if [ -n "$DRY" ]; then
+    step install 120 "echo 'dry run: no pip install, no nvidia-smi'; $VERSIONS"
+else
+    step install 90 "ls .whl/*.whl >/dev/null 2>&1 || { echo 'no .whl/*.whl here: carry .whl (tests/gpu/README.md)'; exit 1; }
+        \$PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+        nvidia-smi -L
+        echo \"nvcc: \$(command -v nvcc || echo missing) \$(nvcc --version 2>/dev/null | tail -n 1)\"
+        echo \"compute-sanitizer: \$(command -v compute-sanitizer || echo missing) \$(compute-sanitizer --version 2>/dev/null | tail -n 1)\"
+        $VERSIONS"
+fi
+
+# ---------------------------------------------------------------- build and kernel report
+# --cuda (where the build knows it) makes a CUDA build failure or a missing nvcc an error on the GPU.
+step build 240 'flag=""; [ -n "$EXPECT_GPU" ] && $PY -m keras_trees.build --help 2>/dev/null | grep -q -- --cuda && flag=--cuda
+    $PY -m keras_trees.build --framework jax $flag; rc=$?; $PY tests/gpu/gpu_env.py $EXPECT_GPU || rc=1; exit $rc'
+
+# ---------------------------------------------------------------- speed
+if [ -n "$DRY" ]; then
+    step benchmark 300 '$PY benchmarks/gpu_speed.py --smoke --json $LOGDIR/gpu_speed.json'
+else
+    step benchmark 180 '$PY benchmarks/gpu_speed.py --json $LOGDIR/gpu_speed.json'
+fi
+
+# ---------------------------------------------------------------- the kernels' contract tests
+# pytest-xdist workers share the GPU (no preallocation); on the GPU every depth
+# of the depth sweeps (KERAS_TREES_ALL_DEPTHS=1) and the CUDA kernels against
+# their CPU emulation, bit for bit (test_gpu_kernels_match_their_cpu_emulation_bitwise).
+# The keras.ops reference computes float32 dot products exactly (on the GPU
+# XLA's default is TF32, ~1e-3 off: hard_route_reference's split values).
+# (The "portable" engine, the CPU emulation, is CI's: deselected on the GPU.)
+TESTS='tests/backends/test_compiled_kernels.py -k "(hinge or hard_route or gpu_kernels) and not portable"'
+if [ -n "$DRY" ]; then
+    step kernel-tests 600 "JAX_DEFAULT_MATMUL_PRECISION=highest \$PY -m pytest -x -q -p no:cacheprovider -n 2 $TESTS"
+else
+    step kernel-tests 150 "XLA_PYTHON_CLIENT_PREALLOCATE=false KERAS_TREES_ALL_DEPTHS=1 JAX_DEFAULT_MATMUL_PRECISION=highest \$PY -m pytest -x -q -p no:cacheprovider -n 8 $TESTS"
+fi
+
+# ---------------------------------------------------------------- determinism and agreement with the CPU
+if [ -n "$DRY" ]; then
+    step determinism 300 '$PY tests/gpu/gpu_determinism.py --runs 3 --small'
+else
+    step determinism 120 '$PY tests/gpu/gpu_determinism.py --runs 20 $EXPECT_GPU'
+fi
+
+# ---------------------------------------------------------------- training
+if [ -n "$DRY" ]; then
+    step training 400 '$PY tests/gpu/gpu_train.py --epochs 8'
+else
+    step training 150 '$PY tests/gpu/gpu_train.py --epochs 20 $EXPECT_GPU'
+fi
+
+# ---------------------------------------------------------------- compute-sanitizer
+if [ -n "$DRY" ]; then
+    step sanitizers 300 'echo "dry run: the sanitizer workload without compute-sanitizer"; $PY tests/gpu/gpu_sanitize.py'
+else
+    step sanitizers 180 "$SANITIZE"
+fi
+
+# ---------------------------------------------------------------- summary
+{
+    echo ""
+    echo "=================================================================="
+    echo "=== summary: keras-trees GPU check$([ -n "$DRY" ] && echo ' (DRY RUN on the CPU)'), $((SECONDS - START)) s in all"
+    echo "=================================================================="
+    grep -E '^(setting .* kernels ms |hinge (forest|fern) fwd\+bwd|hard routing fwd)' "$LOG"
+    grep -E '^(device: |custom_ops_available: |determinism: |training: |compute-sanitizer [a-z]+: |FAILED: )| (passed|failed|error).* in [0-9.]+s' "$LOG" |
+        awk '!seen[$0]++' | head -n 30
+    printf '%-14s %-26s %8s\n' step result seconds
+    for i in "${!NAMES[@]}"; do
+        printf '%-14s %-26s %8s\n' "${NAMES[$i]}" "${RESULTS[$i]}" "${TIMES[$i]}"
+    done
+    if ((FAILED)); then echo "RESULT: FAILED (logs: $LOGDIR)"; else echo "RESULT: all steps passed (logs: $LOGDIR)"; fi
+} | tee "$SUMMARY" | tee -a "$LOG"
+exit $FAILED

@@ -1,0 +1,72 @@
+"""The prepared GPU check, cheaply on the CPU: benchmarks/gpu_speed.py --smoke runs
+end to end under the JAX backend, and tests/gpu/run_check.sh and its helper
+scripts parse (the check itself needs a lent GPU machine: tests/gpu/README.md)."""
+
+import importlib.util
+import json
+import os
+import py_compile
+import shutil
+import subprocess
+
+import pytest
+
+from tests.conftest import REPO_ROOT, run_python
+
+GPU_DIR = os.path.join(REPO_ROOT, "tests", "gpu")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed")
+def test_gpu_speed_smoke_prints_its_table_and_writes_json(tmp_path):
+    out_json = tmp_path / "gpu_speed.json"
+    benchmarks = os.path.join(REPO_ROOT, "benchmarks")
+    # The JAX kernels when they are already built (building them takes a minute);
+    # else the keras.ops path on both sides, which still runs every line of the script.
+    build_py = os.path.join(REPO_ROOT, "keras_trees", "_build.py")
+    code = f"""
+        import importlib.util, os, runpy, sys
+        spec = importlib.util.spec_from_file_location("_kt_build", {build_py!r})
+        build = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(build)
+        try:
+            built = build.library_path("jax").exists()
+        except Exception:
+            built = False
+        if not built:
+            os.environ["KERAS_TREES_DISABLE_CUSTOM_OPS"] = "1"
+        sys.path.insert(0, {benchmarks!r})
+        sys.argv = ["gpu_speed.py", "--smoke", "--json", {str(out_json)!r}]
+        runpy.run_path({os.path.join(benchmarks, "gpu_speed.py")!r}, run_name="__main__")
+    """
+    out = run_python(code, cwd=tmp_path, env={"KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"}, timeout=300)
+    assert "device: cpu" in out and "custom_ops_available: hinge=" in out, out
+    header = next(line for line in out.splitlines() if line.startswith("setting "))
+    for column in ("batch", "path", "kernels ms", "keras.ops ms", "ratio", "bitwise", "max rel diff", "goal"):
+        assert column in header, header
+    rows = [line for line in out.splitlines() if line.startswith(("hinge ", "hard routing "))]
+    assert len(rows) == 5 and rows[0].startswith("hinge forest fwd+bwd, depth 3"), out
+    assert all(" yes " in row and "x " in row for row in rows), rows  # bit-identical reruns, a ratio
+    assert "published (shared/benchmarks.md, one H100)" in out
+
+    result = json.loads(out_json.read_text())
+    assert result["benchmark"] == "gpu_speed" and result["smoke"] is True and result["reps"] == 2
+    assert result["platform"] == "cpu" and set(result["custom_ops_available"]) == {"hinge", "hard_routing"}
+    assert [r["family"] for r in result["rows"]] == ["hinge"] * 3 + ["routing"] * 2
+    for row in result["rows"]:
+        assert {"setting", "batch", "path", "kernels_ms", "reference_ms", "ratio", "kernels_pipelined_ms",
+                "reference_pipelined_ms", "bitwise_deterministic", "agrees", "max_rel_diff", "goal",
+                "goal_met"} <= set(row), row
+        assert row["kernels_ms"] > 0 and row["reference_ms"] > 0 and row["agrees"] and row["bitwise_deterministic"]
+        assert row["goal_met"] is None  # goals are judged on full shapes only
+        assert row["path"] == ("kernels" if row["ffi_targets"] else "reference")
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
+def test_run_check_script_and_its_helpers_parse(tmp_path):
+    script = os.path.join(GPU_DIR, "run_check.sh")
+    proc = subprocess.run(["bash", "-n", script], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    helpers = sorted(name for name in os.listdir(GPU_DIR) if name.endswith(".py"))
+    assert {"gpu_env.py", "gpu_determinism.py", "gpu_sanitize.py", "gpu_train.py", "conftest.py"} <= set(helpers)
+    for name in helpers:
+        py_compile.compile(os.path.join(GPU_DIR, name), cfile=str(tmp_path / (name + "c")), doraise=True)
