@@ -222,7 +222,9 @@ def _load_torch():
     import importlib
 
     for name in DISPATCH[("torch", "cpu")].values():  # now: torch.compile cannot trace an import
-        _bindings[name] = _Binding(importlib.import_module(f"keras_trees.ops.{name}"))
+        wrappers = importlib.import_module(f"keras_trees.ops.{name}")
+        wrappers.register()
+        _bindings[name] = _Binding(wrappers)
     return path
 
 

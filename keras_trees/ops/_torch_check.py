@@ -10,15 +10,8 @@ import torch
 from keras_trees.ops import _torch_common as common
 
 
-@torch.library.register_fake("keras_trees::check")
 def _fake(oks, messages):
     return oks.new_empty((), dtype=torch.bool)
-
-
-common.no_vmap("check")
-# The op's result may go unread (a check without an output to depend on): it
-# is kept in compiled graphs for its error.
-torch.fx.node.has_side_effect(torch.ops.keras_trees.check.default)
 
 
 def check(oks, messages):
@@ -33,3 +26,13 @@ def depend(x, token):
     """``x``, computed only once ``token`` (the result of :func:`check`) is."""
     other = float("nan") if x.dtype.is_floating_point or x.dtype.is_complex else 0
     return torch.where(token.to(x.device), x, torch.full_like(x, other))
+
+
+def register():
+    """Registers the ops' fake kernels, autograd formulas and vmap errors
+    (called once, when ``keras_trees.ops._library`` has loaded the library)."""
+    torch.library.register_fake("keras_trees::check", _fake)
+    common.no_vmap("check")
+    # The op's result may go unread (a check without an output to depend on): it
+    # is kept in compiled graphs for its error.
+    torch.fx.node.has_side_effect(torch.ops.keras_trees.check.default)

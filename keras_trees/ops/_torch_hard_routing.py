@@ -15,18 +15,12 @@ def _outputs(x, is_split, with_path_values):
     return x.new_empty((batch, trees), dtype=torch.int32), x.new_empty((batch, trees, levels))
 
 
-@torch.library.register_fake("keras_trees::hard_route")
 def _hard_route_fake(x, split_weights, split_bias, is_split, with_path_values):
     return _outputs(x, is_split, with_path_values)
 
 
-@torch.library.register_fake("keras_trees::hard_route_experts")
 def _hard_route_experts_fake(x, split_weights, split_bias, expert_weights, threshold, is_split, with_path_values):
     return _outputs(x, is_split, with_path_values)
-
-
-common.no_vmap("hard_route")
-common.no_vmap("hard_route_experts")
 
 
 def _route(op, x, arrays, is_split, with_path_values):
@@ -45,3 +39,12 @@ def hard_route(x, split_weights, split_bias, is_split, with_path_values=True):
 def hard_route_experts(x, split_weights, split_bias, expert_weights, threshold, is_split, with_path_values=True):
     return _route(common.ops().hard_route_experts, x, (split_weights, split_bias, expert_weights, threshold),
                   is_split, with_path_values)
+
+
+def register():
+    """Registers the ops' fake kernels, autograd formulas and vmap errors
+    (called once, when ``keras_trees.ops._library`` has loaded the library)."""
+    torch.library.register_fake("keras_trees::hard_route", _hard_route_fake)
+    torch.library.register_fake("keras_trees::hard_route_experts", _hard_route_experts_fake)
+    common.no_vmap("hard_route")
+    common.no_vmap("hard_route_experts")

@@ -7,7 +7,6 @@ import torch
 from keras_trees.ops import _torch_common as common
 
 
-@torch.library.register_fake("keras_trees::hinge_forest")
 def _hinge_forest_fake(x, thresholds, feature_indices, leaf_weights, fern):
     batch, trees, units = x.shape[0], thresholds.shape[0], leaf_weights.shape[2]
     pairs = (batch, trees)
@@ -15,7 +14,6 @@ def _hinge_forest_fake(x, thresholds, feature_indices, leaf_weights, fern):
             x.new_empty(pairs, dtype=torch.int32))
 
 
-@torch.library.register_fake("keras_trees::hinge_forest_grad")
 def _hinge_forest_grad_fake(grad_output, grad_margin, x, feature_indices, leaf_weights, leaf, margin, vertex,
                             fern):
     return x.new_empty(x.shape), x.new_empty(feature_indices.shape), x.new_empty(leaf_weights.shape)
@@ -42,11 +40,6 @@ def _backward(ctx, grad_output, grad_leaf, grad_margin, grad_vertex):
     return gx if needs[0] else None, gt if needs[1] else None, None, gw if needs[3] else None, None
 
 
-torch.library.register_autograd("keras_trees::hinge_forest", _backward, setup_context=_setup_context)
-common.no_vmap("hinge_forest")
-common.no_vmap("hinge_forest_grad")
-
-
 def hinge_forest_traversal(x, thresholds, feature_indices, leaf_weights, fern=False):
     """Kernel outputs ``(output, leaf, margin, vertex)``; output and margin in x's dtype."""
     x = common.tensor(x)
@@ -60,3 +53,13 @@ def hinge_forest_traversal(x, thresholds, feature_indices, leaf_weights, fern=Fa
 def hinge_forest(x, thresholds, feature_indices, leaf_weights, fern=False):
     """Per-tree outputs ``(batch, num_trees, units)``."""
     return hinge_forest_traversal(x, thresholds, feature_indices, leaf_weights, fern)[0]
+
+
+def register():
+    """Registers the ops' fake kernels, autograd formulas and vmap errors
+    (called once, when ``keras_trees.ops._library`` has loaded the library)."""
+    torch.library.register_fake("keras_trees::hinge_forest", _hinge_forest_fake)
+    torch.library.register_fake("keras_trees::hinge_forest_grad", _hinge_forest_grad_fake)
+    torch.library.register_autograd("keras_trees::hinge_forest", _backward, setup_context=_setup_context)
+    common.no_vmap("hinge_forest")
+    common.no_vmap("hinge_forest_grad")

@@ -9,13 +9,9 @@ import torch
 from keras_trees.ops import _torch_common as common
 
 
-@torch.library.register_fake("keras_trees::loss_augmented_inference")
 def _fake(x, split_weights, split_bias, leaf_values, labels, log_loss, fast):
     batch = (x.shape[0],)
     return x.new_empty(batch, dtype=torch.int32), x.new_empty(batch, dtype=torch.int32), x.new_empty(batch)
-
-
-common.no_vmap("loss_augmented_inference")
 
 
 def loss_augmented_inference(x, split_weights, split_bias, leaf_values, labels, loss, fast):
@@ -26,3 +22,10 @@ def loss_augmented_inference(x, split_weights, split_bias, leaf_values, labels, 
     (labels,) = common.cast(torch.int32 if loss == "log" else dtype, common.tensor(labels).detach())
     g, h, score = common.ops().loss_augmented_inference(x, w, b, theta, labels, loss == "log", bool(fast))
     return g, h, score.to(out)
+
+
+def register():
+    """Registers the ops' fake kernels, autograd formulas and vmap errors
+    (called once, when ``keras_trees.ops._library`` has loaded the library)."""
+    torch.library.register_fake("keras_trees::loss_augmented_inference", _fake)
+    common.no_vmap("loss_augmented_inference")

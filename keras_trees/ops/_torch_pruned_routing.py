@@ -14,7 +14,6 @@ def _positions(is_split):
     return 2 * is_split.shape[1] + 1
 
 
-@torch.library.register_fake("keras_trees::pruned_route")
 def _route_fake(x, split_weights, split_bias, gamma, is_split, leaf_values, expert_weights, rate0, threshold,
                 annealed):
     pairs = (x.shape[0], is_split.shape[0])
@@ -22,7 +21,6 @@ def _route_fake(x, split_weights, split_bias, gamma, is_split, leaf_values, expe
             x.new_empty(pairs, dtype=torch.int32), x.new_empty(pairs))
 
 
-@torch.library.register_fake("keras_trees::pruned_route_grad")
 def _route_grad_fake(grad_output, x, split_weights, split_bias, gamma, is_split, leaf_values, expert_weights, rate0,
                      threshold, annealed, x_grad):
     experts = [x.new_empty(t.shape if t is not None else (0,)) for t in (expert_weights, rate0)]
@@ -30,13 +28,11 @@ def _route_grad_fake(grad_output, x, split_weights, split_bias, gamma, is_split,
             x.new_empty(gamma.shape), x.new_empty(leaf_values.shape), *experts)
 
 
-@torch.library.register_fake("keras_trees::pruned_leaf_statistics")
 def _statistics_fake(weights, x, split_weights, split_bias, gamma, is_split, expert_weights, rate0, threshold,
                      annealed):
     return x.new_empty((is_split.shape[0], _positions(is_split), weights.shape[2]))
 
 
-@torch.library.register_fake("keras_trees::pruned_em_statistics")
 def _em_fake(x, split_weights, split_bias, gamma, is_split, leaf_values, labels, sample_weight, threshold):
     return x.new_empty((is_split.shape[0], _positions(is_split), leaf_values.shape[2]))
 
@@ -90,13 +86,6 @@ def _statistics_backward(ctx, grad_statistics):
     return grad_weights, grads[0] if needs[1] else None, gw, gb, ggamma, None, gr, grate0, None, None
 
 
-torch.library.register_autograd("keras_trees::pruned_route", _route_backward, setup_context=_route_setup)
-torch.library.register_autograd("keras_trees::pruned_leaf_statistics", _statistics_backward,
-                                setup_context=_statistics_setup)
-for _name in ("pruned_route", "pruned_route_grad", "pruned_leaf_statistics", "pruned_em_statistics"):
-    common.no_vmap(_name)
-
-
 def _prepare(x, split_weights, split_bias, gamma, is_split, expert_weights, rate0):
     """``(out_dtype, x, w, b, gamma, is_split, expert_weights, rate0)`` in a
     supported dtype (the last two None for oblique splits)."""
@@ -138,3 +127,17 @@ def pruned_em_statistics(x, split_weights, split_bias, gamma, is_split, leaf_val
     (labels,) = common.cast(torch.int32, common.tensor(labels).detach())
     args = [a.detach() for a in (x, w, b, gamma, is_split, v, labels, sample_weight)]
     return common.ops().pruned_em_statistics(*args, float(threshold)).to(out)
+
+
+def register():
+    """Registers the ops' fake kernels, autograd formulas and vmap errors
+    (called once, when ``keras_trees.ops._library`` has loaded the library)."""
+    torch.library.register_fake("keras_trees::pruned_route", _route_fake)
+    torch.library.register_fake("keras_trees::pruned_route_grad", _route_grad_fake)
+    torch.library.register_fake("keras_trees::pruned_leaf_statistics", _statistics_fake)
+    torch.library.register_fake("keras_trees::pruned_em_statistics", _em_fake)
+    torch.library.register_autograd("keras_trees::pruned_route", _route_backward, setup_context=_route_setup)
+    torch.library.register_autograd("keras_trees::pruned_leaf_statistics", _statistics_backward,
+                                    setup_context=_statistics_setup)
+    for name in ("pruned_route", "pruned_route_grad", "pruned_leaf_statistics", "pruned_em_statistics"):
+        common.no_vmap(name)

@@ -10,12 +10,10 @@ import torch
 from keras_trees.ops import _torch_common as common
 
 
-@torch.library.register_fake("keras_trees::soft_tree_ensemble")
 def _fake(x, node_weights, node_bias, leaf_weights, gamma):
     return x.new_empty((x.shape[0], leaf_weights.shape[2]))
 
 
-@torch.library.register_fake("keras_trees::soft_tree_ensemble_grad")
 def _grad_fake(grad_output, x, node_weights, node_bias, leaf_weights, gamma):
     return (x.new_empty(x.shape), x.new_empty(node_weights.shape), x.new_empty(node_bias.shape),
             x.new_empty(leaf_weights.shape))
@@ -36,11 +34,6 @@ def _backward(ctx, grad_output):
     return (*[grad if need else None for grad, need in zip(grads, needs)], None)
 
 
-torch.library.register_autograd("keras_trees::soft_tree_ensemble", _backward, setup_context=_setup_context)
-common.no_vmap("soft_tree_ensemble")
-common.no_vmap("soft_tree_ensemble_grad")
-
-
 def soft_tree_ensemble(x, node_weights, node_bias, leaf_weights, gamma, with_trace=True):
     """``(batch, units)``; ``with_trace`` is TensorFlow's concern (ignored here)."""
     del with_trace
@@ -52,3 +45,13 @@ def soft_tree_ensemble(x, node_weights, node_bias, leaf_weights, gamma, with_tra
     x, w, b, o = common.cast(dtype, x, node_weights, node_bias, leaf_weights)
     (g,) = common.cast(dtype, common.tensor(gamma).detach().reshape(()))
     return common.ops().soft_tree_ensemble(x, w, b, o, g).to(out)
+
+
+def register():
+    """Registers the ops' fake kernels, autograd formulas and vmap errors
+    (called once, when ``keras_trees.ops._library`` has loaded the library)."""
+    torch.library.register_fake("keras_trees::soft_tree_ensemble", _fake)
+    torch.library.register_fake("keras_trees::soft_tree_ensemble_grad", _grad_fake)
+    torch.library.register_autograd("keras_trees::soft_tree_ensemble", _backward, setup_context=_setup_context)
+    common.no_vmap("soft_tree_ensemble")
+    common.no_vmap("soft_tree_ensemble_grad")
