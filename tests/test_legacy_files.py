@@ -22,10 +22,19 @@ FAMILIES = ("tree_ensemble", "tree_ensemble_regression", "end_to_end_tree", "end
 
 
 def _assert_same(actual, expected, **kwargs):
-    """Identical on TensorFlow, the backend that wrote the files; other backends
-    compute in another order, so to float32 rounding there."""
+    """The predictions recorded when the files were written, to float32 rounding.
+
+    Bit-identity with the recording is not a promise a library can keep: the
+    files were written on another machine, and TensorFlow's CPU kernels (Eigen,
+    oneDNN) pick their vector width and summation order from the CPU they run
+    on (AVX-512 against AVX2 moves the last bit of a matmul or an exp). On
+    TensorFlow, the backend that wrote them, a few ulps; other backends compute
+    in another order, so to a looser float32 rounding there. Bit-identity where
+    it is promised (the same model saved and loaded again, on one machine) is
+    checked by ``test_legacy_file_saved_again_round_trips``.
+    """
     if keras.backend.backend() == "tensorflow":
-        np.testing.assert_array_equal(actual, expected, **kwargs)
+        np.testing.assert_allclose(actual, expected, rtol=1e-6, atol=1e-6, **kwargs)
     else:
         np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6, **kwargs)
 
@@ -84,5 +93,7 @@ def test_legacy_file_saved_again_round_trips(release, tmp_path):
         model.save(path)
         again, caught = _load_path(path)
         assert not caught, [str(w.message) for w in caught]
-        _assert_same(again.predict(x, verbose=0), expected[family], err_msg=family)
+        predicted = again.predict(x, verbose=0)
+        np.testing.assert_array_equal(predicted, model.predict(x, verbose=0), err_msg=family)
+        _assert_same(predicted, expected[family], err_msg=family)
 
