@@ -75,8 +75,8 @@ bool HingeForestBackward(const HingeDims& d, const T* grad_output, const T* grad
   std::atomic<bool> bad{false};
   parallel_for(d.batch, d.trees * (2 * k + 12), [&](int64_t begin, int64_t end) {
     for (int64_t s = begin; s < end; ++s) {
-      T* gxs = grad_x + s * d.features;
-      std::fill(gxs, gxs + d.features, T(0));
+      T* gxs = grad_x != nullptr ? grad_x + s * d.features : nullptr;
+      if (gxs != nullptr) std::fill(gxs, gxs + d.features, T(0));
       for (int64_t m = 0; m < d.trees; ++m) {
         const int64_t idx = s * d.trees + m;
         const int32_t l = leaf[idx], v = vertex[idx];
@@ -94,7 +94,7 @@ bool HingeForestBackward(const HingeDims& d, const T* grad_output, const T* grad
         const T c = sign * Dot(grad_output + idx * k, leaf_weights + (m * d.leaves + l) * k, k) +
                     grad_margin[idx];
         coeff[idx] = c;
-        gxs[feature] += c;
+        if (gxs != nullptr) gxs[feature] += c;
       }
     }
   });

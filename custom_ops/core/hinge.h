@@ -49,7 +49,8 @@ inline int64_t HingeForestGradWorkspaceSize(const HingeDims& d) { return d.batch
 // sample; grad_thresholds and grad_leaf_weights per tree, samples summed in
 // order, so results do not depend on the thread count. Returns false (gradients
 // unspecified) when a leaf, vertex or the feature index it names is out of
-// range. `workspace` holds HingeForestGradWorkspaceSize(d) elements.
+// range. `workspace` holds HingeForestGradWorkspaceSize(d) elements. grad_x may
+// be null (the input needs no gradient): it is then skipped.
 template <typename T>
 bool HingeForestBackward(const HingeDims& d, const T* grad_output, const T* grad_margin,
                          const int32_t* feature_indices, const T* leaf_weights,

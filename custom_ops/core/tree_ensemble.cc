@@ -165,8 +165,8 @@ bool SoftTreeEnsembleBackward(const SoftTreeDims& d, const T* grad_output, const
   parallel_for(batch, trees * mean_recs * (p + k) * 3, [&](int64_t begin, int64_t end) {
     T stack[kMaxDepth + 2];
     for (int64_t s = begin; s < end; ++s) {
-      T* gxs = grad_x + s * p;
-      std::fill(gxs, gxs + p, T(0));
+      T* gxs = grad_x != nullptr ? grad_x + s * p : nullptr;
+      if (gxs != nullptr) std::fill(gxs, gxs + p, T(0));
       const T* gys = grad_output + s * k;
       for (int64_t m = 0; m < trees; ++m) {
         const T* wm = node_weights + m * num_internal * p;
@@ -186,7 +186,7 @@ bool SoftTreeEnsembleBackward(const SoftTreeDims& d, const T* grad_output, const
             const T c = vd[2 * r] * (hl - hr);
             const T sv = vd[2 * r + 1];
             coeff[r] = c;
-            Axpy(c, wm + idx * p, gxs, p);
+            if (gxs != nullptr) Axpy(c, wm + idx * p, gxs, p);
             stack[top] = sv * hl + (T(1) - sv) * hr;
           }
         }

@@ -64,7 +64,8 @@ inline int64_t SoftTreeEnsembleGradWorkspaceSize(int64_t trace_records) { return
 // returns false (gradients unspecified) when they do not form valid fractional
 // trees. `workspace` holds SoftTreeEnsembleGradWorkspaceSize(records) elements.
 // Every gradient is overwritten; sums run in sample order, so results do not
-// depend on the thread count.
+// depend on the thread count. grad_x may be null (the input needs no gradient):
+// its per-node axpy, a third of the walk's work, is then skipped.
 template <typename T>
 bool SoftTreeEnsembleBackward(const SoftTreeDims& d, const T* grad_output, const T* x,
                               const T* node_weights, const T* leaf_weights,

@@ -31,7 +31,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> Forward(Tensor x, Tensor t, Tensor f,
 }
 
 std::tuple<Tensor, Tensor, Tensor> Backward(Tensor gy, Tensor gm, Tensor x, Tensor f, Tensor w, Tensor leaf,
-                                            Tensor margin, Tensor vertex, bool fern) {
+                                            Tensor margin, Tensor vertex, bool fern, bool need_grad_x) {
   HingeDims d;
   Check(CheckHingeShapes(fern, ShapeOf(x), ShapeOf(f), ShapeOf(f), ShapeOf(w), &d));
   const Shape pairs{d.batch, d.trees};
@@ -47,12 +47,13 @@ std::tuple<Tensor, Tensor, Tensor> Backward(Tensor gy, Tensor gm, Tensor x, Tens
   return DispatchFloat(x, "x", [&](auto tag) {
     using T = decltype(tag);
     Check(CheckSameType<T>({{"grad_output", &gy}, {"grad_margin", &gm}, {"leaf_weights", &w}, {"margin", &margin}}));
-    Tensor gx = Empty<T>({d.batch, d.features}), gt = Empty<T>({d.trees, d.vertices});
+    // grad_x comes back empty (batch, 0) when x needs no gradient, and is skipped.
+    Tensor gx = Empty<T>({d.batch, need_grad_x ? d.features : 0}), gt = Empty<T>({d.trees, d.vertices});
     Tensor gw = Empty<T>({d.trees, d.leaves, d.units});
     std::vector<T> workspace(HingeForestGradWorkspaceSize(d));
     const bool ok = HingeForestBackward<T>(d, Data<T>(gy), Data<T>(gm), Data<int32_t>(f), Data<T>(w),
                                            Data<int32_t>(leaf), Data<T>(margin), Data<int32_t>(vertex),
-                                           workspace.data(), Data<T>(gx), Data<T>(gt), Data<T>(gw),
+                                           workspace.data(), need_grad_x ? Data<T>(gx) : nullptr, Data<T>(gt), Data<T>(gw),
                                            TorchParallelFor());
     if (!ok) {
       Fail("leaf, vertex or feature_indices out of range: pass the leaf, margin and vertex outputs of the same "
@@ -69,7 +70,7 @@ STABLE_TORCH_LIBRARY_FRAGMENT(keras_trees, m) {
   m.def("hinge_forest(Tensor x, Tensor thresholds, Tensor feature_indices, Tensor leaf_weights, bool fern) "
         "-> (Tensor output, Tensor leaf, Tensor margin, Tensor vertex)");
   m.def("hinge_forest_grad(Tensor grad_output, Tensor grad_margin, Tensor x, Tensor feature_indices, "
-        "Tensor leaf_weights, Tensor leaf, Tensor margin, Tensor vertex, bool fern) "
+        "Tensor leaf_weights, Tensor leaf, Tensor margin, Tensor vertex, bool fern, bool need_grad_x) "
         "-> (Tensor grad_x, Tensor grad_thresholds, Tensor grad_leaf_weights)");
 }
 

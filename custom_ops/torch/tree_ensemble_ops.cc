@@ -36,7 +36,8 @@ Tensor Forward(Tensor x, Tensor w, Tensor b, Tensor o, Tensor g) {
   });
 }
 
-std::tuple<Tensor, Tensor, Tensor, Tensor> Backward(Tensor gy, Tensor x, Tensor w, Tensor b, Tensor o, Tensor g) {
+std::tuple<Tensor, Tensor, Tensor, Tensor> Backward(Tensor gy, Tensor x, Tensor w, Tensor b, Tensor o, Tensor g,
+                                                    bool need_grad_x) {
   SoftTreeDims d;
   CheckInputs(x, w, b, o, g, &d);
   if (ShapeOf(gy) != Shape{d.batch, d.units}) Fail("grad_output must have the shape of the forward output");
@@ -63,11 +64,13 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> Backward(Tensor gy, Tensor x, Tensor 
     };
     SoftTreeEnsembleForward<T>(d, Data<T>(x), Data<T>(w), Data<T>(b), Data<T>(o), gamma, output.data(), &trace,
                                parallel_for);
-    Tensor gx = Empty<T>({d.batch, d.input_dim}), gw = Empty<T>({d.trees, d.num_internal, d.input_dim});
+    // grad_x comes back empty (batch, 0) when x needs no gradient, and is skipped.
+    Tensor gx = Empty<T>({d.batch, need_grad_x ? d.input_dim : 0}), gw = Empty<T>({d.trees, d.num_internal, d.input_dim});
     Tensor gb = Empty<T>({d.trees, d.num_internal}), go = Empty<T>({d.trees, d.num_internal + 1, d.units});
     std::vector<T> workspace(SoftTreeEnsembleGradWorkspaceSize(static_cast<int64_t>(index.size())));
     const bool ok = SoftTreeEnsembleBackward<T>(d, Data<T>(gy), Data<T>(x), Data<T>(w), Data<T>(o), offsets.data(),
-                                                index.data(), value.data(), workspace.data(), Data<T>(gx),
+                                                index.data(), value.data(), workspace.data(),
+                                                need_grad_x ? Data<T>(gx) : nullptr,
                                                 Data<T>(gw), Data<T>(gb), Data<T>(go), parallel_for);
     if (!ok) throw std::runtime_error("keras-trees: the recorded fractional trees are invalid");
     return std::make_tuple(gx, gw, gb, go);
@@ -81,7 +84,7 @@ STABLE_TORCH_LIBRARY_FRAGMENT(keras_trees, m) {
   m.def("soft_tree_ensemble(Tensor x, Tensor node_weights, Tensor node_bias, Tensor leaf_weights, Tensor gamma) "
         "-> Tensor");
   m.def("soft_tree_ensemble_grad(Tensor grad_output, Tensor x, Tensor node_weights, Tensor node_bias, "
-        "Tensor leaf_weights, Tensor gamma) "
+        "Tensor leaf_weights, Tensor gamma, bool need_grad_x) "
         "-> (Tensor grad_x, Tensor grad_node_weights, Tensor grad_node_bias, Tensor grad_leaf_weights)");
 }
 

@@ -15,8 +15,8 @@ def _hinge_forest_fake(x, thresholds, feature_indices, leaf_weights, fern):
 
 
 def _hinge_forest_grad_fake(grad_output, grad_margin, x, feature_indices, leaf_weights, leaf, margin, vertex,
-                            fern):
-    return x.new_empty(x.shape), x.new_empty(feature_indices.shape), x.new_empty(leaf_weights.shape)
+                            fern, need_grad_x):
+    return x.new_empty((x.shape[0], x.shape[1] if need_grad_x else 0)), x.new_empty(feature_indices.shape), x.new_empty(leaf_weights.shape)
 
 
 def _setup_context(ctx, inputs, output):
@@ -31,12 +31,11 @@ def _backward(ctx, grad_output, grad_leaf, grad_margin, grad_vertex):
     batch, trees, units = x.shape[0], leaf.shape[1], leaf_weights.shape[2]
     grad_output = common.grad_or_zeros(grad_output, x.new_empty((batch, trees, units)))
     grad_margin = common.grad_or_zeros(grad_margin, margin)
-    gx, gt, gw = common.ops().hinge_forest_grad(grad_output, grad_margin, x, feature_indices, leaf_weights, leaf,
-                                                margin, vertex, ctx.fern)
     needs = ctx.needs_input_grad
-    # The core writes grad_x as it goes (it is a by-product of the threshold
-    # gradients); it is handed on only when x requires it. feature_indices are
-    # integers: no gradient.
+    # grad_x is computed only when x requires it (the first layer on raw
+    # inputs does not); feature_indices are integers: no gradient.
+    gx, gt, gw = common.ops().hinge_forest_grad(grad_output, grad_margin, x, feature_indices, leaf_weights, leaf,
+                                                margin, vertex, ctx.fern, bool(needs[0]))
     return gx if needs[0] else None, gt if needs[1] else None, None, gw if needs[3] else None, None
 
 

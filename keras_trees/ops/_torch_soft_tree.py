@@ -14,8 +14,8 @@ def _fake(x, node_weights, node_bias, leaf_weights, gamma):
     return x.new_empty((x.shape[0], leaf_weights.shape[2]))
 
 
-def _grad_fake(grad_output, x, node_weights, node_bias, leaf_weights, gamma):
-    return (x.new_empty(x.shape), x.new_empty(node_weights.shape), x.new_empty(node_bias.shape),
+def _grad_fake(grad_output, x, node_weights, node_bias, leaf_weights, gamma, need_grad_x):
+    return (x.new_empty((x.shape[0], x.shape[1] if need_grad_x else 0)), x.new_empty(node_weights.shape), x.new_empty(node_bias.shape),
             x.new_empty(leaf_weights.shape))
 
 
@@ -25,12 +25,11 @@ def _setup_context(ctx, inputs, output):
 
 def _backward(ctx, grad_output):
     x, w, b, o, g = ctx.saved_tensors
-    grads = common.ops().soft_tree_ensemble_grad(common.grad_or_zeros(grad_output, x.new_empty((x.shape[0],
-                                                                                               o.shape[2]))),
-                                                 x, w, b, o, g)
     needs = ctx.needs_input_grad
-    # gamma is a hyperparameter: no gradient, as in TensorFlow and JAX. The
-    # core computes grad_x on its walk; it is handed on only when x requires it.
+    # grad_x (a third of the backward walk) is computed only when x requires
+    # it; gamma is a hyperparameter: no gradient, as in TensorFlow and JAX.
+    grad_output = common.grad_or_zeros(grad_output, x.new_empty((x.shape[0], o.shape[2])))
+    grads = common.ops().soft_tree_ensemble_grad(grad_output, x, w, b, o, g, bool(needs[0]))
     return (*[grad if need else None for grad, need in zip(grads, needs)], None)
 
 

@@ -27,6 +27,18 @@ needs_kernels = pytest.mark.skipif(bool(os.environ.get("KERAS_TREES_DISABLE_CUST
                                    reason="KERAS_TREES_DISABLE_CUSTOM_OPS is set")
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _fresh_inductor_cache(tmp_path_factory):
+    """Inductor's caches in a folder of this run: its AOT-autograd cache is keyed
+    by the forward graph, so a backward compiled against an older build of the
+    ops (another schema of the backward op) would be reused from the user's
+    cache."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path_factory.mktemp("inductor")))
+    yield
+    mp.undo()
+
+
 def _t(a, grad=False):
     t = torch.tensor(a)
     return t.requires_grad_(True) if grad else t
@@ -182,31 +194,45 @@ def test_checks_fail_inside_torch_compile():
             fn(-torch.ones(3))
 
 
-@needs_kernels
-def test_input_gradient_is_skipped_when_x_needs_none():
-    """Pruned routing: dL/dx is not computed when x does not require a
-    gradient (the backward op's x_grad flag), and the weight gradients are
-    unchanged."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    flags = []
-
-    class Record(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if func is torch.ops.keras_trees.pruned_route_grad.default:
-                flags.append(args[-1])
-            return func(*args, **(kwargs or {}))
-
+def _skip_cases():
     rng = np.random.default_rng(3)
     x = rng.normal(size=(6, 4))
     sw, sb, gamma = rng.normal(size=(2, 3, 4)), rng.normal(size=(2, 3)), rng.uniform(0.5, 2, size=(2, 3))
     v = rng.normal(size=(2, 7, 2))
+    t, w = rng.uniform(-1, 1, size=(2, 3)), rng.normal(size=(2, 4, 2))
+    f = rng.integers(0, 4, size=(2, 3)).astype("int32")
+    split = np.ones((2, 3), bool)
+    return {
+        "pruned_route_grad": (lambda x, sw, sb, gamma, v: tree_ops.pruned_route(x, sw, sb, gamma, split, v, 0.05),
+                              [x, sw, sb, gamma, v]),
+        "soft_tree_ensemble_grad": (lambda x, sw, sb, w: tree_ops.soft_tree_ensemble(x, sw, sb, w, 2.0),
+                                    [x, sw, sb, w]),
+        "hinge_forest_grad": (lambda x, t, w: tree_ops.hinge_forest(x, t, f, w), [x, t, w]),
+    }
+
+
+@needs_kernels
+@pytest.mark.parametrize("grad_op", ["pruned_route_grad", "soft_tree_ensemble_grad", "hinge_forest_grad"])
+def test_input_gradient_is_skipped_when_x_needs_none(grad_op):
+    """dL/dx is not computed when x does not require a gradient (the backward
+    op's last flag), and the weight gradients are unchanged."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    flags = []
+    op = getattr(torch.ops.keras_trees, grad_op).default
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is op:
+                flags.append(args[-1])
+            return func(*args, **(kwargs or {}))
+
+    call, inputs = _skip_cases()[grad_op]
     grads = []
     for x_grad in (True, False):
-        args = [_t(x, x_grad), _t(sw, True), _t(sb, True), _t(gamma, True), _t(v, True)]
+        args = [_t(inputs[0], x_grad)] + [_t(a, True) for a in inputs[1:]]
         with Record():
-            out = tree_ops.pruned_route(args[0], args[1], args[2], args[3], np.ones((2, 3), bool), args[4], 0.05)
-            out.sum().backward()
+            (call(*args) ** 2).sum().backward()
         grads.append([a.grad.numpy() for a in args[1:]])
         assert (args[0].grad is not None) == x_grad
     assert flags == [True, False]
