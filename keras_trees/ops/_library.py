@@ -27,6 +27,9 @@ from keras_trees.api_export import keras_trees_export
 _DISABLE_ENV = "KERAS_TREES_DISABLE_CUSTOM_OPS"
 # Backends with compiled kernels -> prefix of their wrapper modules.
 _BINDINGS = {"tensorflow": "tf", "jax": "jax", "torch": "torch"}
+# The oldest PyTorch whose stable C++ ABI the torch binding is built against
+# (keras_trees/_build.py: TORCH_TARGET_VERSION).
+_TORCH_MINIMUM = (2, 10)
 # Every op family with compiled kernels; its wrapper module is
 # keras_trees.ops._<prefix>_<family> ("check": the runtime input checks).
 FAMILIES = ("soft_tree", "hinge", "hard_routing", "loss_augmented", "pruned_routing", "check")
@@ -215,6 +218,10 @@ def _load_torch():
 
     from keras_trees import _build
 
+    found = tuple(int(part) for part in re.findall(r"\d+", torch.__version__)[:2])
+    if found < _TORCH_MINIMUM:
+        raise RuntimeError(f"the compiled kernels need PyTorch {'.'.join(map(str, _TORCH_MINIMUM))} or later "
+                           f"(its stable C++ ABI), found {torch.__version__}: pip install 'torch>=2.10'")
     path = str(_build.build(framework="torch"))
     torch.ops.load_library(path)
     _state["gpu"] = False

@@ -289,3 +289,28 @@ def test_inductor_compiles_a_training_step():
         results.append([out.detach().numpy(), *[g.numpy() for g in torch.autograd.grad(loss, tensors)]])
     for a, b in zip(*results):  # the loss's sum may be fused in another order: not compared
         np.testing.assert_array_equal(a, b)
+
+
+def test_older_pytorch_falls_back_with_a_clear_warning(tmp_path):
+    """PyTorch before 2.10 lacks the stable C++ ABI the binding is built
+    against: the kernels are not built, and the one warning says what to install."""
+    from tests.backends.conftest import run_fresh
+
+    out = run_fresh("""
+import warnings
+import torch
+torch.__version__ = "2.9.1"
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import keras_trees
+    print("available", keras_trees.ops.custom_ops_available())
+    print("error", keras_trees.ops.execution_report()["load_error"])
+    layer = keras_trees.layers.HingeForest(num_trees=2, max_depth=2, units=1)
+    layer(torch.zeros((3, 4)))
+ours = [str(w.message) for w in caught if "keras-trees" in str(w.message)]
+print("warnings", len(ours), ours)
+""", tmp_path)
+    assert "available False" in out
+    error = out.split("error ", 1)[1].splitlines()[0]
+    assert "need PyTorch 2.10 or later" in error and "found 2.9.1" in error and "torch>=2.10" in error
+    assert "warnings 1 " in out and "compiled kernels unavailable" in out and error in out.split("warnings", 1)[1]
