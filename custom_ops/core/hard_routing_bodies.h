@@ -47,12 +47,16 @@ struct RateCheck {
   }
 };
 
-// One (sample, tree) pair, item = t * batch + s (tree-major: neighbouring GPU
-// threads walk one tree, so the split rows of its top levels are read once
-// for many samples), writing pair i = s * trees + t: the walk from the root, one split
-// value per level, right iff v > 0 (NaN goes left), until a position that is
-// not a split. Oblique splits (expert_weights null): v = <w, x> + b. Noisy-OR
-// splits: v = sum_k r_k softplus(<w_k, x> + b_k) - threshold, experts in order.
+// One (sample, tree) pair per warp (launched with exec.ForWarps), item =
+// t * batch + s (tree-major: neighbouring warps walk one tree, so the split
+// rows of its top levels are read once for many samples), writing pair
+// i = s * trees + t: the walk from the root, one split value per level, right
+// iff v > 0 (NaN goes left), until a position that is not a split. Oblique
+// splits (expert_weights null): v = <w, x> + b. Noisy-OR splits:
+// v = sum_k r_k softplus(<w_k, x> + b_k) - threshold, experts in order. Each
+// dot product is split over the warp's lanes (portable::WarpDot: the row of w
+// and of x read coalesced, a fixed butterfly), so every lane holds the same v
+// and takes the same branch; the leader lane writes.
 template <typename T>
 struct Walk {
   RoutingDims d;
@@ -67,21 +71,23 @@ struct Walk {
   unsigned long long* status;
   KT_HOST_DEVICE T SplitValue(int64_t split, const T* xs) const {
     const int64_t p = d.input_dim;
-    if (expert_weights == nullptr) return portable::Dot(split_weights + split * p, xs, p) + split_bias[split];
+    if (expert_weights == nullptr) return portable::WarpDot(split_weights + split * p, xs, p) + split_bias[split];
     const int64_t k = d.experts;
     T s = T(0);
     for (int64_t e = 0; e < k; ++e) {
-      const T z = portable::Dot(split_weights + (split * k + e) * p, xs, p) + split_bias[split * k + e];
+      const T z = portable::WarpDot(split_weights + (split * k + e) * p, xs, p) + split_bias[split * k + e];
       s = portable::Fma(expert_weights[split * k + e], portable::Softplus(z), s);
     }
     return s - threshold[split];
   }
   KT_HOST_DEVICE void operator()(int64_t item) const {
-    const int64_t t = item / d.batch, s = item - t * d.batch;
+    int64_t t, s;
+    portable::DivMod(item, d.batch, &t, &s);
     const int64_t i = s * d.trees + t;
     const T* xs = x + s * d.input_dim;
     const bool* mt = is_split + t * d.num_internal;
-    T* path = path_values != nullptr ? path_values + i * d.depth : nullptr;
+    const bool leader = portable::Leader();
+    T* path = path_values != nullptr && leader ? path_values + i * d.depth : nullptr;
     int64_t n = 0;
     int level = 0;
     bool finite = true;
@@ -92,6 +98,7 @@ struct Walk {
       n = v > T(0) ? 2 * n + 2 : 2 * n + 1;
       ++level;
     }
+    if (!leader) return;
     if (path != nullptr) {
       for (int l = level; l < d.depth; ++l) path[l] = T(0);
     }

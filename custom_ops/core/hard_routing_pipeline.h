@@ -32,8 +32,8 @@ std::string HardRoutePipeline(Exec& exec, const RoutingDims& d, const T* x, cons
     exec.For(splits, pipeline::FiniteCheck<T>{threshold, status + kBadThreshold});
     exec.For(splits * d.experts, RateCheck<T>{expert_weights, status + kBadExpertWeights});
   }
-  exec.For(d.batch * d.trees, Walk<T>{d, x, split_weights, split_bias, expert_weights, threshold,
-                                      is_split, node, path_values, status});
+  exec.ForWarps(d.batch * d.trees, Walk<T>{d, x, split_weights, split_bias, expert_weights, threshold,
+                                           is_split, node, path_values, status});
   unsigned long long words[kStatusWords];
   exec.CopyToHost(words, status, sizeof(words));
   if (words[kBadX] != portable::kNone) return kRoutingXMessage;

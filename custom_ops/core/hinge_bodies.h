@@ -146,7 +146,8 @@ struct Walk {
   T* margin;
   int32_t* vertex;
   KT_HOST_DEVICE void operator()(int64_t item) const {
-    const int64_t m = item / d.batch, s = item - m * d.batch;
+    int64_t m, s;
+    portable::DivMod(item, d.batch, &m, &s);
     const int64_t i = s * d.trees + m;
     const T* xs = x + s * d.features;
     const T* tm = thresholds + m * d.vertices;
@@ -168,8 +169,9 @@ struct Output {
   const T* margin;
   T* output;
   KT_HOST_DEVICE void operator()(int64_t e) const {
-    const int64_t i = e / d.units, j = e - i * d.units;
-    const int64_t m = i % d.trees;
+    int64_t i, j, s, m;
+    portable::DivMod(e, d.units, &i, &j);
+    portable::DivMod(i, d.trees, &s, &m);
     output[e] = portable::Abs(margin[i]) * leaf_weights[(m * d.leaves + leaf[i]) * d.units + j];
   }
 };
@@ -196,7 +198,8 @@ struct PairCoefficients {
   int32_t* pair;
   unsigned long long* status;
   KT_HOST_DEVICE void operator()(int64_t i) const {
-    const int64_t m = i % d.trees;
+    int64_t s, m;
+    portable::DivMod(i, d.trees, &s, &m);
     const int32_t l = leaf[i], v = vertex[i];
     int32_t f = -1;
     if (l >= 0 && l < d.leaves && v >= 0 && v < d.vertices) f = feature_indices[m * d.vertices + v];
@@ -226,7 +229,8 @@ struct GradX {
   const int32_t* feature;
   T* grad_x;
   KT_HOST_DEVICE void operator()(int64_t e) const {
-    const int64_t s = e / d.features, j = e - s * d.features;
+    int64_t s, j;
+    portable::DivMod(e, d.features, &s, &j);
     const T* cs = coeff + s * d.trees;
     const int32_t* fs = feature + s * d.trees;
     T acc = T(0);

@@ -29,6 +29,13 @@ class CpuExecutor {
     });
   }
 
+  // One call per item stands for the 32 lanes of a GPU warp (the portable
+  // warp functions compute every lane's share in that call).
+  template <class Body>
+  void ForWarps(int64_t n, const Body& body) {
+    For(n, body);
+  }
+
   template <typename T>
   T* Scratch(int64_t n) {
     buffers_.emplace_back(new char[std::max<int64_t>(n, 1) * sizeof(T)]);

@@ -12,6 +12,10 @@
 // An executor `exec` provides:
 //   exec.For(n, body)          body(i) for every i in [0, n), in any order and
 //                              on any threads; later calls see its writes
+//   exec.ForWarps(n, body)     the same for warp-cooperative bodies: on the
+//                              GPU the 32 lanes of a warp call body(i) together
+//                              (portable::WarpDot, Leader), on the CPU one call
+//                              per item stands for all 32 lanes
 //   exec.template Scratch<T>(n)  n uninitialized elements of device memory that
 //                              live as long as the executor (throws
 //                              std::bad_alloc when none can be had)
@@ -67,7 +71,9 @@ struct FiniteCheck {
 // covers, however long the runs (a fern's vertex gathers every sample of its
 // tree). The grid of both comes from the shapes alone. `Value` is a body-like
 // struct with `T operator()(int64_t p, int64_t j) const`.
-constexpr int64_t kSumBlock = 256;
+// 32 positions: short serial loops and many items (the sums of one leaf's
+// samples are spread over many threads); the heads stay small.
+constexpr int64_t kSumBlock = 32;
 
 template <typename T, class Value>
 struct RunPieces {
@@ -78,7 +84,8 @@ struct RunPieces {
   T* head;  // [blocks, columns]
   T* out;   // [keys, columns]
   KT_HOST_DEVICE void operator()(int64_t item) const {
-    const int64_t block = item / columns, j = item - block * columns;
+    int64_t block, j;
+    portable::DivMod(item, columns, &block, &j);
     const int64_t begin = block * kSumBlock;
     const int64_t end = begin + kSumBlock < n ? begin + kSumBlock : n;
     bool continued = begin > 0 && sorted_keys[begin - 1] == sorted_keys[begin];
@@ -106,7 +113,8 @@ struct RunTotals {
   const T* head;
   T* out;
   KT_HOST_DEVICE void operator()(int64_t item) const {
-    const int64_t k = item / columns, j = item - k * columns;
+    int64_t k, j;
+    portable::DivMod(item, columns, &k, &j);
     if (start[k] == end[k]) {
       out[item] = T(0);
       return;

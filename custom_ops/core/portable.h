@@ -237,6 +237,69 @@ KT_HOST_DEVICE inline T Dot(const T* a, const T* b, int64_t n) {
   return s;
 }
 
+// Warp-cooperative bodies (launched with exec.ForWarps, core/pipeline.h): on
+// the GPU the 32 lanes of one warp run the body for the same item, on the CPU
+// one call runs it for all 32 lanes at once. Values every lane computes alike
+// (the results of WarpDot, and everything derived from them) keep the lanes in
+// step; Leader() picks the one lane that writes.
+constexpr int kWarp = 32;
+
+KT_HOST_DEVICE inline bool Leader() {
+#if defined(__CUDA_ARCH__)
+  return (threadIdx.x & (kWarp - 1)) == 0;
+#else
+  return true;
+#endif
+}
+
+// Lane `lane`'s share of <a, b>: elements lane, lane + 32, ... in order, by
+// fused multiply-adds (neighbouring lanes read neighbouring elements: one
+// coalesced row read per 32 elements on the GPU).
+template <typename T>
+KT_HOST_DEVICE inline T LanePartial(const T* a, const T* b, int64_t n, int lane) {
+  T s = T(0);
+  for (int64_t k = lane; k < n; k += kWarp) s = Fma(a[k], b[k], s);
+  return s;
+}
+
+// <a, b> of length n split over a warp's lanes, in a defined order: the 32
+// lane partials (LanePartial), then a butterfly: at each of the strides 16, 8,
+// 4, 2, 1 every lane adds its partner's value (lane ^ stride) to its own.
+// Addition commutes, so both partners hold the same sum after each stride and
+// every lane ends with the same bits; the CPU computes the same 32 partials
+// and the same five rounds. Called by every lane of a warp (GPU) together.
+template <typename T>
+KT_HOST_DEVICE inline T WarpDot(const T* a, const T* b, int64_t n) {
+#if defined(__CUDA_ARCH__)
+  T s = LanePartial(a, b, n, static_cast<int>(threadIdx.x & (kWarp - 1)));
+  for (int stride = kWarp / 2; stride > 0; stride >>= 1) s = s + __shfl_xor_sync(0xffffffffu, s, stride);
+  return s;
+#else
+  T p[kWarp];
+  for (int lane = 0; lane < kWarp; ++lane) p[lane] = LanePartial(a, b, n, lane);
+  for (int stride = kWarp / 2; stride > 0; stride >>= 1) {
+    T q[kWarp];
+    for (int lane = 0; lane < kWarp; ++lane) q[lane] = p[lane] + p[lane ^ stride];
+    for (int lane = 0; lane < kWarp; ++lane) p[lane] = q[lane];
+  }
+  return p[0];
+#endif
+}
+
+// q = n / divisor and r = n - q * divisor for n >= 0, divisor > 0: in 32-bit
+// arithmetic when both fit (a 64-bit division is a long software sequence on
+// the GPU, a 32-bit one a few instructions), the same integers either way.
+KT_HOST_DEVICE inline void DivMod(int64_t n, int64_t divisor, int64_t* q, int64_t* r) {
+  if (((n | divisor) >> 32) == 0) {
+    const uint32_t q32 = static_cast<uint32_t>(n) / static_cast<uint32_t>(divisor);
+    *q = q32;
+    *r = n - static_cast<int64_t>(q32) * divisor;
+  } else {
+    *q = n / divisor;
+    *r = n - *q * divisor;
+  }
+}
+
 // Integer atomics for the bodies' status words (never for float results: every
 // float output element has one writer). The minimum is the same whatever the
 // order of the writers, so status words are deterministic too.

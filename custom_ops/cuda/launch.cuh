@@ -51,6 +51,19 @@ __global__ void __launch_bounds__(kThreads) ForKernel(Body body, int64_t n) {
   }
 }
 
+// One item per warp: the 32 lanes of a warp call body(i) together (the warp
+// index strides over the items, so a warp's lanes always agree on i and leave
+// the loop together, as the full-mask shuffles of portable::WarpDot need).
+template <class Body>
+__global__ void __launch_bounds__(kThreads) ForWarpsKernel(Body body, int64_t n) {
+  constexpr int kWarpsPerBlock = kThreads / portable::kWarp;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / portable::kWarp; i < n;
+       i += stride) {
+    body(i);
+  }
+}
+
 // Throws std::runtime_error("<what>: <CUDA's message>") unless `status` is cudaSuccess.
 inline void Check(cudaError_t status, const char* what) {
   if (status != cudaSuccess) {
@@ -122,6 +135,16 @@ class CudaExecutor {
     const int64_t blocks = (n + cuda_launch::kThreads - 1) / cuda_launch::kThreads;
     const unsigned grid = static_cast<unsigned>(blocks < cuda_launch::kMaxBlocks ? blocks : cuda_launch::kMaxBlocks);
     cuda_launch::ForKernel<Body><<<grid, cuda_launch::kThreads, 0, stream_>>>(body, n);
+    cuda_launch::Check(cudaGetLastError(), "keras-trees CUDA kernel launch");
+  }
+
+  template <class Body>
+  void ForWarps(int64_t n, const Body& body) {
+    if (n <= 0) return;
+    constexpr int64_t kWarpsPerBlock = cuda_launch::kThreads / portable::kWarp;
+    const int64_t blocks = (n + kWarpsPerBlock - 1) / kWarpsPerBlock;
+    const unsigned grid = static_cast<unsigned>(blocks < cuda_launch::kMaxBlocks ? blocks : cuda_launch::kMaxBlocks);
+    cuda_launch::ForWarpsKernel<Body><<<grid, cuda_launch::kThreads, 0, stream_>>>(body, n);
     cuda_launch::Check(cudaGetLastError(), "keras-trees CUDA kernel launch");
   }
 

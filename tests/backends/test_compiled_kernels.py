@@ -273,7 +273,7 @@ def test_hinge_forest_depths(fern, engine):
 def test_hinge_forest_gradients_over_long_runs(engine):
     """700 samples through depth-2 trees and ferns: each leaf and vertex
     gathers hundreds of samples, so the GPU kernels' run sums cross their
-    blocks of 256 sorted positions (pipeline::SumRuns)."""
+    blocks of 32 sorted positions (pipeline::SumRuns)."""
     rng = np.random.default_rng(3)
     with precision("float64"), engine_scope(engine):
         for fern in (False, True):
