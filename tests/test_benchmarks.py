@@ -300,3 +300,14 @@ def test_check_cost_paired_smoke(tmp_path, capfd):
     line_with(out, "layer", "step", "base cpu", "this cpu", "ratio cpu (min-max)", "ratio wall (min-max)")
     lines_matching(out, r"^NonGreedyTree d6\s+predict\s+[\d.]+ ms")
     assert payload["paired"] and len(payload["results"]) == 2 * len(check_cost.SMOKE_CASES)
+
+
+def test_export_formats_smoke(tmp_path, capfd):
+    out, payload = smoke("benchmarks/export_formats.py", tmp_path, capfd)
+    line_with(out, "family", "format", "size KB", "median us", "p90 us", "max|diff|", "export s")
+    for format in ("tf_saved_model", "onnx", "litert"):
+        lines_matching(out, rf"^HingeForest\s+20 trees, depth 6\s+{format}\s+[\d.]+\s+[\d.]+\s+[\d.]+")
+    assert payload["benchmark"] == "export_formats" and payload["smoke"] is True
+    assert [row["format"] for row in payload["rows"]] == ["tf_saved_model", "onnx", "litert"]
+    for row in payload["rows"]:
+        assert row["bytes"] > 0 and row["median_us"] > 0 and row["max_abs_diff"] < 1e-5

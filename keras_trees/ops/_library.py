@@ -543,6 +543,28 @@ def reference_only(enabled=True):
 
 
 @contextlib.contextmanager
+def portable_export(format):
+    """Within this context (per thread), keras-trees layers are traced for an
+    export format that cannot hold the custom ops (``"onnx"``, ``"litert"``,
+    ``"openvino"``): every op takes the ``keras.ops`` reference path (as in
+    :func:`reference_only`) and every keras-trees layer gives NaN outputs
+    for the rows whose input holds a NaN or Inf (the target runtimes have no
+    assertion to reject them). :mod:`keras_trees.export` enters it around
+    Keras' exporters of those formats."""
+    previous = getattr(_local, "reference_only", False), getattr(_local, "export_format", None)
+    _local.reference_only, _local.export_format = True, format
+    try:
+        yield
+    finally:
+        _local.reference_only, _local.export_format = previous
+
+
+def exporting_portable():
+    """The format of the :func:`portable_export` in progress on this thread, else None."""
+    return getattr(_local, "export_format", None)
+
+
+@contextlib.contextmanager
 def portable_bodies(enabled=True):
     """Within this context (per thread, JAX backend), the families with GPU
     kernels run their CPU emulation on the CPU: the portable bodies the GPU
