@@ -1,6 +1,6 @@
 """Deprecated argument names: aliases for one release that warn naming the new name.
 
-The vocabulary (README, "Vocabulary"): ``max_depth`` for depth, ``steepness``
+The vocabulary (docs/vocabulary.md; removals in CHANGELOG.md): ``max_depth`` for depth, ``steepness``
 (bigger = harder) for the sigmoid-routed families, ``transition_width``
 (bigger = softer) for the Tree Ensemble Layer's smooth-step. The names of
 release 0.1.0 (``depth``, ``gamma``, ``max_gamma``) still work when passed by

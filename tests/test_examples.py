@@ -170,7 +170,8 @@ def test_every_script_has_a_smoke_mode_and_a_smoke_test():
 
 def test_every_script_the_docs_quote_runs_in_ci():
     docs = ["README.md", *sorted(os.path.relpath(p, REPO_ROOT) for p in
-                                 glob.glob(os.path.join(REPO_ROOT, "tutorials", "*", "README.md")))]
+                                 glob.glob(os.path.join(REPO_ROOT, "docs", "**", "*.md"), recursive=True)
+                                 + glob.glob(os.path.join(REPO_ROOT, "tutorials", "*", "README.md")))]
     quoted = quoted_scripts(*docs)
     assert {"benchmarks/end_to_end_finetune_speed.py", "examples/quickstart.py", "benchmarks/peers.py"} <= quoted
     missing = sorted(quoted - _smoke_tested() - set(OWN_SMOKE_RUNS))

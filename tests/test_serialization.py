@@ -119,7 +119,7 @@ def test_saved_model_is_differentiable_after_import(saved):
 
 
 def test_truncated_keras_file_is_diagnosed_as_the_readme_says(tmp_path):
-    """README, "Damaged files": Keras reports a truncated ``.keras`` file as "File
+    """docs/deployment.md, "Damaged files": Keras reports a truncated ``.keras`` file as "File
     not found" (it is not a zip archive); ``zipfile.is_zipfile`` tells it apart
     from a missing file. keras-trees has no loader of its own to intercept it."""
     import zipfile

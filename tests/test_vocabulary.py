@@ -1,4 +1,4 @@
-"""One vocabulary (README, "Vocabulary"): the names of 0.1.0 still work, with a
+"""One vocabulary (docs/vocabulary.md): the names of 0.1.0 still work, with a
 warning naming the new argument, and give the same objects as the new names."""
 
 import warnings
