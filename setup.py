@@ -1,10 +1,10 @@
 """Package discovery (all other metadata lives in pyproject.toml).
 
-The C++ sources in custom_ops/ (framework-free kernel cores in core/, TensorFlow
-op registrations and adapter kernels in tensorflow/, and any further
-framework folder) ship inside the package as keras_trees.custom_ops and are
-compiled at first import against the installed TensorFlow, never in pip's
-isolated build environment (see keras_trees/_build.py).
+The C++ sources in custom_ops/ (framework-free kernel cores in core/, and the
+adapters of each binding: tensorflow/, xla/ for JAX, torch/, cuda/) ship inside
+the package as keras_trees.custom_ops and are compiled at first import against
+the backend installed then, never in pip's isolated build environment (see
+keras_trees/_build.py); the wheel is pure Python plus these sources.
 """
 
 from setuptools import find_packages, setup

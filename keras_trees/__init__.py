@@ -6,7 +6,7 @@ also registers the ops needed to ``tf.saved_model.load`` a SavedModel exported
 from a keras-trees model), the XLA FFI handlers under JAX.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 from keras_trees import ops  # noqa: E402
 from keras_trees.ops._library import load as _load_ops  # noqa: E402
