@@ -34,6 +34,7 @@ Each concrete class declares its constructor arguments and defaults with
 import inspect
 import math
 import numbers
+import time
 
 import keras
 import numpy as np
@@ -53,6 +54,8 @@ from sklearn.utils.validation import (
     validate_data,
 )
 
+from keras_trees import _deprecation
+from keras_trees.estimators import _explain, _threads
 from keras_trees.estimators._preprocessing import is_frame, make_preprocessor
 
 #: Constraints of the arguments every estimator has (scikit-learn's
@@ -68,10 +71,29 @@ SHARED_CONSTRAINTS = {
                       Interval(numbers.Real, 0, 1, closed="neither"), None],
     "random_state": ["random_state"],
     "verbose": [Interval(numbers.Integral, 0, 2, closed="both")],
+    "n_jobs": [Interval(numbers.Integral, 1, None, closed="left"),
+               Interval(numbers.Integral, None, -1, closed="right"), None],
     "class_weight": [StrOptions({"balanced"}), dict, None],
 }
 
 _PREDICT_BATCH = 8192
+
+#: The ``verbose`` and ``n_jobs`` entries of the docstrings.
+VERBOSE_DOC = """verbose: 0 silent; 1 one line per fit stage ({stages}) and a closing
+            line (trees, depth, parameters, seconds, epochs, best validation
+            loss); 2 also Keras' one line per epoch. (Before 0.2, 1 showed
+            Keras' progress bar per epoch.)
+        n_jobs: CPU threads of ``fit`` and prediction (None: unchanged, all
+            cores; -1 all cores, -2 all but one): PyTorch's intra-op threads
+            for the call; TensorFlow's intra-op and inter-op pools only if its
+            runtime has not started yet (then for the whole process; else a
+            ``RuntimeWarning``); not JAX's; NumPy/SciPy's BLAS and OpenMP pools
+            on every backend (``keras_trees.estimators._threads``)."""
+
+#: The explanation entries of the ``Attributes`` of the docstrings.
+EXPLAIN_DOC = """``feature_importances_`` (per input column, one-hot
+    columns summed back), ``forest_`` (the trees over the input columns, for
+    ``keras_trees.inspection``; ``forest_features(X)`` gives the rows they read), """
 
 #: The ``class_weight`` entry of the classifiers' docstrings.
 CLASS_WEIGHT_DOC = """
@@ -83,7 +105,9 @@ def parameters(**defaults):
     """Class decorator: the estimator's constructor, keyword-only arguments
     ``defaults`` (name -> default) stored unchanged as attributes, as
     scikit-learn requires. ``inspect.signature`` (and so ``get_params``,
-    ``help``) shows them."""
+    ``help``) shows them. An unknown argument raises ``TypeError`` naming the
+    class, the argument and the valid ones; a deprecated name of the class's
+    ``_renamed_arguments`` (old -> new) is accepted with a ``DeprecationWarning``."""
     signature = inspect.Signature(
         [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
         + [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=value)
@@ -91,11 +115,23 @@ def parameters(**defaults):
     )
 
     def decorate(cls):
-        def __init__(self, **kwargs):
-            bound = signature.bind(self, **kwargs)
-            bound.apply_defaults()
-            for name in defaults:
-                setattr(self, name, bound.arguments[name])
+        renamed = dict(getattr(cls, "_renamed_arguments", {}))
+
+        def __init__(self, *args, **kwargs):
+            if args:
+                raise TypeError(f"{cls.__name__}() takes keyword arguments only, got {len(args)} positional "
+                                f"argument(s); valid arguments: {', '.join(defaults)}")
+            for old, new in renamed.items():
+                if old in kwargs:
+                    kwargs[new] = _deprecation.renamed_argument(
+                        cls.__name__, kwargs, old, new, kwargs.get(new, defaults[new]), defaults[new])
+            unknown = [name for name in kwargs if name not in defaults]
+            if unknown:
+                raise TypeError(
+                    f"{cls.__name__}() got an unexpected keyword argument {unknown[0]!r}; "
+                    f"valid arguments: {', '.join(defaults)}")
+            for name, default in defaults.items():
+                setattr(self, name, kwargs.get(name, default))
 
         __init__.__signature__ = signature
         __init__.__qualname__ = f"{cls.__qualname__}.__init__"
@@ -128,6 +164,11 @@ class TreeEstimator(BaseEstimator):
     #: data too (iris: 108 rows, one batch of 256, would get 40 steps). 0: off.
     _min_epoch_steps = 16
     _parameter_constraints = {}
+    #: Deprecated argument names (old -> new), accepted with a warning.
+    _renamed_arguments = {}
+    #: Marks the keras-trees estimators for keras_trees.inspection (duck typing,
+    #: without importing scikit-learn there).
+    _keras_trees_estimator = True
 
     # ------------------------------------------------------------------ hooks
     def _build_model(self, n_features, n_outputs, seed):
@@ -196,11 +237,15 @@ class TreeEstimator(BaseEstimator):
             for overrides in candidates:
                 self._candidate = dict(overrides)
                 keras.utils.set_random_seed(seed)
+                start = time.perf_counter()
                 model = self._build_model(n_features, n_outputs, seed)
                 history = self._fit_model(model, x, y, sample_weight, validation)
                 score = self._validation_score(model, validation) if len(candidates) > 1 else ()
                 if score:
                     scores.append({**overrides, "validation_error": score[0], "validation_loss": score[1]})
+                    self._say(f"candidate {', '.join(f'{k}={v!r}' for k, v in overrides.items())}: "
+                              f"validation error {score[0]:.4g}, loss {score[1]:.4g} "
+                              f"({time.perf_counter() - start:.1f} s)")
                 if best is None or score < best[0]:
                     best = (score, model, history)
         finally:
@@ -228,9 +273,32 @@ class TreeEstimator(BaseEstimator):
             x, y, sample_weight = x[index], y[index], sample_weight[index]
         history = model.fit(
             x, y, sample_weight=sample_weight, validation_data=validation, epochs=self._epochs(callbacks),
-            batch_size=self.batch_size, shuffle=True, verbose=self.verbose, callbacks=callbacks,
+            batch_size=self.batch_size, shuffle=True, verbose=self._keras_verbose(), callbacks=callbacks,
         )
         return dict(history.history)
+
+    # ----------------------------------------------------------------- verbose
+    def _keras_verbose(self):
+        """Keras' ``fit`` verbosity: its one line per epoch at ``verbose=2``, else silent."""
+        return 2 if self.verbose == 2 else 0
+
+    def _say(self, text):
+        """One line of the fit's stages (``verbose >= 1``)."""
+        if self.verbose:
+            print(f"{type(self).__name__}: {text}", flush=True)
+
+    def _summary(self, forest, seconds):
+        """The line closing a fit: trees, depth, parameters, time, epochs, validation."""
+        depth = int(forest.tree_depths().max()) if forest.num_trees else 0
+        trees = f"{forest.num_trees} tree{'s' if forest.num_trees != 1 else ''}"
+        text = f"fitted {trees} of depth {depth} ({self.model_.count_params()} parameters) in {seconds:.1f} s"
+        history = self.history_
+        if history.get("loss"):
+            text += f", {len(history['loss'])} epochs"
+        monitored = history.get(self._monitor) or history.get("val_loss")
+        if monitored:
+            text += f", best validation {self._monitor.removeprefix('val_').replace('_', ' ')} {min(monitored):.4g}"
+        return text
 
     # ------------------------------------------------------------- scikit-learn
     def __sklearn_tags__(self):
@@ -317,6 +385,14 @@ class TreeEstimator(BaseEstimator):
             self.
         """
         self._validate_params()
+        start = time.perf_counter()
+        with _threads.limit(self.n_jobs, type(self).__name__):
+            forest = self._fit(X, y, sample_weight)
+        if self.verbose:
+            self._say(self._summary(forest, time.perf_counter() - start))
+        return self
+
+    def _fit(self, X, y, sample_weight):
         self._fitted_on_frame = is_frame(X)
         X = self._check_X(X, reset=True)
         y = self._check_y(y, X.shape[0])
@@ -339,14 +415,82 @@ class TreeEstimator(BaseEstimator):
             x.shape[1], n_outputs, seed, x[train], targets[train], weights[train], validation)
         self.preprocessor_ = preprocessor
         self.model_ = model
-        return self
+        self._design = _explain.design(self)
+        forest = _explain.design_forest(self)
+        rows = train if len(train) <= _explain.IMPORTANCE_ROWS else np.sort(
+            check_random_state(seed).choice(train, _explain.IMPORTANCE_ROWS, replace=False))
+        self._feature_importances = self._importances_on(
+            _explain.to_design(self, x[rows]), None, weights[rows], aggregate=True, forest=forest)
+        return forest
+
+    def set_params(self, **params):
+        """scikit-learn's ``set_params``; deprecated argument names are accepted
+        with a ``DeprecationWarning`` (an unknown name raises scikit-learn's
+        ``ValueError`` naming the estimator and listing the valid ones)."""
+        for old, new in self._renamed_arguments.items():
+            if old in params:
+                params[new] = _deprecation.renamed_argument(
+                    type(self).__name__, params, old, new, params.get(new, getattr(self, new)), getattr(self, new))
+        return super().set_params(**params)
+
+    # ------------------------------------------------------------- explanation
+    @property
+    def forest_(self):
+        """The trained trees as a :class:`keras_trees.forest.Forest` whose splits
+        read the design rows of :meth:`forest_features` (numeric columns in their
+        units, 0/1 missing indicators and one-hot columns), named after the input
+        columns (``colour=red``, ``age=missing``). Computed from ``model_`` on
+        each access (:mod:`keras_trees.estimators._explain`)."""
+        check_is_fitted(self, "model_")
+        return _explain.design_forest(self)
+
+    def _forest(self, feature_names=None):
+        """:attr:`forest_`, optionally naming the input columns ``feature_names``."""
+        check_is_fitted(self, "model_")
+        return _explain.design_forest(self, feature_names)
+
+    def forest_features(self, X):
+        """The design rows of ``X`` that the splits of :attr:`forest_` read:
+        ``(n_samples, n_design_columns)`` float64, the preprocessed features
+        with scaling undone (missing values imputed, categoricals one-hot)."""
+        check_is_fitted(self, "model_")
+        X = self._check_X(X, reset=False)
+        return _explain.to_design(self, self.preprocessor_.transform(X))
+
+    @property
+    def feature_importances_(self):
+        """``(n_features_in_,)`` importance of each input column, summing to 1
+        (all zeros when the trees have no split), in the order of the columns of
+        ``X`` (``feature_names_in_``): :func:`keras_trees.inspection.feature_importances`
+        (``kind="split_usage"``) of :attr:`forest_` on the training rows (a
+        seeded sample of 4096 of larger sets, with their sample weights), each
+        split's samples shared among the design columns it reads (oblique
+        splits: by ``|w_j| * std_j``), then summed over the design columns of
+        each input column (its one-hot columns, its missing indicator)."""
+        check_is_fitted(self, "model_")
+        return self._feature_importances.copy()
+
+    def _importances_on(self, rows, y, sample_weight, kind="split_usage", criterion=None, aggregate=False,
+                        forest=None):
+        """:func:`keras_trees.inspection.feature_importances` of :attr:`forest_` on
+        design rows: ``(n_design_columns,)``, or with ``aggregate`` summed into the
+        input columns and normalized, ``(n_features_in_,)``."""
+        from keras_trees.inspection.importances import feature_importances
+
+        values = feature_importances(self.forest_ if forest is None else forest, rows, y, kind=kind,
+                                     criterion=criterion, sample_weight=sample_weight,
+                                     num_classes=len(self.classes_) if self._task == "classification" else None)
+        if not aggregate:
+            return values
+        return _explain.normalized(_explain.aggregate(values, self._design.columns, self.n_features_in_))
 
     # -------------------------------------------------------------- prediction
     def _model_outputs(self, X):
         """The Keras model's outputs on ``X`` (NumPy, float32), in eager batches."""
         check_is_fitted(self, "model_")
         X = self._check_X(X, reset=False)
-        return _outputs(self.model_, np.asarray(self.preprocessor_.transform(X), dtype=np.float32))
+        with _threads.limit(self.n_jobs, type(self).__name__):
+            return _outputs(self.model_, np.asarray(self.preprocessor_.transform(X), dtype=np.float32))
 
     def _probabilities(self, out):
         """Class probabilities from the model's float64 outputs (probabilities or logits)."""

@@ -9,7 +9,9 @@ from sklearn.utils._param_validation import Interval
 from keras_trees.api_export import keras_trees_export
 from keras_trees.estimators._base import (
     CLASS_WEIGHT_DOC,
+    EXPLAIN_DOC,
     SHARED_CONSTRAINTS,
+    VERBOSE_DOC,
     TreeClassifierBase,
     TreeRegressorBase,
     parameters,
@@ -30,8 +32,8 @@ from keras_trees.losses import GammaProcessPrior
 # regression R^2 0.606 -> 0.662 (regressors.py).
 DEFAULTS = dict(
     max_depth=8, num_experts=20, epochs_per_level=60, annealing_increment=0.1, min_samples_split=10,
-    min_gain=0.01, refine_epochs=0, prior_weight=0.0, learning_rate=0.05, batch_size=256,
-    validation_fraction=0.1, min_frequency=None, random_state=None, verbose=0,
+    min_gain=0.01, finetune_epochs=0, prior_weight=0.0, learning_rate=0.05, batch_size=256,
+    validation_fraction=0.1, min_frequency=None, random_state=None, verbose=0, n_jobs=None,
 )
 
 _DOC = """{summary}
@@ -42,7 +44,7 @@ _DOC = """{summary}
     3.3.2: each level's stumps train ``epochs_per_level`` epochs with Adam on
     {objective}, the best threshold is searched exactly, leaves are the
     training data's {leaves}), then optionally refined jointly for
-    ``refine_epochs``. The held-out ``validation_fraction`` chooses the depth:
+    ``finetune_epochs`` (``fit_greedy``'s ``refine_epochs``). The held-out ``validation_fraction`` chooses the depth:
     the tree is cut back to the depth with the best validation
     {score} (this family trains no epochs of ``model.fit``, so there is no
     early stopping). The defaults are the recipe of
@@ -53,7 +55,10 @@ _DOC = """{summary}
         max_depth: the tree's maximum depth.
         num_experts: K, linear experts per split (1: an oblique tree).
         epochs_per_level, annealing_increment, min_samples_split, min_gain,
-            refine_epochs: of ``fit_greedy``.
+            finetune_epochs: of ``fit_greedy`` (``finetune_epochs`` is its
+            ``refine_epochs``: the end-to-end estimators' name for the joint
+            training after growth; the deprecated name ``refine_epochs`` still
+            works, with a warning).
         prior_weight: strength of the gamma-process prior (Eq. 14,
             :class:`keras_trees.losses.GammaProcessPrior` with its default
             hyperparameters) against the likelihood; 0 (the default) trains
@@ -65,9 +70,9 @@ _DOC = """{summary}
         random_state: seeds the split, the tree and Keras
             (``keras.utils.set_random_seed``, global); an int makes ``fit``
             repeatable on the TensorFlow backend.
-        verbose: ``fit_greedy``'s verbosity (0, 1, 2: one line per level).
+        {verbose}
 
-    Attributes (after ``fit``): {attributes}``n_features_in_``, ``feature_names_in_``
+    Attributes (after ``fit``): {attributes}{explain}``n_features_in_``, ``feature_names_in_``
     (frames), ``preprocessor_`` (the fitted scikit-learn transformer),
     ``model_`` (the Keras model on the transformed float32 features; outputs
     {outputs}), ``history_`` (the dict ``fit_greedy`` returns).
@@ -75,6 +80,8 @@ _DOC = """{summary}
 
 
 class _ConvexPolytope:
+    # The end-to-end estimators' name for the joint training after growth.
+    _renamed_arguments = {"refine_epochs": "finetune_epochs"}
     _outputs_probabilities = True  # empirical class distributions at the leaves
     _parameter_constraints = {
         **SHARED_CONSTRAINTS,
@@ -84,7 +91,7 @@ class _ConvexPolytope:
         "annealing_increment": [Interval(numbers.Real, 0, None, closed="left")],
         "min_samples_split": [Interval(numbers.Integral, 2, None, closed="left")],
         "min_gain": [Interval(numbers.Real, 0, None, closed="left")],
-        "refine_epochs": [Interval(numbers.Integral, 0, None, closed="left")],
+        "finetune_epochs": [Interval(numbers.Integral, 0, None, closed="left")],
         "prior_weight": [Interval(numbers.Real, 0, None, closed="left")],
     }
 
@@ -102,7 +109,7 @@ class _ConvexPolytope:
             x, y, validation_data=validation, epochs=self.epochs_per_level, batch_size=self.batch_size,
             learning_rate=self.learning_rate, annealing_increment=self.annealing_increment,
             min_samples_split=self.min_samples_split, min_gain=self.min_gain,
-            refine_epochs=self.refine_epochs, verbose=self.verbose, sample_weight=sample_weight,
+            refine_epochs=self.finetune_epochs, verbose=self.verbose, sample_weight=sample_weight,
         )
 
 
@@ -110,6 +117,7 @@ class _ConvexPolytope:
 @parameters(**DEFAULTS, class_weight=None)
 class ConvexPolytopeTreeClassifier(ClassifierMixin, _ConvexPolytope, TreeClassifierBase):
     __doc__ = _DOC.format(
+        verbose=VERBOSE_DOC.format(stages='a line per grown level'), explain=EXPLAIN_DOC,
         summary="A convex polytope tree classifier (splits are noisy-ORs of K linear experts).",
         objective="the conditional entropy with the gamma-process prior", leaves="class distributions",
         score="accuracy", stratified="stratified, ", class_weight=CLASS_WEIGHT_DOC,
@@ -120,6 +128,7 @@ class ConvexPolytopeTreeClassifier(ClassifierMixin, _ConvexPolytope, TreeClassif
 @parameters(**DEFAULTS)
 class ConvexPolytopeTreeRegressor(RegressorMixin, _ConvexPolytope, TreeRegressorBase):
     __doc__ = _DOC.format(
+        verbose=VERBOSE_DOC.format(stages='a line per grown level'), explain=EXPLAIN_DOC,
         summary="A convex polytope tree regressor (splits are noisy-ORs of K linear experts).",
         objective="the leaf variance with the gamma-process prior", leaves="mean (standardized) targets",
         score="mean squared error", stratified="", class_weight="", attributes="",

@@ -12,7 +12,9 @@ from keras_trees.api_export import keras_trees_export
 from keras_trees.callbacks import EMLeafUpdate, GreedyLevelGrowth, SteepnessAnnealing
 from keras_trees.estimators._base import (
     CLASS_WEIGHT_DOC,
+    EXPLAIN_DOC,
     SHARED_CONSTRAINTS,
+    VERBOSE_DOC,
     TreeClassifierBase,
     TreeRegressorBase,
     _EarlyStopping,
@@ -35,8 +37,8 @@ from keras_trees.layers import EndToEndTree
 # R^2 0.619 -> 0.664.
 DEFAULTS = dict(
     max_depth=8, split_type="oblique", epochs_per_level=15, finetune_epochs=None, min_samples_split=2,
-    annealing=0.1, learning_rate=0.01, batch_size=200, patience=10, validation_fraction=0.1,
-    min_frequency=None, random_state=None, verbose=0,
+    annealing_increment=0.1, learning_rate=0.01, batch_size=200, patience=10, validation_fraction=0.1,
+    min_frequency=None, random_state=None, verbose=0, n_jobs=None,
 )
 # The regressor's leaves are fitted by the optimizer (no closed-form EM step):
 # a node of fewer than 20 training rows stays a leaf. On diabetes and Friedman
@@ -53,7 +55,7 @@ _DOC = """{summary}
     (level by level from a root stump, ``epochs_per_level`` epochs per level,
     then ``finetune_epochs`` of joint finetuning; default 3 x
     ``epochs_per_level``), {em}:class:`keras_trees.callbacks.SteepnessAnnealing`
-    (``annealing`` per epoch) and Adam on {loss}. Early stopping watches the
+    (``annealing_increment`` per epoch) and Adam on {loss}. Early stopping watches the
     validation loss of a held-out ``validation_fraction`` during finetuning
     only (a partly grown tree is no candidate) and restores the best
     finetuned weights. Then the tree is cut back to the depth with the best
@@ -75,7 +77,8 @@ _DOC = """{summary}
         min_samples_split: a node reached by fewer training samples is not
             split (``GreedyLevelGrowth``'s; default 2 for the classifier, 20
             for the regressor, whose leaves the optimizer fits).
-        annealing: steepness increment per epoch (0: none).
+        annealing_increment: steepness increment per epoch (0: none; the
+            deprecated name ``annealing`` still works, with a warning).
         learning_rate, batch_size: Adam's step size and mini-batch size.
         patience: finetuning epochs without a better validation loss before stopping.
         validation_fraction: share of the training data held out for early
@@ -85,9 +88,9 @@ _DOC = """{summary}
         random_state: seeds the split, the tree's random splits and Keras
             (``keras.utils.set_random_seed``, global); an int makes ``fit``
             repeatable on the TensorFlow backend.
-        verbose: Keras' ``fit`` verbosity (0, 1, 2); 1 or 2 also prints a line per grown level.
+        {verbose}
 
-    Attributes (after ``fit``): {attributes}``n_features_in_``, ``feature_names_in_``
+    Attributes (after ``fit``): {attributes}{explain}``n_features_in_``, ``feature_names_in_``
     (frames), ``preprocessor_`` (the fitted scikit-learn transformer),
     ``model_`` (the Keras model on the transformed float32 features; outputs
     {outputs}), ``history_`` (the ``fit`` history dict; with validation
@@ -109,6 +112,8 @@ class _FinetuneEarlyStopping(_EarlyStopping):
 
 class _EndToEnd:
     _outputs_probabilities = True  # class distributions at the leaves
+    # The convex polytope estimators' (and fit_greedy's) name for the same increment.
+    _renamed_arguments = {"annealing": "annealing_increment"}
     _parameter_constraints = {
         **SHARED_CONSTRAINTS,
         "max_depth": [Interval(numbers.Integral, 1, None, closed="left")],
@@ -116,7 +121,7 @@ class _EndToEnd:
         "epochs_per_level": [Interval(numbers.Integral, 1, None, closed="left")],
         "finetune_epochs": [Interval(numbers.Integral, 0, None, closed="left"), None],
         "min_samples_split": [Interval(numbers.Integral, 1, None, closed="left")],
-        "annealing": [Interval(numbers.Real, 0, None, closed="left")],
+        "annealing_increment": [Interval(numbers.Real, 0, None, closed="left")],
     }
 
     def _build_model(self, n_features, n_outputs, seed):
@@ -141,7 +146,7 @@ class _EndToEnd:
         callbacks = [growth] + ([early_stopping] if early_stopping is not None else [])
         if self._task == "classification":
             callbacks.append(EMLeafUpdate(x, y, sample_weight=sample_weight))
-        return callbacks + [SteepnessAnnealing(self.annealing)]
+        return callbacks + [SteepnessAnnealing(self.annealing_increment)]
 
     def _epochs(self, callbacks):
         return callbacks[0].max_epochs(self.max_depth)
@@ -208,6 +213,7 @@ def _route(tree, x):
 @parameters(**DEFAULTS, class_weight=None)
 class EndToEndTreeClassifier(ClassifierMixin, _EndToEnd, TreeClassifierBase):
     __doc__ = _DOC.format(
+        verbose=VERBOSE_DOC.format(stages='a line per grown level'), explain=EXPLAIN_DOC,
         summary="An end-to-end learned decision tree classifier (greedy growth, then finetuning).",
         em=":class:`keras_trees.callbacks.EMLeafUpdate` (closed-form leaf distributions), ",
         loss="the cross-entropy of the leaf distributions", stratified="stratified, ",
@@ -219,6 +225,7 @@ class EndToEndTreeClassifier(ClassifierMixin, _EndToEnd, TreeClassifierBase):
 @parameters(**REGRESSOR_DEFAULTS)
 class EndToEndTreeRegressor(RegressorMixin, _EndToEnd, TreeRegressorBase):
     __doc__ = _DOC.format(
+        verbose=VERBOSE_DOC.format(stages='a line per grown level'), explain=EXPLAIN_DOC,
         summary="An end-to-end learned decision tree regressor (greedy growth, then finetuning).",
         em="", loss="the mean squared error of the standardized targets (leaves trained by the optimizer)",
         stratified="", class_weight="", attributes="", cut_score="squared error", cut_leaves="mean targets",

@@ -9,7 +9,9 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from keras_trees.api_export import keras_trees_export
 from keras_trees.estimators._base import (
     CLASS_WEIGHT_DOC,
+    EXPLAIN_DOC,
     SHARED_CONSTRAINTS,
+    VERBOSE_DOC,
     TreeClassifierBase,
     TreeRegressorBase,
     parameters,
@@ -23,7 +25,7 @@ from keras_trees.layers import HingeBatchNormalization, HingeFern, HingeForest
 DEFAULTS = dict(
     kind="forest", num_trees=100, max_depth=8, num_features=100,
     learning_rate=0.005, batch_size=32, max_epochs=200, patience=30, validation_fraction=0.1,
-    min_frequency=None, random_state=None, verbose=0,
+    min_frequency=None, random_state=None, verbose=0, n_jobs=None,
 )
 
 _DOC = """{summary}
@@ -57,9 +59,9 @@ _DOC = """{summary}
         random_state: seeds the split, the forest's feature draws and Keras
             (``keras.utils.set_random_seed``, global); an int makes ``fit``
             repeatable on the TensorFlow backend.
-        verbose: Keras' ``fit`` verbosity (0, 1, 2).
+        {verbose}
 
-    Attributes (after ``fit``): {attributes}``n_features_in_``, ``feature_names_in_``
+    Attributes (after ``fit``): {attributes}{explain}``n_features_in_``, ``feature_names_in_``
     (frames), ``preprocessor_`` (the fitted scikit-learn transformer),
     ``model_`` (the Keras model on the transformed float32 features; outputs
     {outputs}), ``history_`` (the ``fit`` history dict).
@@ -92,6 +94,7 @@ class _HingeForest:
 @parameters(**DEFAULTS, reduction="sum", class_weight=None)
 class HingeForestClassifier(ClassifierMixin, _HingeForest, TreeClassifierBase):
     __doc__ = _DOC.format(
+        verbose=VERBOSE_DOC.format(stages='no stages but training'), explain=EXPLAIN_DOC,
         summary="A random hinge forest (or fern) classifier.", reduction="summed into class logits",
         loss="the cross-entropy of the logits", stratified="stratified, ", class_weight=CLASS_WEIGHT_DOC,
         attributes="``classes_``, ", outputs="class logits")
@@ -101,6 +104,7 @@ class HingeForestClassifier(ClassifierMixin, _HingeForest, TreeClassifierBase):
 @parameters(**DEFAULTS, reduction="mean")
 class HingeForestRegressor(RegressorMixin, _HingeForest, TreeRegressorBase):
     __doc__ = _DOC.format(
+        verbose=VERBOSE_DOC.format(stages='no stages but training'), explain=EXPLAIN_DOC,
         summary="A random hinge forest (or fern) regressor.", reduction="averaged (the tutorial's regression)",
         loss="the mean squared error of the standardized targets", stratified="", class_weight="",
         attributes="", outputs="the standardized targets; ``predict`` maps them back")

@@ -12,7 +12,9 @@ from keras_trees.api_export import keras_trees_export
 from keras_trees.callbacks import StableSGD
 from keras_trees.estimators._base import (
     CLASS_WEIGHT_DOC,
+    EXPLAIN_DOC,
     SHARED_CONSTRAINTS,
+    VERBOSE_DOC,
     TreeClassifierBase,
     TreeRegressorBase,
     parameters,
@@ -30,7 +32,7 @@ from keras_trees.layers import NonGreedyTree, co2_tree
 DEFAULTS = dict(
     max_depth=8, nu=10.0, inference="fast", criterion="entropy", init="co2", stable_sgd=True,
     learning_rate=None, momentum=0.9, batch_size=64, max_epochs=30, patience=10, validation_fraction=0.1,
-    min_frequency=None, random_state=None, verbose=0,
+    min_frequency=None, random_state=None, verbose=0, n_jobs=None,
 )
 # The regressor: the same recipe on the squared loss (standardized targets),
 # started from scikit-learn's CART regression tree (CO2 is a classification method).
@@ -81,9 +83,9 @@ _DOC = """{summary}
         random_state: seeds the split, the initial tree and Keras
             (``keras.utils.set_random_seed``, global); an int makes ``fit``
             repeatable on the TensorFlow backend.
-        verbose: Keras' ``fit`` verbosity (0, 1, 2).
+        {verbose}
 
-    Attributes (after ``fit``): {attributes}``nu_``, ``n_features_in_``,
+    Attributes (after ``fit``): {attributes}{explain}``nu_``, ``n_features_in_``,
     ``feature_names_in_`` (frames), ``preprocessor_`` (the fitted
     scikit-learn transformer), ``model_`` (the ``NonGreedyTree``, a Keras
     model on the transformed float32 features; outputs {outputs}),
@@ -150,6 +152,7 @@ class _NonGreedy:
 @parameters(**DEFAULTS, class_weight=None)
 class NonGreedyTreeClassifier(ClassifierMixin, _NonGreedy, TreeClassifierBase):
     __doc__ = _DOC.format(
+        verbose=VERBOSE_DOC.format(stages='a line per ``nu`` candidate'), explain=EXPLAIN_DOC,
         summary="A non-greedy oblique decision tree classifier.",
         init_doc="""(``init="co2"``, the paper's initialization) from the greedy
     oblique tree of :func:`keras_trees.layers.co2_tree`, or (``init="cart"``)
@@ -173,6 +176,7 @@ class NonGreedyTreeClassifier(ClassifierMixin, _NonGreedy, TreeClassifierBase):
 @parameters(**REGRESSOR_DEFAULTS)
 class NonGreedyTreeRegressor(RegressorMixin, _NonGreedy, TreeRegressorBase):
     __doc__ = _DOC.format(
+        verbose=VERBOSE_DOC.format(stages='a line per ``nu`` candidate'), explain=EXPLAIN_DOC,
         summary="A non-greedy oblique decision tree regressor (squared loss, Eq. 3).",
         init_doc="""from scikit-learn's ``DecisionTreeRegressor`` of the same depth
     (``criterion``, the sample weights) on the standardized targets""",

@@ -9,7 +9,9 @@ from sklearn.utils._param_validation import Interval
 from keras_trees.api_export import keras_trees_export
 from keras_trees.estimators._base import (
     CLASS_WEIGHT_DOC,
+    EXPLAIN_DOC,
     SHARED_CONSTRAINTS,
+    VERBOSE_DOC,
     TreeClassifierBase,
     TreeRegressorBase,
     parameters,
@@ -27,7 +29,7 @@ from keras_trees.layers import TreeEnsembleLayer
 DEFAULTS = dict(
     num_trees=10, max_depth=8, transition_width=1.0, node_l2=0.0,
     learning_rate=0.001, batch_size=256, max_epochs=300, patience=20, validation_fraction=0.1,
-    min_frequency=None, random_state=None, verbose=0,
+    min_frequency=None, random_state=None, verbose=0, n_jobs=None,
 )
 
 _DOC = """{summary}
@@ -54,9 +56,9 @@ _DOC = """{summary}
         min_frequency: ``OneHotEncoder``'s ``min_frequency`` for categorical columns.{class_weight}
         random_state: seeds the split and Keras (``keras.utils.set_random_seed``,
             global); an int makes ``fit`` repeatable on the TensorFlow backend.
-        verbose: Keras' ``fit`` verbosity (0, 1, 2).
+        {verbose}
 
-    Attributes (after ``fit``): {attributes}``n_features_in_``, ``feature_names_in_``
+    Attributes (after ``fit``): {attributes}{explain}``n_features_in_``, ``feature_names_in_``
     (frames), ``preprocessor_`` (the fitted scikit-learn transformer),
     ``model_`` (the Keras model on the transformed float32 features; outputs
     {outputs}), ``history_`` (the ``fit`` history dict).
@@ -87,6 +89,7 @@ class _TreeEnsemble:
 @parameters(**DEFAULTS, class_weight=None)
 class TreeEnsembleClassifier(ClassifierMixin, _TreeEnsemble, TreeClassifierBase):
     __doc__ = _DOC.format(
+        verbose=VERBOSE_DOC.format(stages='no stages but training'), explain=EXPLAIN_DOC,
         summary="A Tree Ensemble Layer classifier (soft trees with smooth-step routing).",
         loss="the cross-entropy of the class logits", stratified="stratified, ",
         class_weight=CLASS_WEIGHT_DOC, attributes="``classes_``, ",
@@ -97,6 +100,7 @@ class TreeEnsembleClassifier(ClassifierMixin, _TreeEnsemble, TreeClassifierBase)
 @parameters(**DEFAULTS)
 class TreeEnsembleRegressor(RegressorMixin, _TreeEnsemble, TreeRegressorBase):
     __doc__ = _DOC.format(
+        verbose=VERBOSE_DOC.format(stages='no stages but training'), explain=EXPLAIN_DOC,
         summary="A Tree Ensemble Layer regressor (soft trees with smooth-step routing).",
         loss="the mean squared error of the standardized targets", stratified="",
         class_weight="", attributes="",

@@ -55,7 +55,11 @@ def hard_forest(model, x, layer=None, task="auto"):
 
     Args:
         model: a tree layer (Tree Ensemble Layer, hinge forest / fern; any
-            tree layer works) or a model holding it.
+            tree layer works), a model holding it, or a fitted keras-trees
+            estimator: the forest is then its ``forest_`` (over its input
+            columns, named after them), ``x`` what its ``predict`` takes, and
+            ``soft`` its model's outputs (logits, probabilities or
+            standardized targets).
         x: inputs of ``model`` (a DataFrame is fine); arrays in memory (a
             stream of batches raises ``TypeError``: the result holds every
             row's outputs).
@@ -81,6 +85,15 @@ def hard_forest(model, x, layer=None, task="auto"):
     """
     require_arrays(x, "x", "hard_forest", "it returns the soft and hard outputs of every row and their "
                    "agreement over all of them (argmax matches, R^2, correlation)")
+    if _names.is_estimator(model):
+        if layer is not None:
+            raise ValueError("hard_forest: layer= is for Keras models; an estimator holds one tree layer")
+        forest, rows = _names.from_estimator(model, x, None, "hard_forest")
+        soft = np.asarray(model._model_outputs(x), np.float64).reshape(-1, forest.output_dim)
+        hard = forest.predict(rows).reshape(-1, forest.output_dim)
+        if task == "auto":
+            task = "classification" if model._task == "classification" else "regression"
+        return {"forest": forest, **agreement(soft, hard, task), "soft": soft, "hard": hard}
     layer = layer if layer is not None else _single_layer(model)
     values = _names.as_array(x)
     if not layer.built:

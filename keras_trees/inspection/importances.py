@@ -307,6 +307,13 @@ def feature_importances(forest, x=None, y=None, kind="split_usage", criterion=No
     Forests: each tree's importances are normalized, then averaged over trees
     (as scikit-learn's random forests); all zeros when no split uses a feature.
 
+    A fitted keras-trees estimator: the importances of its ``forest_`` summed
+    over the design columns of each input column (one-hot columns into their
+    categorical, a missing-value indicator into its column), ``(n_features_in_,)``
+    in the order of ``feature_names_in_``; without ``x`` its
+    ``feature_importances_`` (split usage on its training rows); ``x`` and ``y``
+    are then what its ``fit`` takes (any label type), in memory.
+
     >>> import numpy as np
     >>> from sklearn.tree import DecisionTreeClassifier
     >>> x = np.random.default_rng(0).normal(size=(300, 3))
@@ -315,6 +322,8 @@ def feature_importances(forest, x=None, y=None, kind="split_usage", criterion=No
     >>> bool(np.allclose(imp, cart.feature_importances_)), int(imp.argmax())
     (True, 1)
     """
+    if _names.is_estimator(forest):
+        return _estimator_importances(forest, x, y, kind, criterion, num_classes, sample_weight)
     forest = _names.as_forest(forest)
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
@@ -341,6 +350,28 @@ def feature_importances(forest, x=None, y=None, kind="split_usage", criterion=No
     else:
         weight = _gains(forest, stats, criterion)
     return _normalized_mean(np.einsum("ti,tip->tp", weight, shares))
+
+
+def _estimator_importances(estimator, x, y, kind, criterion, num_classes, sample_weight):
+    """:func:`feature_importances` of a fitted keras-trees estimator, per input column."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    if num_classes is not None:
+        raise ValueError("feature_importances: num_classes is the estimator's (classes_); pass None")
+    if x is None:
+        if kind == "gain":
+            raise ValueError("kind='gain' needs samples x and labels y")
+        if sample_weight is not None:
+            raise ValueError("feature_importances: sample_weight needs samples x")
+        return estimator.feature_importances_
+    if kind == "gain" and y is None:
+        raise ValueError("kind='gain' needs samples x and labels y")
+    forest, rows = _names.from_estimator(estimator, x, None, "feature_importances")
+    if kind == "gain":
+        criterion = _criterion(forest, criterion, len(estimator.classes_)
+                               if estimator._task == "classification" else None)
+    return estimator._importances_on(rows, _names.estimator_labels(estimator, y), sample_weight, kind=kind,
+                                     criterion=criterion, aggregate=True, forest=forest)
 
 
 def _predict_fn(model, batch_size):
@@ -474,10 +505,18 @@ def _default_metric(y, pred):
     return float(1.0 - ((y - pred) ** 2).sum() / max(((y - y.mean(0)) ** 2).sum(), 1e-300))
 
 
-def _with_column(x, j, values):
+def _with_column(x, j, values, order=None):
+    """``x`` with column ``j`` replaced by ``values``; a DataFrame takes its own
+    column in ``order`` instead (keeping the column's dtype: categoricals,
+    strings, booleans)."""
     if _names.is_frame(x):
         x = x.copy()
-        x.iloc[:, j] = values
+        if order is not None:
+            column = x.iloc[order, j]
+            column.index = x.index
+            x.isetitem(j, column)
+        else:
+            x.iloc[:, j] = values
         return x
     x = x.copy()
     x[:, j] = values
@@ -491,9 +530,11 @@ def permutation_importance(model, x, y, metric=None, n_repeats=5, seed=0, batch_
     Args:
         model: a Keras model or layer, anything with ``predict(x)`` (a
             scikit-learn estimator, a :class:`~keras_trees.forest.Forest`) or a
-            callable.
-        x: ``(n, p)`` inputs (a pandas DataFrame is shuffled column by column
-            and passed on as a DataFrame).
+            callable. A fitted keras-trees estimator shuffles its input columns
+            (a categorical column as a whole) and scores with its ``score``
+            metric by default (accuracy, any label type; R^2).
+        x: ``(n, p)`` inputs (a pandas DataFrame is shuffled column by column,
+            each column keeping its dtype, and passed on as a DataFrame).
         y: targets.
         metric: ``metric(y, predictions) -> float``, higher is better (pass a
             loss negated). Default: for integer or boolean ``y`` the accuracy
@@ -508,7 +549,8 @@ def permutation_importance(model, x, y, metric=None, n_repeats=5, seed=0, batch_
         A dict (as scikit-learn's ``permutation_importance``):
         ``importances_mean``, ``importances_std`` ``(p,)``, ``importances``
         ``(p, n_repeats)``, the unshuffled ``baseline`` score and
-        ``feature_names`` (a DataFrame's columns, else None).
+        ``feature_names`` (a DataFrame's columns, else an estimator's
+        ``feature_names_in_``, else None).
 
     >>> import numpy as np
     >>> from sklearn.tree import DecisionTreeRegressor
@@ -519,7 +561,9 @@ def permutation_importance(model, x, y, metric=None, n_repeats=5, seed=0, batch_
     """
     require_arrays(x, "x", "permutation_importance",
                    "it shuffles a feature's column across all rows (not a sum over samples)")
-    metric = _default_metric if metric is None else metric
+    estimator = _names.is_estimator(model)
+    if metric is None:
+        metric = _estimator_metric(model) if estimator else _default_metric
     if not callable(metric):
         raise TypeError(f"metric must be a function metric(y, predictions) -> float, got {type(metric).__name__}")
     n_repeats = arguments.positive_int("n_repeats", n_repeats)
@@ -538,7 +582,18 @@ def permutation_importance(model, x, y, metric=None, n_repeats=5, seed=0, batch_
     drops = np.zeros((values.shape[1], n_repeats))
     for j in range(values.shape[1]):
         for r in range(n_repeats):
-            shuffled = _with_column(x, j, values[rng.permutation(len(values)), j])
+            order = rng.permutation(len(values))
+            shuffled = _with_column(x, j, values[order, j], order if estimator else None)
             drops[j, r] = baseline - float(metric(y, predict(shuffled)))
+    names = _names.frame_names(x)
+    if names is None and estimator and hasattr(model, "feature_names_in_"):
+        names = [str(n) for n in model.feature_names_in_]
     return {"importances_mean": drops.mean(1), "importances_std": drops.std(1), "importances": drops,
-            "baseline": baseline, "feature_names": _names.frame_names(x)}
+            "baseline": baseline, "feature_names": names}
+
+
+def _estimator_metric(estimator):
+    """The metric of an estimator's ``score``: accuracy (any label type), else R^2."""
+    from sklearn.metrics import accuracy_score, r2_score
+
+    return accuracy_score if estimator._task == "classification" else r2_score

@@ -116,9 +116,21 @@ def plot_tree(doc, tree=0, ax=None, class_names=None, max_leaves=None, feature_n
             may be a stream of ``(x, y[, sample_weight])`` batches (``y``
             None), summed batch by batch (:meth:`Forest.node_statistics`).
 
+    A fitted keras-trees estimator draws its trees over its input columns
+    (``estimator.forest_``); ``x, y`` are then what its ``fit`` takes,
+    ``feature_names`` names its input columns and ``class_names`` defaults to
+    its ``classes_``.
+
     Returns the matplotlib ``Axes``.
     """
     plt = _pyplot()
+    if _names.is_estimator(doc):
+        estimator = doc
+        doc, x = _names.from_estimator(estimator, x, feature_names, "plot_tree")
+        if class_names is None and estimator._task == "classification":
+            class_names = [str(c) for c in estimator.classes_]
+        y = _names.estimator_labels(estimator, y)
+        feature_names = None
     doc = _document(doc, x, y)
     forest = Forest.from_dict(doc)
     names = _names.resolve(forest.input_dim, feature_names, forest=forest)

@@ -15,6 +15,13 @@ split ``x[f] - t`` reads ``f <= t`` / ``f >  t`` (``f >= t`` / ``f <  t`` for
 ``|w_j|``; a noisy-OR one ``f(x) <= c`` with
 ``f(x) = r_1*sp(<w_1, x> + b_1) + ...`` (``sp`` = softplus, facets by
 decreasing ``r_k``, facets with ``r_k = 0`` left out).
+
+A fitted keras-trees estimator prints its trees over its input columns
+(``estimator.forest_``): numeric columns in their units, a split on a one-hot
+or missing-value column as ``colour = red`` / ``colour != red`` and ``age is
+missing`` / ``age is not missing``, an oblique split with one nonzero weight
+as a threshold on its column, and oblique terms ranked by ``|w_j| * std_j``
+(each column's spread on the training data) instead of ``|w_j|``.
 """
 
 import numpy as np
@@ -31,8 +38,11 @@ def _number(value, decimals):
     return f"{value:.{decimals}f}"
 
 
-def _linear_terms(w, names, decimals, terms):
-    order = [j for j in np.argsort(-np.abs(w), kind="stable") if w[j] != 0]
+def _linear_terms(w, names, decimals, terms, scale=None):
+    """``w`` as a sum of its ``terms`` largest terms: largest ``|w_j|``, or with
+    ``scale`` (each feature's spread) largest ``|w_j| * scale_j``."""
+    size = np.abs(w) if scale is None else np.abs(w) * scale
+    order = [j for j in np.argsort(-size, kind="stable") if w[j] != 0]
     if not order:
         return "0"
     text = ""
@@ -45,16 +55,63 @@ def _linear_terms(w, names, decimals, terms):
     return text
 
 
+def _one_column_text(forest, t, i, names, decimals):
+    """``(left, right)`` of a split reading one column, in the estimators'
+    forests (``forest.extra`` holds ``feature_scale``; others print as they
+    always did): a 0/1 column that ``binary_features`` names ``[column,
+    value]`` (one-hot and missing-value columns) reads ``colour = red`` /
+    ``colour != red``, ``age is missing`` / ``age is not missing``; an oblique
+    split with one nonzero weight reads as a threshold on its column. None for
+    other splits (and for a 0/1 column both of whose values go the same way)."""
+    if "feature_scale" not in forest.extra:
+        return None
+    if forest.split_kind == "axis_aligned":
+        j, w, b = int(forest.feature[t, i]), 1.0, -float(forest.threshold[t, i])
+    elif forest.split_kind == "linear":
+        used = np.flatnonzero(forest.weights[t, i])
+        if len(used) != 1:
+            return None
+        j = int(used[0])
+        w, b = float(forest.weights[t, i, j]), float(forest.bias[t, i])
+    else:
+        return None
+    positive = forest.right_if == "positive"
+    binary = (forest.extra.get("binary_features") or [None] * forest.input_dim)[j]
+    if binary is not None:
+        column, value = binary
+        if value == "missing":
+            one, zero = f"{column} is missing", f"{column} is not missing"
+        else:
+            one, zero = f"{column} = {value}", f"{column} != {value}"
+        right = [(w * v + b > 0) if positive else (w * v + b < 0) for v in (0.0, 1.0)]
+        if right[0] != right[1]:
+            return (zero, one) if right[1] else (one, zero)
+        return None
+    if forest.split_kind == "axis_aligned":
+        return None  # the usual text
+    threshold, name = _number(-b / w, decimals), names[j]
+    if (w > 0) == positive:  # right for larger values
+        return f"{name} <= {threshold}", f"{name} >  {threshold}"
+    return f"{name} >= {threshold}", f"{name} <  {threshold}"
+
+
 def split_text(forest, t, i, names, decimals, terms):
-    """``(left, right)`` texts of split ``i`` of tree ``t``."""
+    """``(left, right)`` texts of split ``i`` of tree ``t``. Oblique terms are
+    ranked by ``|w_j|``, or by ``|w_j| * s_j`` where ``forest.extra`` holds
+    ``feature_scale`` ``s`` (the estimators' forests: features in their own units)."""
+    scale = forest.extra.get("feature_scale")
+    scale = None if scale is None else np.asarray(scale, np.float64)
+    one = _one_column_text(forest, t, i, names, decimals)
+    if one is not None:
+        return one
     if forest.split_kind == "axis_aligned":
         lhs, rhs = names[forest.feature[t, i]], forest.threshold[t, i]
     elif forest.split_kind == "linear":
-        lhs, rhs = _linear_terms(forest.weights[t, i], names, decimals, terms), -forest.bias[t, i]
+        lhs, rhs = _linear_terms(forest.weights[t, i], names, decimals, terms, scale), -forest.bias[t, i]
     else:
         r = forest.expert_weights[t, i]
         facets = [k for k in np.argsort(-r, kind="stable") if r[k] > 0]
-        parts = [f"{_number(r[k], decimals)}*sp({_linear_terms(forest.weights[t, i, k], names, decimals, terms)}"
+        parts = [f"{_number(r[k], decimals)}*sp({_linear_terms(forest.weights[t, i, k], names, decimals, terms, scale)}"
                  f" {'-' if forest.bias[t, i, k] < 0 else '+'} {_number(abs(forest.bias[t, i, k]), decimals)})"
                  for k in facets[:terms]]
         more = f" + ... ({len(facets) - terms} more)" if len(facets) > terms else ""
@@ -88,7 +145,12 @@ def export_text(forest, tree=0, feature_names=None, class_names=None, max_depth=
 
     Args:
         forest: a :class:`~keras_trees.forest.Forest`, an exported layer dict,
-            a tree layer or a fitted scikit-learn tree.
+            a tree layer, a fitted scikit-learn tree or a fitted keras-trees
+            estimator: its trees over its input columns (``estimator.forest_``:
+            numeric columns in their units, one-hot splits as ``colour = red``,
+            missing-value indicators as ``age is missing``); ``x`` then is what
+            its ``predict`` takes, ``feature_names`` names its input columns
+            and ``class_names`` defaults to its ``classes_``.
         tree: which tree of the forest.
         feature_names: ``input_dim`` names; default the columns of ``x`` if a
             DataFrame, else the forest's ``feature_names``, else ``x[j]``.
@@ -120,6 +182,12 @@ def export_text(forest, tree=0, feature_names=None, class_names=None, max_depth=
     |   |--- class: yes
     <BLANKLINE>
     """
+    if _names.is_estimator(forest):
+        estimator = forest
+        forest, x = _names.from_estimator(estimator, x, feature_names, "export_text")
+        if class_names is None and estimator._task == "classification":
+            class_names = [str(c) for c in estimator.classes_]
+        feature_names = None
     forest = _names.as_forest(forest)
     if max_depth is not None:
         max_depth = bounds.nonnegative_int("max_depth", max_depth)
