@@ -48,7 +48,7 @@ def run_depth(split, depth, epochs_per_level, finetune_epochs, lr, seed):
               callbacks=[EMLeafUpdate(x, y), SteepnessAnnealing(0.1)])
     return {
         "depth": depth, "greedy": greedy, "finetune": accuracy(model, split.x_test, split.y_test),
-        "train_finetune": accuracy(model, x, y), "leaves": int(tree.num_leaves()[0]),
+        "train_finetune": accuracy(model, x, y), "leaves": tree.num_leaves(),
         "split_evals": tree.split_evaluations(split.x_test), "seconds": time.time() - start,
         "greedy_seconds": greedy_time,
     }

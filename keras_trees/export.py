@@ -46,7 +46,7 @@ _OP_PREFIX = b"KerasTrees>"
 
 
 @keras_trees_export("keras_trees")
-def export_portable(model, filepath, **kwargs):
+def export_portable(model, filepath, verbose=False, **kwargs):
     """Exports ``model`` as a TF SavedModel made of stock TensorFlow ops only.
 
     ``model.export(filepath)`` keeps the keras-trees custom ops in the graph, so
@@ -72,6 +72,8 @@ def export_portable(model, filepath, **kwargs):
     Args:
         model: a built ``keras.Model``.
         filepath: the SavedModel directory (a string or ``os.PathLike``).
+        verbose: print Keras' listing of the exported endpoints and their
+            ``TensorSpec`` signatures (quiet by default).
         **kwargs: passed to ``model.export``.
     """
     if not isinstance(model, keras.Model):
@@ -82,7 +84,7 @@ def export_portable(model, filepath, **kwargs):
     _models.check_weights(model, "export_portable refuses to export a model that would serve NaN")
     kwargs.setdefault("format", "tf_saved_model")
     with reference_only():
-        return model.export(filepath, **kwargs)
+        return model.export(filepath, verbose=bool(verbose), **kwargs)
 
 
 def has_tree_layers(model):

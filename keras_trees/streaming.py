@@ -44,6 +44,7 @@ import keras
 import numpy as np
 
 from keras_trees.api_export import keras_trees_export, public_api
+from keras_trees._arrays import to_numpy
 
 
 def _tf():
@@ -183,7 +184,7 @@ def _num_rows(x):
 def _numpy(value):
     if value is None:
         return None
-    return keras.tree.map_structure(lambda a: np.asarray(keras.ops.convert_to_numpy(a))
+    return keras.tree.map_structure(lambda a: np.asarray(to_numpy(a))
                                     if not isinstance(a, np.ndarray) else a, value)
 
 
@@ -297,7 +298,7 @@ def stream(x, y=None, sample_weight=None, batch_size=4096, name="the data", mode
         if y is None:
             raise ValueError(f"{name}: x is an array, so y (the labels) is needed as well")
         x = _numpy(x)
-        y = np.asarray(keras.ops.convert_to_numpy(y)) if not isinstance(y, np.ndarray) else y
+        y = np.asarray(to_numpy(y)) if not isinstance(y, np.ndarray) else y
         if np.ndim(y) == 0:
             raise ValueError(f"{name}: y must hold one entry per training sample, got a scalar")
         n = _num_rows(x)

@@ -11,6 +11,7 @@ from keras_trees.callbacks._common import (
     layer_input_fn, layer_names, positive_int, weights_config,
 )
 from keras_trees.layers import _validation
+from keras_trees._arrays import to_numpy
 
 
 @keras_trees_export("keras_trees.callbacks")
@@ -129,7 +130,7 @@ class EMLeafUpdate(keras.callbacks.Callback):
     def _statistics_fn(self, layer):
         # One compiled E-step per training-time model (greedy growth or soft),
         # chosen here: each compiles only its own branch.
-        mode = "growth" if int(ops.convert_to_numpy(layer.growing)) else "soft"
+        mode = "growth" if int(to_numpy(layer.growing)) else "soft"
         key = (id(layer), mode)
         if key not in self._fns:
             to_input = self._inputs.get(id(layer))
@@ -160,7 +161,7 @@ class EMLeafUpdate(keras.callbacks.Callback):
                     raise ValueError("EMLeafUpdate: the data's batches carry sample weights, so class_weight "
                                      "cannot be given as well (as in Model.fit)")
                 wb = _validation.batch_weights(yb, wb, table, "EMLeafUpdate")
-                c = ops.convert_to_numpy(fn(
+                c = to_numpy(fn(
                     keras.tree.map_structure(ops.convert_to_tensor, xb),
                     ops.convert_to_tensor(yb.astype("int32")),
                     ops.convert_to_tensor(wb.astype("float32")),

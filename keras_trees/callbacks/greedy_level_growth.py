@@ -6,6 +6,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_trees._arrays import to_numpy
 from keras_trees import streaming
 from keras_trees.api_export import keras_trees_export
 from keras_trees.callbacks._common import (
@@ -220,10 +221,10 @@ class GreedyLevelGrowth(keras.callbacks.Callback):
                 self._fns[key] = compiled(lambda x: layer.features(to_input(x), training=False), self.model)
         fn = self._fns[key]
         if fn is None:
-            feats = np.asarray(ops.convert_to_numpy(layer.features(x))).astype(np.float64)
+            feats = np.asarray(to_numpy(layer.features(x))).astype(np.float64)
         else:
             x = keras.tree.map_structure(ops.convert_to_tensor, x)
-            feats = np.asarray(ops.convert_to_numpy(fn(x))).astype(np.float64)
+            feats = np.asarray(to_numpy(fn(x))).astype(np.float64)
         if not np.all(np.isfinite(feats)):
             raise ValueError("GreedyLevelGrowth: the split features contain NaN or Inf")
         return feats
@@ -256,7 +257,7 @@ class GreedyLevelGrowth(keras.callbacks.Callback):
     def on_train_begin(self, logs=None):
         self._fns = {}
         for layer in ensure_built(self.model, end_to_end_layers(self.model, self.layer_names), self._sample()):
-            if int(ops.convert_to_numpy(layer.growth_phase)) in (PHASE_GROWING, PHASE_FINETUNING):
+            if int(to_numpy(layer.growth_phase)) in (PHASE_GROWING, PHASE_FINETUNING):
                 continue  # resume where a previous fit stopped
             a = self._engine(layer).start(before_stumps=_root_leaf_values)
             layer.growing.assign(1)
@@ -268,10 +269,10 @@ class GreedyLevelGrowth(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         layers = end_to_end_layers(self.model, self.layer_names)
         for layer in layers:
-            phase = int(ops.convert_to_numpy(layer.growth_phase))
+            phase = int(to_numpy(layer.growth_phase))
             if phase not in (PHASE_GROWING, PHASE_FINETUNING):
                 continue
-            done = int(ops.convert_to_numpy(layer.phase_epoch)) + 1
+            done = int(to_numpy(layer.phase_epoch)) + 1
             layer.phase_epoch.assign(done)
             if phase == PHASE_GROWING and done >= self.epochs_per_level:
                 layer.phase_epoch.assign(0)
@@ -280,24 +281,24 @@ class GreedyLevelGrowth(keras.callbacks.Callback):
             elif phase == PHASE_FINETUNING and done >= self.finetune_epochs:
                 layer.growth_phase.assign(PHASE_DONE)
                 self._report(layer, epoch, logs, "finetuned")
-        phases = [int(ops.convert_to_numpy(layer.growth_phase)) for layer in layers]
+        phases = [int(to_numpy(layer.growth_phase)) for layer in layers]
         if logs is not None:
             for layer, phase in zip(layers, phases):
                 prefix = "" if len(layers) == 1 else f"{layer.name}/"
                 logs[prefix + "growth_phase"] = float(phase)
-                logs[prefix + "num_leaves"] = float(layer.num_leaves().sum())
+                logs[prefix + "num_leaves"] = float(np.sum(layer.num_leaves()))
         if all(p in (PHASE_DONE, PHASE_IDLE) for p in phases):
             self.model.stop_training = True
 
     def _report(self, layer, epoch, logs, event):
         if not self.verbose:
             return
-        leaves = layer.num_leaves()
+        leaves = np.atleast_1d(layer.num_leaves())  # an int for EndToEndTree
         parts = [f"GreedyLevelGrowth: epoch {epoch + 1}, {layer.name}"]
         if event == "finetuned":
             parts.append("finetuning done")
         else:
-            phase = int(ops.convert_to_numpy(layer.growth_phase))
+            phase = int(to_numpy(layer.growth_phase))
             parts.append(f"depth {int(layer.tree_depths().max())}")
             if phase == PHASE_FINETUNING:
                 parts.append("growth done, finetuning")
@@ -315,7 +316,7 @@ class GreedyLevelGrowth(keras.callbacks.Callback):
 
     def on_train_end(self, logs=None):
         for layer in end_to_end_layers(self.model, self.layer_names):
-            if int(ops.convert_to_numpy(layer.growth_phase)) == PHASE_GROWING:
+            if int(to_numpy(layer.growth_phase)) == PHASE_GROWING:
                 warnings.warn(
                     f"GreedyLevelGrowth: fit() ended while {layer.name} was still growing (the "
                     "layer stays in its greedy-growth mode, where only candidate stumps train). "
@@ -334,7 +335,7 @@ class GreedyLevelGrowth(keras.callbacks.Callback):
 
     def _end_level(self, layer):
         self._engine(layer).end_round()
-        if not np.asarray(ops.convert_to_numpy(layer.candidate)).any():
+        if not np.asarray(to_numpy(layer.candidate)).any():
             self._start_finetune(layer)
         else:
             reset_optimizer(getattr(self.model, "optimizer", None))

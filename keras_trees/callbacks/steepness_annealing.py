@@ -2,8 +2,8 @@
 
 import keras
 import numpy as np
-from keras import ops
 
+from keras_trees._arrays import to_numpy
 from keras_trees import _deprecation, topology
 from keras_trees.api_export import keras_trees_export
 from keras_trees.callbacks._common import (
@@ -64,8 +64,8 @@ class SteepnessAnnealing(keras.callbacks.Callback):
                 self._unbuilt.append(layer)
                 continue
             trained = trained_splits(layer)
-            epochs = ops.convert_to_numpy(layer.node_epochs)
-            gamma = np.array(ops.convert_to_numpy(layer.gamma))
+            epochs = to_numpy(layer.node_epochs)
+            gamma = np.array(to_numpy(layer.gamma))
             new = layer.initial_steepness + self.increment * epochs
             if self.max_steepness is not None:
                 new = np.minimum(new, self.max_steepness)
@@ -76,7 +76,7 @@ class SteepnessAnnealing(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         for layer in getattr(self, "_unbuilt", []):
             if layer.built:
-                epochs = ops.convert_to_numpy(layer.node_epochs)
+                epochs = to_numpy(layer.node_epochs)
                 layer.node_epochs.assign(epochs + trained_splits(layer).astype(epochs.dtype))
         self._unbuilt = []
 
@@ -95,7 +95,7 @@ class SteepnessAnnealing(keras.callbacks.Callback):
 
 def trained_splits(layer):
     """Splits the optimizer trains now: candidate stumps while growing, else all splits."""
-    state = ops.convert_to_numpy(layer.node_state)[:, : layer.num_internal]
-    if int(ops.convert_to_numpy(layer.growing)):
-        return ops.convert_to_numpy(layer.candidate).astype(bool) & (state == topology.LEAF)
+    state = to_numpy(layer.node_state)[:, : layer.num_internal]
+    if int(to_numpy(layer.growing)):
+        return to_numpy(layer.candidate).astype(bool) & (state == topology.LEAF)
     return state == topology.SPLIT

@@ -56,6 +56,7 @@ from sklearn.utils.validation import (
 
 from keras_trees import _deprecation
 from keras_trees.estimators import _explain, _threads
+from keras_trees._arrays import to_numpy
 from keras_trees.estimators._preprocessing import is_frame, make_preprocessor
 
 #: Constraints of the arguments every estimator has (scikit-learn's
@@ -508,7 +509,7 @@ class TreeEstimator(BaseEstimator):
 
 def _outputs(model, x):
     """A Keras model's outputs on float32 rows ``x`` (NumPy, float32), in eager batches."""
-    parts = [keras.ops.convert_to_numpy(model(x[i:i + _PREDICT_BATCH], training=False))
+    parts = [to_numpy(model(x[i:i + _PREDICT_BATCH], training=False))
              for i in range(0, len(x), _PREDICT_BATCH)]
     return np.concatenate(parts).astype(np.float32) if parts else np.zeros((0, 1), np.float32)
 

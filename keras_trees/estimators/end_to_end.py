@@ -7,6 +7,7 @@ import numpy as np
 from sklearn.base import ClassifierMixin, RegressorMixin
 from sklearn.utils._param_validation import Interval, StrOptions
 
+from keras_trees._arrays import to_numpy
 from keras_trees import topology
 from keras_trees.api_export import keras_trees_export
 from keras_trees.callbacks import EMLeafUpdate, GreedyLevelGrowth, SteepnessAnnealing
@@ -166,7 +167,7 @@ class _EndToEnd:
         reaches them (class distributions with the layer's smoothing, or mean
         targets); every other leaf keeps its trained value. Returns the scores
         per depth and the chosen depth."""
-        state = np.array(keras.ops.convert_to_numpy(tree.node_state))
+        state = to_numpy(tree.node_state)
         leaves = tree.leaves_numpy()[0]
         reached, reached_val = _route(tree, x), _route(tree, validation[0])
         y = np.asarray(y)
@@ -204,7 +205,7 @@ class _EndToEnd:
 
 def _route(tree, x):
     """Heap position of the leaf each row of ``x`` reaches (the one tree), in batches."""
-    parts = [np.asarray(keras.ops.convert_to_numpy(tree.route(x[i:i + _PREDICT_BATCH])))[:, 0]
+    parts = [np.asarray(to_numpy(tree.route(x[i:i + _PREDICT_BATCH])))[:, 0]
              for i in range(0, len(x), _PREDICT_BATCH)]
     return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 

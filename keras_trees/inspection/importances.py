@@ -29,6 +29,7 @@ shuffles a column across all rows and needs arrays in memory (a stream raises
 
 import numpy as np
 
+from keras_trees._arrays import to_numpy
 from keras_trees import streaming, topology
 from keras_trees.forest import class_ids, node_sums, targets
 from keras_trees.api_export import keras_trees_export
@@ -382,7 +383,7 @@ def _predict_fn(model, batch_size):
     if isinstance(model, keras.Model):
         return lambda x: np.asarray(model.predict(x, verbose=0, batch_size=batch_size))
     if isinstance(model, keras.layers.Layer):
-        return lambda x: np.concatenate([np.asarray(keras.ops.convert_to_numpy(model(x[i: i + batch_size])))
+        return lambda x: np.concatenate([to_numpy(model(x[i: i + batch_size]))
                                          for i in range(0, len(x), batch_size)])
     if hasattr(model, "predict"):
         return lambda x: np.asarray(model.predict(x))

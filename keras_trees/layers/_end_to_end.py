@@ -13,6 +13,7 @@ from keras import ops
 from keras_trees import _deprecation, topology
 from keras_trees.forest import Forest
 from keras_trees.layers import _validation
+from keras_trees.layers import _fit_checks
 from keras_trees.layers._forest_layer import numpy
 from keras_trees.layers._heap import HeapTreeLayer, const as _const
 # Growth phases stored in the layer (``growth_phase``, written by GreedyLevelGrowth).
@@ -22,6 +23,7 @@ from keras_trees.ops import _library, path_probabilities, pruned_routing
 from keras_trees.layers._xla import XLACompatibility
 from keras_trees.validation import arguments, tensors
 from keras_trees.validation.variables import CheckedLoading, check_loaded
+from keras_trees._arrays import to_numpy
 
 # Heaps of this depth hold 2**25 - 1 positions per tree: already far beyond memory
 # for realistic inputs; the memory check refuses much earlier.
@@ -36,7 +38,7 @@ LEAVES_EM, LEAVES_GRADIENT = 0, 1
 _MIN_PROBABILITY = 1e-30
 
 
-class EndToEndTreesBase(CheckedLoading, XLACompatibility, HeapTreeLayer):
+class EndToEndTreesBase(CheckedLoading, XLACompatibility, _fit_checks.FitChecks, HeapTreeLayer):
     """Probabilistic-at-train-time, deterministic-at-test-time trees (see subclasses)."""
 
     # ``candidate_gain`` holds -inf (no gain yet) by design: loading checks it
@@ -348,7 +350,7 @@ class EndToEndTreesBase(CheckedLoading, XLACompatibility, HeapTreeLayer):
 
     def leaves_numpy(self):
         """The leaf outputs as a float64 NumPy array."""
-        return np.array(ops.convert_to_numpy(ops.stop_gradient(self._leaves())), dtype=np.float64)
+        return np.array(to_numpy(ops.stop_gradient(self._leaves())), dtype=np.float64)
 
     def set_leaf_values(self, values, mask=None):
         """Writes leaf outputs (class distributions or regression values).
@@ -378,13 +380,28 @@ class EndToEndTreesBase(CheckedLoading, XLACompatibility, HeapTreeLayer):
             )
         self.set_leaf_values(self.leaves_numpy())
         self.leaf_mode.assign(LEAVES_EM)
+        self._em_updates = True  # a Python flag (no variable): read by the fit check below
 
     def end_em_leaves(self):
         """Ends EM leaf learning: ``leaf_learning="auto"`` layers go back to
         gradient-trained leaves, starting from the EM distributions."""
+        self._em_updates = False
         if self.is_classifier and self.leaf_learning == "auto":
             self.set_leaf_values(self.leaves_numpy())
             self.leaf_mode.assign(LEAVES_GRADIENT)
+
+    _em_updates = False
+
+    def _fit_warnings(self, model):
+        super()._fit_warnings(model)
+        if self.is_classifier and self.leaf_learning == "em" and not self._em_updates:
+            _fit_checks.warn(
+                self,
+                "leaf_learning='em' leaves are learnt only by the EMLeafUpdate callback, and this fit has "
+                "none: the leaves keep their values (uniform class distributions for a new layer) and the "
+                "model stays at chance. Fix: pass callbacks=[keras_trees.callbacks.EMLeafUpdate(x, y)] to fit, "
+                "or use leaf_learning='auto' (the default) to let the optimizer train the leaves without it.",
+            )
 
     # Heaps up to this many positions per tree use the dense level-by-level
     # computation; deeper (typically sparse) trees evaluate present nodes only.
@@ -463,6 +480,7 @@ class EndToEndTreesBase(CheckedLoading, XLACompatibility, HeapTreeLayer):
         path per tree through the hard-routing op (steepness -> infinity);
         ``routing="soft"`` returns the probabilistic posterior of Eq. 2 / 20.
         """
+        self._check_fit(training)
         feats = self.features(inputs, training=training)
         lead = self._leading_shape(inputs)
         if training and self.split_regularizer is not None:
@@ -585,11 +603,11 @@ class EndToEndTreesBase(CheckedLoading, XLACompatibility, HeapTreeLayer):
     def em_update_mask(self):
         """Leaf positions the M-step may change: all leaves, or while growing the
         children of candidate stumps (committed leaves keep their distributions)."""
-        state = ops.convert_to_numpy(self.node_state)
-        if int(ops.convert_to_numpy(self.growing)) == 0:
+        state = to_numpy(self.node_state)
+        if int(to_numpy(self.growing)) == 0:
             return state == topology.LEAF
         cand = np.zeros_like(state, dtype=bool)
-        c = ops.convert_to_numpy(self.candidate).astype(bool) & (state[:, : self.num_internal] == topology.LEAF)
+        c = to_numpy(self.candidate).astype(bool) & (state[:, : self.num_internal] == topology.LEAF)
         t, n = np.nonzero(c)
         cand[t, 2 * n + 1] = True
         cand[t, 2 * n + 2] = True
@@ -618,7 +636,7 @@ class EndToEndTreesBase(CheckedLoading, XLACompatibility, HeapTreeLayer):
     # Hooks of the level-growth engine (keras_trees.layers._level_growth),
     # driven by keras_trees.callbacks.GreedyLevelGrowth.
     def _read_growth(self):
-        get = lambda v: np.array(ops.convert_to_numpy(v))  # noqa: E731
+        get = lambda v: np.array(to_numpy(v))  # noqa: E731
         return {
             "state": get(self.node_state), "candidate": get(self.candidate), "mask": get(self.feature_mask),
             "kernel": get(self.split_kernel), "bias": get(self.split_bias), "gamma": get(self.gamma),

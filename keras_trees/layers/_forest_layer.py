@@ -3,12 +3,12 @@
 (``forest_features``)."""
 
 import numpy as np
-from keras import ops
+from keras_trees._arrays import to_numpy
 
 
 def numpy(value):
     """A variable or tensor as a NumPy array."""
-    return np.asarray(ops.convert_to_numpy(value))
+    return np.asarray(to_numpy(value))
 
 
 class ForestLayer:

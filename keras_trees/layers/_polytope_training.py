@@ -53,6 +53,7 @@ from keras_trees.losses.conditional_entropy import conditional_entropy_from_coun
 from keras_trees.losses.leaf_variance import leaf_variance_from_moments
 from keras_trees.ops import polytope as poly
 from keras_trees.validation import batched
+from keras_trees._arrays import to_numpy
 
 
 def softplus_inverse(y):
@@ -340,7 +341,7 @@ def stream_set_leaves(layer, growth):
     committed splits (subtree totals at internal positions), as
     :meth:`ConvexPolytopeTree.set_leaves_from_data` on arrays: one pass, one
     all-reduce. Positions no sample of positive weight reaches keep their value."""
-    state = np.asarray(ops.convert_to_numpy(layer.node_state))
+    state = np.asarray(to_numpy(layer.node_state))
     N = layer.num_positions
 
     def fn(feats, targets, w, stops):
@@ -352,7 +353,7 @@ def stream_set_leaves(layer, growth):
         return [node_sums(stops[:, 0], values, N, w, subtrees=True)]
 
     (stats,) = growth.accumulate(fn, is_split=topology.is_split_mask(state))
-    old = np.asarray(ops.convert_to_numpy(layer.leaf_values))[0].astype(np.float64)
+    old = np.asarray(to_numpy(layer.leaf_values))[0].astype(np.float64)
     if layer.is_classifier:
         total = stats.sum(-1, keepdims=True)
         new = np.where(total > 0, stats / np.maximum(total, 1e-300), old)
@@ -463,8 +464,8 @@ def _batches(rng, idx, batch_size):
 def anneal(layer, epoch, increment, mask=None, max_steepness=None):
     """``lambda = steepness0 + increment * epoch`` at the splits in ``mask``
     (default: the layer's ``trained_splits``); shared with the callback."""
-    lam = np.array(ops.convert_to_numpy(layer.steepness))
-    mask = np.asarray(ops.convert_to_numpy(layer.trained_splits) if mask is None else mask).astype(bool)
+    lam = np.array(to_numpy(layer.steepness))
+    mask = np.asarray(to_numpy(layer.trained_splits) if mask is None else mask).astype(bool)
     value = layer.initial_steepness + increment * epoch
     if max_steepness is not None:
         value = min(value, max_steepness)
@@ -525,7 +526,7 @@ def _scores(layer, pred, y, w):
 def _score(layer, x, y, w=None):
     """Score of the deterministic tree (accuracy or negative MSE)."""
     node = layer._route_numpy(x)
-    values = np.asarray(ops.convert_to_numpy(layer.leaf_values))[0]
+    values = np.asarray(to_numpy(layer.leaf_values))[0]
     return _scores(layer, values[node], y, w)
 
 
@@ -656,11 +657,11 @@ def _fit_greedy_stream(layer, x, validation_data, depth_limit, epochs, batch_siz
     inverse_weight = np.asarray(1.0 / total_weight, np.float32)
     leaves_set = False
     for level in range(depth_limit):
-        mask = np.asarray(ops.convert_to_numpy(layer.trained_splits)) > 0  # this level's stumps
+        mask = np.asarray(to_numpy(layer.trained_splits)) > 0  # this level's stumps
         candidates = np.flatnonzero(mask[0])
         if not candidates.size:
             break
-        routing = topology.is_split_mask(np.asarray(ops.convert_to_numpy(layer.node_state)))
+        routing = topology.is_split_mask(np.asarray(to_numpy(layer.node_state)))
         _, step = _train_step(layer, "stump", learning_rate)  # fresh Adam state per level
         idle = 0
         if data.num_workers > 1 and epochs:
@@ -729,20 +730,20 @@ def _refine_start(layer, is_split, start_steepness):
     """Starts :func:`refine`: each split's ``S0`` at its threshold (so the
     probabilistic tree starts at the deterministic one) and its splits
     trainable. Returns the start steepness (default: the largest current one)."""
-    thr = np.asarray(ops.convert_to_numpy(layer.threshold), dtype=np.float64)
-    p0 = np.array(ops.convert_to_numpy(layer.p0_logit))
+    thr = np.asarray(to_numpy(layer.threshold), dtype=np.float64)
+    p0 = np.array(to_numpy(layer.p0_logit))
     p0[is_split] = softplus_inverse(thr[is_split])
     layer.p0_logit.assign(p0)
     layer.trained_splits.assign(is_split.astype(np.float32))
     if start_steepness is not None:
         return float(start_steepness)
-    return float(np.asarray(ops.convert_to_numpy(layer.steepness))[is_split].max())
+    return float(np.asarray(to_numpy(layer.steepness))[is_split].max())
 
 
 def _refine_steepness(layer, is_split, steepness):
     """The splits' steepness for one refinement epoch."""
     anneal(layer, 0, 0.0, is_split)  # reset to steepness0, then offset
-    lam = np.array(ops.convert_to_numpy(layer.steepness))
+    lam = np.array(to_numpy(layer.steepness))
     lam[is_split] = steepness
     layer.steepness.assign(lam)
 
@@ -751,8 +752,8 @@ def _refine_finish(layer, is_split, set_leaves, losses, val, before, backup, ver
     """Ends :func:`refine`: thresholds become ``S0`` (``f_lambda = 0.5``),
     ``set_leaves()`` resets the leaves from the training data, and with
     validation data the refinement is undone when it lowers the score."""
-    thr = np.array(ops.convert_to_numpy(layer.threshold))
-    thr[is_split] = np.asarray(ops.convert_to_numpy(layer.rate0()))[is_split]
+    thr = np.array(to_numpy(layer.threshold))
+    thr[is_split] = np.asarray(to_numpy(layer.rate0()))[is_split]
     layer.threshold.assign(thr)
     layer.trained_splits.assign(np.zeros_like(is_split, dtype=np.float32))
     set_leaves()
@@ -776,13 +777,13 @@ def _refine_stream(layer, x, validation_data, epochs, batch_size, learning_rate,
     data, source = _stream_source(layer, x, sample_weight, class_weight, "refine")
     layer._ensure_built(data.sample())
     val = _validation(layer, validation_data, "refine")
-    state = np.asarray(ops.convert_to_numpy(layer.node_state))
+    state = np.asarray(to_numpy(layer.node_state))
     is_split = topology.is_split_mask(state)
     if not is_split.any() or epochs == 0:
         return {"losses": [], "kept": False}
     growth = LevelGrowth.streamed(layer, source, feature_moments=0)
     total_weight, count, scaling = _stream_totals(growth, layer)
-    backup = [np.array(ops.convert_to_numpy(v)) for v in layer.weights]
+    backup = [np.array(to_numpy(v)) for v in layer.weights]
     before = _score(layer, *val) if val is not None else None
     lam0 = _refine_start(layer, is_split, start_steepness)
     _, step = _train_step(layer, "tree", learning_rate)
@@ -905,7 +906,7 @@ def fit_greedy(layer, x, y=None, validation_data=None, max_depth=None, epochs=20
     batch = None
     inverse_weight = np.asarray(1.0 / total_weight, np.float32)
     for level in range(depth_limit):
-        mask = np.asarray(ops.convert_to_numpy(layer.trained_splits)) > 0  # this level's stumps
+        mask = np.asarray(to_numpy(layer.trained_splits)) > 0  # this level's stumps
         candidates = np.flatnonzero(mask[0])
         if not candidates.size:
             break
@@ -955,9 +956,9 @@ def select_depth(layer, x_val, y_val, w_val=None):
     """Cuts the tree back to the depth with the best (weighted) validation
     score (ties: the shallowest). Needs values at internal positions (set by
     :meth:`set_leaves_from_data`). Returns ``{depth: score}``."""
-    state = np.asarray(ops.convert_to_numpy(layer.node_state))
+    state = np.asarray(to_numpy(layer.node_state))
     full = layer._route_numpy(x_val)
-    values = np.asarray(ops.convert_to_numpy(layer.leaf_values))[0]
+    values = np.asarray(to_numpy(layer.leaf_values))[0]
     scores = {d: _scores(layer, values[topology.ancestor_at_depth(full, d)], y_val, w_val)
               for d in range(0, topology.tree_depth(state, 0) + 1)}
     best = max(scores, key=lambda d: (scores[d], -d))
@@ -994,11 +995,11 @@ def refine(layer, x, y=None, validation_data=None, epochs=10, batch_size=512, le
     x, y = layer._check_xy(x, y, "refine")
     w = sample_weights(y, sample_weight, class_weight, layer.num_classes, "refine")
     val = _validation(layer, validation_data, "refine")
-    state = np.asarray(ops.convert_to_numpy(layer.node_state))
+    state = np.asarray(to_numpy(layer.node_state))
     is_split = topology.is_split_mask(state)
     if not is_split.any() or epochs == 0:
         return {"losses": [], "kept": False}
-    backup = [np.array(ops.convert_to_numpy(v)) for v in layer.weights]
+    backup = [np.array(to_numpy(v)) for v in layer.weights]
     before = None
     if val is not None:
         before = _score(layer, *val)

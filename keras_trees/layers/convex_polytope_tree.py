@@ -12,6 +12,7 @@ from keras_trees.constraints import ClipValues
 from keras_trees.forest import Forest
 from keras_trees.layers import _gradient_step, _polytope_training, _validation
 from keras_trees.forest import node_sums
+from keras_trees.layers._fit_checks import FitChecks
 from keras_trees.layers._forest_layer import numpy
 from keras_trees.layers._heap import HeapTreeLayer, const as _const
 from keras_trees.layers._random import numpy_generator
@@ -21,6 +22,7 @@ from keras_trees.ops import polytope as poly
 from keras_trees.layers._xla import XLACompatibility
 from keras_trees.validation import arguments, tensors
 from keras_trees.validation.variables import CheckedLoading
+from keras_trees._arrays import to_numpy
 
 MAX_DEPTH = 16
 # Floor of log r_k. The gamma-process density of r_k (shape gamma0 / K < 1) is
@@ -31,7 +33,7 @@ MAX_LOG_EXPERT_WEIGHT = 10.0
 
 
 @keras_trees_export("keras_trees.layers")
-class ConvexPolytopeTree(CheckedLoading, XLACompatibility, HeapTreeLayer):
+class ConvexPolytopeTree(CheckedLoading, XLACompatibility, FitChecks, HeapTreeLayer):
     """A decision tree whose splits are noisy-ORs of ``K`` linear experts (convex polytopes).
 
     Node ``v`` sends ``x`` right with probability ``f(x) = 1 - exp(-S(x))``,
@@ -343,6 +345,7 @@ class ConvexPolytopeTree(CheckedLoading, XLACompatibility, HeapTreeLayer):
         return ops.matmul(ops.transpose(p), weights)
 
     def call(self, inputs, training=None):
+        self._check_fit(training)
         x = self.features(inputs)
         if training and self._pruned_kernel():
             args, kwargs = self._pruned_args()
@@ -426,7 +429,7 @@ class ConvexPolytopeTree(CheckedLoading, XLACompatibility, HeapTreeLayer):
         stats = np.zeros((self.num_positions, width))
         for xb, yb, wb in data:
             if to_input is not None:
-                xb = np.asarray(ops.convert_to_numpy(to_input(xb)))
+                xb = np.asarray(to_numpy(to_input(xb)))
             if not checked:
                 xb, yb = self._check_xy(xb, yb, where)
             if not data.in_memory or table is not None:
@@ -439,7 +442,7 @@ class ConvexPolytopeTree(CheckedLoading, XLACompatibility, HeapTreeLayer):
         return stats
 
     def _set_leaves_from_statistics(self, stats):
-        old = np.asarray(ops.convert_to_numpy(self.leaf_values))[0].astype(np.float64)
+        old = np.asarray(to_numpy(self.leaf_values))[0].astype(np.float64)
         self.leaf_values.assign(self._values_from_stats(stats, old)[None].astype(np.float32))
         return stats.sum(-1) if self.is_classifier else stats[:, 0]
 
@@ -514,7 +517,7 @@ class ConvexPolytopeTree(CheckedLoading, XLACompatibility, HeapTreeLayer):
     # Hooks of the level-growth engine (keras_trees.layers._level_growth),
     # driven by fit_greedy (keras_trees.layers._polytope_training).
     def _read_growth(self):
-        get = lambda v: np.array(ops.convert_to_numpy(v))  # noqa: E731
+        get = lambda v: np.array(to_numpy(v))  # noqa: E731
         return {"state": get(self.node_state), "candidate": get(self.trained_splits),
                 "kernel": get(self.expert_kernel), "bias": get(self.expert_bias),
                 "log_r": get(self.log_expert_weight), "p0": get(self.p0_logit), "threshold": get(self.threshold)}
@@ -593,11 +596,11 @@ class ConvexPolytopeTree(CheckedLoading, XLACompatibility, HeapTreeLayer):
         ``r_k >= facet_tolerance * max r``. ``p_threshold = 1 - exp(-c)`` is the
         threshold on the noisy-OR probability ``f``.
         """
-        state = np.asarray(ops.convert_to_numpy(self.node_state))[0]
-        kernel = np.asarray(ops.convert_to_numpy(self.expert_kernel))[0]
-        bias = np.asarray(ops.convert_to_numpy(self.expert_bias))[0]
-        r = np.exp(np.asarray(ops.convert_to_numpy(self.log_expert_weight), dtype=np.float64))[0]
-        c = np.asarray(ops.convert_to_numpy(self.threshold), dtype=np.float64)[0]
+        state = np.asarray(to_numpy(self.node_state))[0]
+        kernel = np.asarray(to_numpy(self.expert_kernel))[0]
+        bias = np.asarray(to_numpy(self.expert_bias))[0]
+        r = np.exp(np.asarray(to_numpy(self.log_expert_weight), dtype=np.float64))[0]
+        c = np.asarray(to_numpy(self.threshold), dtype=np.float64)[0]
         out = []
         for n in topology.splits(state[None], 0):
             active = np.flatnonzero(r[n] >= self.facet_tolerance * r[n].max())
@@ -619,8 +622,8 @@ class ConvexPolytopeTree(CheckedLoading, XLACompatibility, HeapTreeLayer):
         """A readable summary: the topology with facets per split."""
         lines = []
         info = {p["node"]: p for p in self.polytopes()}
-        state = np.asarray(ops.convert_to_numpy(self.node_state))
-        values = np.asarray(ops.convert_to_numpy(self.leaf_values))[0]
+        state = np.asarray(to_numpy(self.node_state))
+        values = np.asarray(to_numpy(self.leaf_values))[0]
         for n in np.flatnonzero(state[0] != topology.ABSENT):
             pad = "  " * int(topology.position_depth(n))
             if n in info:

@@ -130,6 +130,9 @@ class EndToEndTree(EndToEndTreesBase):
     (256, 2)
     """
 
+    # One tree: num_leaves() and num_splits() return plain ints.
+    single_tree = True
+
     def __init__(self, max_depth=6, num_classes=None, units=None, **kwargs):
         kwargs.pop("num_trees", None)
         super().__init__(num_trees=1, max_depth=max_depth, num_classes=num_classes, units=units, **kwargs)

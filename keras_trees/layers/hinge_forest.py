@@ -9,6 +9,7 @@ from keras_trees import ops as tree_ops
 from keras_trees.api_export import keras_trees_export
 from keras_trees.forest import Forest, heap_leaves
 from keras_trees.layers import _validation
+from keras_trees.layers._fit_checks import FitChecks
 from keras_trees.layers._forest_layer import ForestLayer, numpy
 from keras_trees.layers._heap import deprecated_count
 from keras_trees.layers._random import check_seed, numpy_generator
@@ -16,6 +17,7 @@ from keras_trees.layers._xla import XLACompatibility
 from keras_trees.validation import batched, tensors, variables
 from keras_trees.validation.layer_inputs import CheckedInputs
 from keras_trees.validation.variables import CheckedLoading
+from keras_trees._arrays import to_numpy
 
 MAX_DEPTH = 24
 REDUCTIONS = ("none", "mean", "sum")
@@ -46,10 +48,11 @@ def random_feature_indices(num_trees, num_vertices, num_features, features_per_t
     return out
 
 
-class _HingeEnsemble(CheckedLoading, CheckedInputs, XLACompatibility, ForestLayer, keras.layers.Layer):
+class _HingeEnsemble(CheckedLoading, CheckedInputs, XLACompatibility, FitChecks, ForestLayer, keras.layers.Layer):
     """Shared implementation of HingeForest and HingeFern (see their docstrings)."""
 
     _fern = False
+    _units_are_logits = True  # FitChecks: units= outputs logits
 
     def __init__(
         self,
@@ -65,6 +68,7 @@ class _HingeEnsemble(CheckedLoading, CheckedInputs, XLACompatibility, ForestLaye
         threshold_constraint=None,
         leaf_constraint=None,
         seed=None,
+        num_classes=None,
         **kwargs,
     ):
         max_depth = _deprecation.renamed_argument(type(self).__name__, kwargs, "depth", "max_depth", max_depth)
@@ -72,7 +76,9 @@ class _HingeEnsemble(CheckedLoading, CheckedInputs, XLACompatibility, ForestLaye
         self.num_trees = _validation.positive_int("num_trees", num_trees)
         self.max_depth = _validation.positive_int("max_depth", max_depth, maximum=MAX_DEPTH)
         self.depth = self.max_depth  # the name of 0.1, read by older code
-        self.units = _validation.positive_int("units", units)
+        self.num_classes, self.units = _validation.task(
+            num_classes, units, units_meaning="raw outputs: logits for from_logits=True, or regression values"
+        )
         normalized = "none" if reduction is None else reduction
         if normalized not in REDUCTIONS:
             raise ValueError(
@@ -99,6 +105,11 @@ class _HingeEnsemble(CheckedLoading, CheckedInputs, XLACompatibility, ForestLaye
         self.input_spec = keras.layers.InputSpec(min_ndim=2)
 
     @property
+    def output_dim(self):
+        """Values per output (and per leaf): ``units`` or ``num_classes``."""
+        return self.units if self.num_classes is None else self.num_classes
+
+    @property
     def num_vertices(self):
         """Decisions per tree: ``2**max_depth - 1`` for a tree, ``max_depth`` for a fern."""
         return self.depth if self._fern else 2**self.depth - 1
@@ -121,10 +132,11 @@ class _HingeEnsemble(CheckedLoading, CheckedInputs, XLACompatibility, ForestLaye
             )
         itemsize = 8 if keras.backend.standardize_dtype(self.variable_dtype) == "float64" else 4
         _validation.check_parameter_memory(
-            self.num_trees * (self.num_vertices * 2 + self.num_leaves() * self.units),
+            self.num_trees * (self.num_vertices * 2 + self.num_leaves() * self.output_dim),
             itemsize,
-            f"{name}(num_trees={self.num_trees}, max_depth={self.max_depth}, units={self.units})",
-            "use a smaller max_depth, fewer trees or fewer units.",
+            f"{name}(num_trees={self.num_trees}, max_depth={self.max_depth}, "
+            + (f"units={self.units})" if self.num_classes is None else f"num_classes={self.num_classes})"),
+            "use a smaller max_depth, fewer trees or fewer " + ("units." if self.num_classes is None else "classes."),
         )
         indices = random_feature_indices(
             self.num_trees, self.num_vertices, int(input_dim), self.features_per_tree, self.seed
@@ -148,7 +160,7 @@ class _HingeEnsemble(CheckedLoading, CheckedInputs, XLACompatibility, ForestLaye
         self.leaf_weights = self.add_weight(
             name="leaf_weights",
             autocast=False,
-            shape=(self.num_trees, self.num_leaves(), self.units),
+            shape=(self.num_trees, self.num_leaves(), self.output_dim),
             initializer=self.leaf_initializer,
             regularizer=self.leaf_regularizer,
             constraint=self.leaf_constraint,
@@ -161,7 +173,7 @@ class _HingeEnsemble(CheckedLoading, CheckedInputs, XLACompatibility, ForestLaye
         checks the loaded ``feature_indices`` lie in ``[0, input_dim)``."""
         super().load_own_variables(store)
         tensors.indices(
-            np.asarray(ops.convert_to_numpy(self.feature_indices)),
+            np.asarray(to_numpy(self.feature_indices)),
             f"{variables.label(self, 'feature_indices')} loaded from the file",
             upper=self.input_dim,
         )
@@ -186,7 +198,8 @@ class _HingeEnsemble(CheckedLoading, CheckedInputs, XLACompatibility, ForestLaye
         lead = ops.shape(inputs)[:-1]
         return ops.reshape(inputs, (-1, inputs.shape[-1])), lead
 
-    def call(self, inputs):
+    def call(self, inputs, training=None):
+        self._check_fit(training)
         x, lead = self._flatten(inputs)
         x = self._check_variables(x)  # before the kernel, which checks thresholds in its own words
         out = tree_ops.hinge_forest(
@@ -196,14 +209,16 @@ class _HingeEnsemble(CheckedLoading, CheckedInputs, XLACompatibility, ForestLaye
             out = ops.mean(out, axis=1)
         elif self.reduction == "sum":
             out = ops.sum(out, axis=1)
+        if self.num_classes is not None:  # class probabilities (of every tree without a reduction)
+            out = ops.softmax(out, axis=-1)
         if self.reduction == "none":
-            return ops.cast(ops.reshape(out, (*lead, self.num_trees, self.units)), self.compute_dtype)
-        return ops.cast(ops.reshape(out, (*lead, self.units)), self.compute_dtype)
+            return ops.cast(ops.reshape(out, (*lead, self.num_trees, self.output_dim)), self.compute_dtype)
+        return ops.cast(ops.reshape(out, (*lead, self.output_dim)), self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
         if self.reduction == "none":
-            return (*input_shape[:-1], self.num_trees, self.units)
-        return (*input_shape[:-1], self.units)
+            return (*input_shape[:-1], self.num_trees, self.output_dim)
+        return (*input_shape[:-1], self.output_dim)
 
     def traverse(self, inputs):
         """Algorithm 3 for every sample and tree: a dict of ``(..., num_trees)`` tensors.
@@ -237,7 +252,8 @@ class _HingeEnsemble(CheckedLoading, CheckedInputs, XLACompatibility, ForestLaye
             threshold=threshold,
             leaves=heap_leaves(numpy(self.leaf_weights)),
             aggregation=self.reduction,
-            leaf_output="multiplied by |r*|, the smallest margin |x[feature] - threshold| on the path",
+            leaf_output="multiplied by |r*|, the smallest margin |x[feature] - threshold| on the path"
+            + ("; the layer outputs the softmax over classes (class probabilities)" if self.num_classes else ""),
             input_dim=self.input_dim,
             leaf_prediction=False,
         )
@@ -250,6 +266,7 @@ class _HingeEnsemble(CheckedLoading, CheckedInputs, XLACompatibility, ForestLaye
                 "num_trees": self.num_trees,
                 "max_depth": self.max_depth,
                 "units": self.units,
+                "num_classes": self.num_classes,
                 "reduction": self.reduction,
                 "features_per_tree": self.features_per_tree,
                 "threshold_initializer": ser(self.threshold_initializer),
@@ -274,7 +291,13 @@ _COMMON_ARGS = """
         max_depth: depth ``D`` (``2**D`` leaves per {kind}), 1 to 24. Its
             deprecated name ``depth`` still works, with a warning.
         units: size of each leaf's weight vector: raw outputs, logits for a
-            classification loss with ``from_logits=True`` or regression targets.
+            classification loss with ``from_logits=True`` or regression targets; or
+        num_classes: number of classes ``C`` (>= 2): leaves hold ``C`` values
+            and the layer outputs class probabilities, the softmax over the
+            last axis (of the aggregated output with a reduction, of every
+            {kind}'s output without one); train with
+            ``SparseCategoricalCrossentropy()``, without ``from_logits``.
+            Exactly one of ``units`` and ``num_classes``.
         reduction: ``None``/``"none"`` returns every {kind}'s output,
             ``(..., num_trees, units)``; ``"sum"`` or ``"mean"`` aggregates over
             {kind}s to ``(..., units)``. The paper leaves aggregation to the user

@@ -20,6 +20,7 @@ from keras_trees.layers._xla import XLACompatibility
 from keras_trees.validation import batched, tensors, variables
 from keras_trees.validation.layer_inputs import CheckedInputs, static_input
 from keras_trees.validation.variables import CheckedLoading
+from keras_trees._arrays import to_numpy
 
 MAX_DEPTH = 20
 INFERENCES = ("fast", "exact")
@@ -265,7 +266,7 @@ class NonGreedyTree(CheckedLoading, CheckedInputs, XLACompatibility, HeapTreeLay
         """Loads the weights (``CheckedLoading``: finite floats, a valid
         ``node_state``) and checks ``node_state`` is the perfect tree."""
         super().load_own_variables(store)
-        state = np.asarray(ops.convert_to_numpy(self.node_state))
+        state = np.asarray(to_numpy(self.node_state))
         if not np.array_equal(state, topology.perfect(1, self.depth)):
             raise ValueError(
                 f"{variables.label(self, 'node_state')} loaded from the file is not the perfect tree "
@@ -542,7 +543,7 @@ class NonGreedyTree(CheckedLoading, CheckedInputs, XLACompatibility, HeapTreeLay
         if not data.in_memory and not totals.sum() > 0:
             raise ValueError(f"{where}: the data holds no samples of positive weight (the stream is empty or "
                              "all sample weights, sample_weight times class_weight, are 0)")
-        values = np.array(ops.convert_to_numpy(self.leaf_values), dtype=np.float64)
+        values = np.array(to_numpy(self.leaf_values), dtype=np.float64)
         filled = totals > 0
         new = sums / np.where(filled, totals, 1.0)[:, None]
         if self.is_classifier:
@@ -595,7 +596,7 @@ class NonGreedyTree(CheckedLoading, CheckedInputs, XLACompatibility, HeapTreeLay
         )
 
     def row_norms(self):
-        return np.linalg.norm(np.asarray(ops.convert_to_numpy(self.split_weights)), axis=1)
+        return np.linalg.norm(np.asarray(to_numpy(self.split_weights)), axis=1)
 
     # ------------------------------------------------------------------ config
     def get_config(self):

@@ -9,18 +9,21 @@ from keras_trees import ops as tree_ops
 from keras_trees.api_export import keras_trees_export
 from keras_trees.forest import Forest, heap_leaves
 from keras_trees.layers import _validation
+from keras_trees.layers._fit_checks import FitChecks
 from keras_trees.layers._forest_layer import ForestLayer, numpy
 from keras_trees.layers._heap import deprecated_count
 from keras_trees.layers._xla import XLACompatibility
 from keras_trees.validation import batched, tensors, variables
 from keras_trees.validation.layer_inputs import CheckedInputs, static_input
 from keras_trees.validation.variables import CheckedLoading
+from keras_trees._arrays import to_numpy
 
 MAX_DEPTH = 24
+_UNITS_MEANING = "raw outputs: logits for from_logits=True, or regression values"
 
 
 @keras_trees_export("keras_trees.layers")
-class TreeEnsembleLayer(CheckedLoading, CheckedInputs, XLACompatibility, ForestLayer, keras.layers.Layer):
+class TreeEnsembleLayer(CheckedLoading, CheckedInputs, XLACompatibility, FitChecks, ForestLayer, keras.layers.Layer):
     """An additive ensemble of soft decision trees with smooth-step routing.
 
     Each of ``num_trees`` perfect binary trees of depth ``max_depth`` routes a
@@ -63,7 +66,12 @@ class TreeEnsembleLayer(CheckedLoading, CheckedInputs, XLACompatibility, ForestL
         max_depth: depth ``d`` of each perfect tree (``2**d`` leaves). Its
             deprecated name ``depth`` still works, with a warning.
         units: output dimension ``k``: raw outputs, logits for a classification
-            loss with ``from_logits=True`` or regression targets.
+            loss with ``from_logits=True`` or regression targets; or
+        num_classes: number of classes ``C`` (>= 2): the layer outputs class
+            probabilities, the softmax of the summed leaf vectors (leaves of
+            ``C`` values); train with ``SparseCategoricalCrossentropy()``,
+            without ``from_logits``. Exactly one of ``units`` and
+            ``num_classes``.
         transition_width: width of the smooth-step's soft zone (the paper's
             ``gamma``), > 0; bigger is softer. Split values beyond
             ``+-transition_width / 2`` route hard, so small widths give more
@@ -118,6 +126,7 @@ class TreeEnsembleLayer(CheckedLoading, CheckedInputs, XLACompatibility, ForestL
         node_constraint=None,
         leaf_constraint=None,
         bias_constraint=None,
+        num_classes=None,
         **kwargs,
     ):
         owner = type(self).__name__
@@ -132,7 +141,7 @@ class TreeEnsembleLayer(CheckedLoading, CheckedInputs, XLACompatibility, ForestL
         self.num_trees = _validation.positive_int("num_trees", num_trees)
         self.max_depth = _validation.positive_int("max_depth", max_depth, maximum=MAX_DEPTH)
         self.depth = self.max_depth  # the name of 0.1.0, read by older code
-        self.units = _validation.positive_int("units", units)
+        self.num_classes, self.units = _validation.task(num_classes, units, units_meaning=_UNITS_MEANING)
         self.initial_transition_width = _validation.positive_float("transition_width", transition_width)
         # Set by from_config for files saved by 0.1.0 (split values were P(left)).
         self._legacy_left_splits = False
@@ -153,6 +162,13 @@ class TreeEnsembleLayer(CheckedLoading, CheckedInputs, XLACompatibility, ForestL
         self.leaf_constraint = keras.constraints.get(leaf_constraint)
         self.bias_constraint = keras.constraints.get(bias_constraint)
         self.input_spec = keras.layers.InputSpec(min_ndim=2)
+
+    _units_are_logits = True  # FitChecks: units= outputs logits
+
+    @property
+    def output_dim(self):
+        """Values per output (and per leaf): ``units`` or ``num_classes``."""
+        return self.units if self.num_classes is None else self.num_classes
 
     @property
     def initial_gamma(self):
@@ -176,7 +192,7 @@ class TreeEnsembleLayer(CheckedLoading, CheckedInputs, XLACompatibility, ForestL
             )
         itemsize = 8 if keras.backend.standardize_dtype(self.variable_dtype) == "float64" else 4
         _validation.check_parameter_memory(
-            self.num_trees * (self.num_internal_nodes * (input_dim + 1) + self.num_leaves() * self.units),
+            self.num_trees * (self.num_internal_nodes * (input_dim + 1) + self.num_leaves() * self.output_dim),
             itemsize,
             f"TreeEnsembleLayer(num_trees={self.num_trees}, max_depth={self.max_depth}) over "
             f"{input_dim} inputs",
@@ -204,7 +220,7 @@ class TreeEnsembleLayer(CheckedLoading, CheckedInputs, XLACompatibility, ForestL
         self.leaf_weights = self.add_weight(
             name="leaf_weights",
             autocast=False,
-            shape=(self.num_trees, self.num_leaves(), self.units),
+            shape=(self.num_trees, self.num_leaves(), self.output_dim),
             initializer=self.leaf_initializer,
             regularizer=self.leaf_regularizer,
             constraint=self.leaf_constraint,
@@ -272,6 +288,7 @@ class TreeEnsembleLayer(CheckedLoading, CheckedInputs, XLACompatibility, ForestL
         return ops.reshape(inputs, (-1, inputs.shape[-1])), lead
 
     def call(self, inputs, training=None):
+        self._check_fit(training)
         x, lead = self._flatten(inputs)
         x = self._check_variables(x)  # x then depends on the checks (compiled graphs run them first)
         weights, bias = self._left_splits()
@@ -284,10 +301,12 @@ class TreeEnsembleLayer(CheckedLoading, CheckedInputs, XLACompatibility, ForestL
             activation=self.activation,
             training=bool(training),
         )
-        return ops.cast(ops.reshape(out, (*lead, self.units)), self.compute_dtype)
+        if self.num_classes is not None:
+            out = ops.softmax(out, axis=-1)
+        return ops.cast(ops.reshape(out, (*lead, self.output_dim)), self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
-        return (*input_shape[:-1], self.units)
+        return (*input_shape[:-1], self.output_dim)
 
     def leaf_probabilities(self, inputs):
         """``(batch, num_trees, 2**max_depth)`` probability of each sample reaching each leaf."""
@@ -308,7 +327,7 @@ class TreeEnsembleLayer(CheckedLoading, CheckedInputs, XLACompatibility, ForestL
         x = self._check_variables(x, leaves=True)
         weights, bias = self._left_splits()
         return float(
-            ops.convert_to_numpy(
+            to_numpy(
                 tree_ops.mean_reachable_leaves(x, weights, bias, self.gamma, self.activation)
             )
         )
@@ -333,7 +352,8 @@ class TreeEnsembleLayer(CheckedLoading, CheckedInputs, XLACompatibility, ForestL
             right_if="positive",
             leaves=heap_leaves(numpy(self.leaf_weights)),
             aggregation="sum",
-            leaf_output="added to the output with the probability of reaching the leaf",
+            leaf_output="added to the output with the probability of reaching the leaf"
+            + ("; the layer outputs the softmax of the sum (class probabilities)" if self.num_classes else ""),
             input_dim=weights.shape[-1],
             leaf_prediction=False,
             extra={"activation": self.activation, "transition_width": float(numpy(self.gamma)),
@@ -348,6 +368,7 @@ class TreeEnsembleLayer(CheckedLoading, CheckedInputs, XLACompatibility, ForestL
                 "num_trees": self.num_trees,
                 "max_depth": self.max_depth,
                 "units": self.units,
+                "num_classes": self.num_classes,
                 "transition_width": self.initial_transition_width,
                 "activation": self.activation,
                 "use_bias": self.use_bias,

@@ -36,14 +36,15 @@ def choice(name, value, options):
     return value
 
 
-def task(num_classes, units):
+def task(num_classes, units, units_meaning="regression"):
     """``(num_classes, units)`` of a tree layer: exactly one is given.
 
-    ``num_classes`` (>= 2) makes a classifier, ``units`` (>= 1) a regressor.
+    ``num_classes`` (>= 2) makes a classifier (probability outputs), ``units``
+    (>= 1) raw outputs, described in the error as ``units_meaning``.
     """
     if (num_classes is None) == (units is None):
         raise ValueError(
-            "pass exactly one of num_classes (classification) or units (regression), "
+            f"pass exactly one of num_classes (class probabilities) or units ({units_meaning}), "
             f"got num_classes={num_classes!r}, units={units!r}"
         )
     if num_classes is not None:

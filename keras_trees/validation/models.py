@@ -4,10 +4,10 @@ topology, with errors naming the layer and the variable. NumPy, run once.
 """
 
 import numpy as np
-from keras import ops
 
 from keras_trees.validation import topology as topology_checks
 from keras_trees.validation import variables
+from keras_trees._arrays import to_numpy
 
 
 # Growth bookkeeping that holds -inf by design ("no candidate") and is never
@@ -22,7 +22,7 @@ def check_weights(model, context):
     for layer in model._flatten_layers(include_self=True, recursive=True):
         for v in variables.own_variables(layer):
             name = variables._short_name(v)
-            value = np.asarray(ops.convert_to_numpy(v.value))
+            value = np.asarray(to_numpy(v.value))
             if value.dtype.kind == "f":
                 bad = np.isnan(value) if name in SENTINEL_VARIABLES else ~np.isfinite(value)
                 if bad.any():

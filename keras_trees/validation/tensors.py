@@ -33,6 +33,7 @@ import threading
 import numpy as np
 import keras
 from keras import ops
+from keras_trees._arrays import to_numpy
 
 _collectors = threading.local()
 
@@ -105,7 +106,7 @@ def require(ok, message, error=ValueError):
     if _torch_compiling(ok):
         torch_check([ok], [message], error)
         return
-    _raise_if_false(ops.convert_to_numpy(ok), message, error)
+    _raise_if_false(to_numpy(ok), message, error)
 
 
 @contextlib.contextmanager

@@ -6,10 +6,10 @@ variable node_weights contains NaN or Inf``.
 """
 
 import numpy as np
-from keras import ops
 
 from keras_trees.validation import tensors
 from keras_trees.validation import topology as topology_checks
+from keras_trees._arrays import to_numpy
 
 TOPOLOGY_VARIABLES = ("node_state",)
 
@@ -19,7 +19,11 @@ def label(layer, variable_name):
 
 
 def _short_name(variable):
-    return getattr(variable, "name", str(variable)).split("/")[-1].split(":")[0]
+    # Not getattr(variable, "name", str(variable)): the default would be built
+    # on every call, and a Keras variable's str() converts its whole value to
+    # NumPy (a NumPy 2 copy= DeprecationWarning per call on TensorFlow).
+    name = getattr(variable, "name", None)
+    return (str(variable) if name is None else name).split("/")[-1].split(":")[0]
 
 
 def finite(layer, variable, name=None):
@@ -43,7 +47,7 @@ def check_loaded(layer, variables=None):
     infinite_ok = tuple(getattr(layer, "non_finite_variables", ()))
     for v in own_variables(layer) if variables is None else variables:
         name = _short_name(v)
-        value = np.asarray(ops.convert_to_numpy(v.value))
+        value = np.asarray(to_numpy(v.value))
         if value.dtype.kind == "f" and np.any(np.isnan(value) if name in infinite_ok else ~np.isfinite(value)):
             raise ValueError(f"{label(layer, name)} loaded from the file contains NaN or Inf "
                              f"(the file is damaged or the model had diverged when it was saved)")

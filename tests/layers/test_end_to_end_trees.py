@@ -189,7 +189,7 @@ def test_best_first_growth_respects_max_leaves(rng):
     model = model_for(tree, 2, lr=0.05)
     g = GreedyLevelGrowth(x, y, epochs_per_level=4, finetune_epochs=0, max_leaves=3, best_first=True)
     model.fit(x, y, batch_size=100, epochs=g.max_epochs(4), verbose=0, callbacks=[g, EMLeafUpdate(x, y)])
-    assert tree.num_leaves().tolist() == [3]
+    assert tree.num_leaves() == 3
 
 
 def test_best_first_commits_the_split_with_the_largest_information_gain(rng):
@@ -207,7 +207,7 @@ def test_best_first_commits_the_split_with_the_largest_information_gain(rng):
     w, b = np.asarray(tree.effective_kernel())[0, 0], np.asarray(tree.split_bias)[0, 0]
     informative_goes_right = float(w @ np.array([-0.5, 0.0]) + b) > 0  # where x0 < 0 is sent
     informative, noisy = (2, 1) if informative_goes_right else (1, 2)
-    assert state[0] == topology.SPLIT and tree.num_leaves().tolist() == [3]
+    assert state[0] == topology.SPLIT and tree.num_leaves() == 3
     assert state[informative] == topology.SPLIT and state[noisy] == topology.LEAF, state[:7]
 
 
@@ -308,7 +308,7 @@ def test_per_split_features_give_every_split_its_own_model(rng, tmp_path, seed):
               callbacks=[growth, EMLeafUpdate(x, y), SteepnessAnnealing(0.5)])
     # Growth redraws split directions but never the per-split wiring.
     np.testing.assert_array_equal(np.asarray(tree.feature_mask)[0], np.eye(3, dtype="float32"))
-    assert tree.num_splits()[0] == 3
+    assert tree.num_splits() == 3
     changed = [not np.allclose(b, np.asarray(w)) for b, w in zip(before, bank.weights)]
     assert all(changed)  # every split's own model was trained
     assert float(np.mean(model.predict(x, verbose=0).argmax(-1) == y)) > 0.85  # 4 classes

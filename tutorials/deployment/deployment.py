@@ -89,7 +89,7 @@ def main():
     reference = model.predict(x_te, verbose=0)
     print(f"test accuracy: TEL {np.mean(tel_model.predict(x_te, verbose=0).argmax(1) == y_te):.3f}, "
           f"tree {np.mean(tree_model.predict(x_te, verbose=0).argmax(1) == y_te):.3f} "
-          f"({tree.num_leaves()[0]} leaves), both {np.mean(reference.argmax(1) == y_te):.3f}")
+          f"({tree.num_leaves()} leaves), both {np.mean(reference.argmax(1) == y_te):.3f}")
     data = os.path.join(args.out, "x_test.npy")
     np.save(data, x_te)
     np.save(os.path.join(args.out, "reference.npy"), reference)

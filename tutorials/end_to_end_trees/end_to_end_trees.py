@@ -88,7 +88,7 @@ def spatial_regularization(out, quick, smoke=False):
         model.fit(x_tr, y_tr, batch_size=200, epochs=growth.max_epochs(4), verbose=0,
                   callbacks=[growth, EMLeafUpdate(x_tr, y_tr), SteepnessAnnealing(0.1)])
         acc = (np.argmax(model.predict(x_te, verbose=0), 1) == y_te).mean()
-        print(f"digits, lambda={strength}: test accuracy {acc:.3f}, {tree.num_leaves()[0]} leaves, "
+        print(f"digits, lambda={strength}: test accuracy {acc:.3f}, {tree.num_leaves()} leaves, "
               f"{tree.split_evaluations(x_te):.2f} split evaluations per sample")
         kernels = np.asarray(tree.effective_kernel())[0]
         splits = np.flatnonzero(np.asarray(tree.node_state)[0, : tree.num_internal] == 2)[:6]
