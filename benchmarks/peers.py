@@ -97,7 +97,7 @@ FAMILIES = (
      [{}, {"max_depth": 6}, {"max_depth": 10}, {"learning_rate": 0.01}, {"num_trees": 50}],
      {"max_epochs": 2, "num_trees": 5, "max_depth": 3, "num_features": 10}),
     ("e2e", "keras_trees.estimators.EndToEndTreeClassifier",
-     [{}, {"max_depth": 6}, {"max_depth": 10}, {"learning_rate": 0.003}, {"annealing": 0.3}],
+     [{}, {"max_depth": 6}, {"max_depth": 10}, {"learning_rate": 0.003}, {"annealing_increment": 0.3}],
      {"epochs_per_level": 1, "max_depth": 3}),
     ("polytope", "keras_trees.estimators.ConvexPolytopeTreeClassifier",
      [{}, {"num_experts": 10}, {"num_experts": 40}, {"learning_rate": 0.01}, {"max_depth": 6},

@@ -265,7 +265,7 @@ class TreeEstimator(BaseEstimator):
             if self._initial_is_candidate:
                 logs = model.evaluate(validation[0], validation[1], sample_weight=validation[2],
                                       batch_size=_PREDICT_BATCH, verbose=0, return_dict=True)
-                initial = (float(logs[self._monitor.removeprefix("val_")]), model.get_weights())
+                initial = (float(logs[self._monitor.removeprefix("val_")]), [to_numpy(v) for v in model.weights])
             early = self._early_stopping(initial)
         callbacks = self._callbacks(x, y, sample_weight, early)
         repeat = -(-self._min_epoch_steps * self.batch_size // len(x))
