@@ -31,8 +31,7 @@ def depend(x, token):
 def register():
     """Registers the ops' fake kernels, autograd formulas and vmap errors
     (called once, when ``keras_trees.ops._library`` has loaded the library)."""
-    torch.library.register_fake("keras_trees::check", _fake)
-    common.no_vmap("check")
+    common.register_ops({"check": _fake})
     # The op's result may go unread (a check without an output to depend on): it
     # is kept in compiled graphs for its error.
     torch.fx.node.has_side_effect(torch.ops.keras_trees.check.default)

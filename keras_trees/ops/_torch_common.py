@@ -77,3 +77,17 @@ def no_vmap(name):
         raise NotImplementedError(NO_FUNC)
 
     torch.library.register_vmap(f"keras_trees::{name}", rule)
+
+
+def register_ops(fakes, autograd=None):
+    """Registers, in the ``keras_trees`` namespace, the fake kernel of each op
+    of ``fakes`` (name -> fake), the autograd formula of each op of
+    ``autograd`` (name -> (backward, setup_context)), and for every op of
+    ``fakes`` a vmap rule that raises :data:`NO_FUNC`. Each wrapper module's
+    ``register()`` is one call of this."""
+    for name, fake in fakes.items():
+        torch.library.register_fake(f"keras_trees::{name}", fake)
+    for name, (backward, setup_context) in (autograd or {}).items():
+        torch.library.register_autograd(f"keras_trees::{name}", backward, setup_context=setup_context)
+    for name in fakes:
+        no_vmap(name)

@@ -44,7 +44,4 @@ def hard_route_experts(x, split_weights, split_bias, expert_weights, threshold, 
 def register():
     """Registers the ops' fake kernels, autograd formulas and vmap errors
     (called once, when ``keras_trees.ops._library`` has loaded the library)."""
-    torch.library.register_fake("keras_trees::hard_route", _hard_route_fake)
-    torch.library.register_fake("keras_trees::hard_route_experts", _hard_route_experts_fake)
-    common.no_vmap("hard_route")
-    common.no_vmap("hard_route_experts")
+    common.register_ops({"hard_route": _hard_route_fake, "hard_route_experts": _hard_route_experts_fake})

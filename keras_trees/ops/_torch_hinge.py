@@ -57,8 +57,5 @@ def hinge_forest(x, thresholds, feature_indices, leaf_weights, fern=False):
 def register():
     """Registers the ops' fake kernels, autograd formulas and vmap errors
     (called once, when ``keras_trees.ops._library`` has loaded the library)."""
-    torch.library.register_fake("keras_trees::hinge_forest", _hinge_forest_fake)
-    torch.library.register_fake("keras_trees::hinge_forest_grad", _hinge_forest_grad_fake)
-    torch.library.register_autograd("keras_trees::hinge_forest", _backward, setup_context=_setup_context)
-    common.no_vmap("hinge_forest")
-    common.no_vmap("hinge_forest_grad")
+    common.register_ops({"hinge_forest": _hinge_forest_fake, "hinge_forest_grad": _hinge_forest_grad_fake},
+                        {"hinge_forest": (_backward, _setup_context)})

@@ -27,5 +27,4 @@ def loss_augmented_inference(x, split_weights, split_bias, leaf_values, labels, 
 def register():
     """Registers the ops' fake kernels, autograd formulas and vmap errors
     (called once, when ``keras_trees.ops._library`` has loaded the library)."""
-    torch.library.register_fake("keras_trees::loss_augmented_inference", _fake)
-    common.no_vmap("loss_augmented_inference")
+    common.register_ops({"loss_augmented_inference": _fake})

@@ -132,12 +132,7 @@ def pruned_em_statistics(x, split_weights, split_bias, gamma, is_split, leaf_val
 def register():
     """Registers the ops' fake kernels, autograd formulas and vmap errors
     (called once, when ``keras_trees.ops._library`` has loaded the library)."""
-    torch.library.register_fake("keras_trees::pruned_route", _route_fake)
-    torch.library.register_fake("keras_trees::pruned_route_grad", _route_grad_fake)
-    torch.library.register_fake("keras_trees::pruned_leaf_statistics", _statistics_fake)
-    torch.library.register_fake("keras_trees::pruned_em_statistics", _em_fake)
-    torch.library.register_autograd("keras_trees::pruned_route", _route_backward, setup_context=_route_setup)
-    torch.library.register_autograd("keras_trees::pruned_leaf_statistics", _statistics_backward,
-                                    setup_context=_statistics_setup)
-    for name in ("pruned_route", "pruned_route_grad", "pruned_leaf_statistics", "pruned_em_statistics"):
-        common.no_vmap(name)
+    common.register_ops({"pruned_route": _route_fake, "pruned_route_grad": _route_grad_fake,
+                         "pruned_leaf_statistics": _statistics_fake, "pruned_em_statistics": _em_fake},
+                        {"pruned_route": (_route_backward, _route_setup),
+                         "pruned_leaf_statistics": (_statistics_backward, _statistics_setup)})

@@ -49,8 +49,5 @@ def soft_tree_ensemble(x, node_weights, node_bias, leaf_weights, gamma, with_tra
 def register():
     """Registers the ops' fake kernels, autograd formulas and vmap errors
     (called once, when ``keras_trees.ops._library`` has loaded the library)."""
-    torch.library.register_fake("keras_trees::soft_tree_ensemble", _fake)
-    torch.library.register_fake("keras_trees::soft_tree_ensemble_grad", _grad_fake)
-    torch.library.register_autograd("keras_trees::soft_tree_ensemble", _backward, setup_context=_setup_context)
-    common.no_vmap("soft_tree_ensemble")
-    common.no_vmap("soft_tree_ensemble_grad")
+    common.register_ops({"soft_tree_ensemble": _fake, "soft_tree_ensemble_grad": _grad_fake},
+                        {"soft_tree_ensemble": (_backward, _setup_context)})
