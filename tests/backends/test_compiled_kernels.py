@@ -283,6 +283,23 @@ def test_hinge_forest_gradients_over_long_runs(engine):
             check_gradients(kernel, reference, args, [0, 1, 3], "float64", rng, fd_coords=2)
 
 
+@pytest.mark.parametrize("engine", engines())
+def test_hinge_forest_wide_rows(engine):
+    """Rows of 16 and more outputs per tree take the GPU's warp-per-pair
+    layout (hinge::OutputRows, PairCoefficients<T, true>: a row over the 32
+    lanes, the leaf-weight dot product by portable::WarpDot); 16 (the
+    threshold) and 40 (two strides of the lanes) against the reference."""
+    rng = np.random.default_rng(11)
+    with precision("float64"), engine_scope(engine):
+        for fern, units in ((False, 16), (True, 40)):
+            kernel = lambda x, t, f, w, fern=fern: tree_ops.hinge_forest(x, t, f, w, fern=fern)  # noqa: E731
+            reference = lambda x, t, f, w, fern=fern: tree_ops.hinge_forest_reference(x, t, f, w, fern=fern)  # noqa: E731
+            args = hinge_args(rng, 6, "float64", fern, trees=2, depth=3, features=4, units=units)
+            np.testing.assert_allclose(np.asarray(kernel(*args)), np.asarray(reference(*args)),
+                                       rtol=TOL["float64"], atol=TOL["float64"])
+            check_gradients(kernel, reference, args, [0, 1, 3], "float64", rng, fd_coords=2)
+
+
 def test_gpu_kernels_match_their_cpu_emulation_bitwise():
     """On a GPU (the prepared check, tests/gpu/): the CUDA kernels' outputs and
     gradients equal, bit for bit, those of their CPU emulation (the same
@@ -299,9 +316,9 @@ def test_gpu_kernels_match_their_cpu_emulation_bitwise():
     rng = np.random.default_rng(5)
     for dtype in DTYPES:
         with precision(dtype):
-            for fern in (False, True):
-                args = hinge_args(rng, 37, dtype, fern, trees=4, depth=6, features=9, units=5)
-                cot = rng.normal(size=(37, 4, 5)).astype(dtype)
+            for fern, units in ((False, 5), (True, 5), (False, 40), (True, 19)):
+                args = hinge_args(rng, 37, dtype, fern, trees=4, depth=6, features=9, units=units)
+                cot = rng.normal(size=(37, 4, units)).astype(dtype)
 
                 def run(x, t, w, fern=fern, f=args[2], cot=cot):
                     out, vjp = jax.vjp(lambda x, t, w: tree_ops.hinge_forest(x, t, f, w, fern=fern), x, t, w)
