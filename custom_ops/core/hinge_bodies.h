@@ -176,40 +176,12 @@ struct Output {
   }
 };
 
-// The same products, one pair i = s * trees + m per warp (exec.ForWarps): the
-// lanes write the pair's row of units outputs side by side (one coalesced
-// store, one division per pair instead of two per element). Used when a row
-// fills at least half a warp (kWarpRowUnits); each element is the same single
-// product as in Output, so the two layouts give the same bits.
-constexpr int64_t kWarpRowUnits = 16;
-
-template <typename T>
-struct OutputRows {
-  HingeDims d;
-  const T* leaf_weights;
-  const int32_t* leaf;
-  const T* margin;
-  T* output;
-  KT_HOST_DEVICE void operator()(int64_t i) const {
-    int64_t s, m;
-    portable::DivMod(i, d.trees, &s, &m);
-    const T a = portable::Abs(margin[i]);
-    const T* w = leaf_weights + (m * d.leaves + leaf[i]) * d.units;
-    T* out = output + i * d.units;
-    for (int64_t j = portable::LaneFirst(); j < d.units; j += portable::LaneStep()) out[j] = a * w[j];
-  }
-};
-
 // Backward, one pair i = s * trees + m: dL/dr* = sgn(r*) <g, w_leaf> + dL/dmargin
 // into coeff, the deciding feature into feature, and the sort keys of the
 // owner reductions (tree-major leaf and vertex ids) with the pair index as
 // value. A pair whose leaf or vertex is out of range (not the outputs of a
-// forward call) is reported and contributes nothing. Warp = true: one pair per
-// warp (exec.ForWarps, rows of at least kWarpRowUnits), the dot product over
-// the lanes (portable::WarpDot, coalesced row reads), the leader writes;
-// otherwise one pair per thread and portable::Dot. The order of the sum comes
-// from the shape alone either way.
-template <typename T, bool Warp = false>
+// forward call) is reported and contributes nothing.
+template <typename T>
 struct PairCoefficients {
   HingeDims d;
   const T* grad_output;
@@ -231,9 +203,8 @@ struct PairCoefficients {
     const int32_t l = leaf[i], v = vertex[i];
     int32_t f = -1;
     if (l >= 0 && l < d.leaves && v >= 0 && v < d.vertices) f = feature_indices[m * d.vertices + v];
+    pair[i] = static_cast<int32_t>(i);
     if (f < 0 || f >= d.features) {
-      if (Warp && !portable::Leader()) return;
-      pair[i] = static_cast<int32_t>(i);
       portable::AtomicMin(status, static_cast<unsigned long long>(i));
       coeff[i] = T(0);
       feature[i] = -1;
@@ -241,11 +212,7 @@ struct PairCoefficients {
       vertex_key[i] = static_cast<int32_t>(m * d.vertices);
       return;
     }
-    const T* go = grad_output + i * d.units;
-    const T* wl = leaf_weights + (m * d.leaves + l) * d.units;
-    const T g = Warp ? portable::WarpDot(go, wl, d.units) : portable::Dot(go, wl, d.units);
-    if (Warp && !portable::Leader()) return;
-    pair[i] = static_cast<int32_t>(i);
+    const T g = portable::Dot(grad_output + i * d.units, leaf_weights + (m * d.leaves + l) * d.units, d.units);
     coeff[i] = portable::Fma(portable::Sign(margin[i]), g, grad_margin[i]);
     feature[i] = f;
     leaf_key[i] = static_cast<int32_t>(m * d.leaves + l);

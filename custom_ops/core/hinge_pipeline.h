@@ -42,11 +42,7 @@ std::string HingeForestForwardPipeline(Exec& exec, const HingeDims& d, bool fern
   exec.For(d.batch * d.features, pipeline::FiniteCheck<T>{x, status + kBadX});
   exec.For(d.trees * d.leaves * d.units, pipeline::FiniteCheck<T>{leaf_weights, status + kBadLeafWeight});
   exec.For(d.batch * d.trees, Walk<T>{d, fern, x, thresholds, feature_indices, safe, leaf, margin, vertex});
-  if (d.units >= kWarpRowUnits) {
-    exec.ForWarps(d.batch * d.trees, OutputRows<T>{d, leaf_weights, leaf, margin, output});
-  } else {
-    exec.For(d.batch * d.trees * d.units, Output<T>{d, leaf_weights, leaf, margin, output});
-  }
+  exec.For(d.batch * d.trees * d.units, Output<T>{d, leaf_weights, leaf, margin, output});
   unsigned long long words[kStatusWords];
   exec.CopyToHost(words, status, sizeof(words));
   if (words[kBadFeature] != portable::kNone) {
@@ -91,15 +87,9 @@ std::string HingeForestBackwardPipeline(Exec& exec, const HingeDims& d, const T*
   int32_t *leaf_start = bounds, *leaf_end = bounds + leaf_keys;
   int32_t *vertex_start = bounds + 2 * leaf_keys, *vertex_end = vertex_start + vertex_keys;
 
-  if (d.units >= kWarpRowUnits) {
-    exec.ForWarps(pairs, PairCoefficients<T, true>{d, grad_output, grad_margin, feature_indices, leaf_weights,
-                                                   leaf, margin, vertex, coeff, feature, leaf_key, vertex_key,
-                                                   pair, status + kBadPath});
-  } else {
-    exec.For(pairs, PairCoefficients<T>{d, grad_output, grad_margin, feature_indices, leaf_weights, leaf,
-                                        margin, vertex, coeff, feature, leaf_key, vertex_key, pair,
-                                        status + kBadPath});
-  }
+  exec.For(pairs, PairCoefficients<T>{d, grad_output, grad_margin, feature_indices, leaf_weights, leaf,
+                                      margin, vertex, coeff, feature, leaf_key, vertex_key, pair,
+                                      status + kBadPath});
   exec.For(d.batch * d.features, GradX<T>{d, coeff, feature, grad_x});
   exec.For(2 * (leaf_keys + vertex_keys), pipeline::Fill<int32_t>{bounds, 0});
   if (pairs > 0) {

@@ -252,27 +252,6 @@ KT_HOST_DEVICE inline bool Leader() {
 #endif
 }
 
-// The elements of a row that this lane handles in a warp-cooperative body:
-// j = LaneFirst(), LaneFirst() + LaneStep(), ... On the GPU lane l takes
-// l, l + 32, ... (neighbouring lanes, neighbouring elements: coalesced); on
-// the CPU the one call takes every element, in order. Each element is
-// computed by one lane the same way either way, so the bits agree.
-KT_HOST_DEVICE inline int LaneFirst() {
-#if defined(__CUDA_ARCH__)
-  return static_cast<int>(threadIdx.x & (kWarp - 1));
-#else
-  return 0;
-#endif
-}
-
-KT_HOST_DEVICE inline int LaneStep() {
-#if defined(__CUDA_ARCH__)
-  return kWarp;
-#else
-  return 1;
-#endif
-}
-
 // Lane `lane`'s share of <a, b>: elements lane, lane + 32, ... in order, by
 // fused multiply-adds (neighbouring lanes read neighbouring elements: one
 // coalesced row read per 32 elements on the GPU).

@@ -285,10 +285,9 @@ def test_hinge_forest_gradients_over_long_runs(engine):
 
 @pytest.mark.parametrize("engine", engines())
 def test_hinge_forest_wide_rows(engine):
-    """Rows of 16 and more outputs per tree take the GPU's warp-per-pair
-    layout (hinge::OutputRows, PairCoefficients<T, true>: a row over the 32
-    lanes, the leaf-weight dot product by portable::WarpDot); 16 (the
-    threshold) and 40 (two strides of the lanes) against the reference."""
+    """Rows of 16 and 40 outputs per tree (the leaf-weight rows longer than
+    the 4-way partial sums of portable::Dot and, on a GPU, than a warp)
+    against the reference, forward and every gradient."""
     rng = np.random.default_rng(11)
     with precision("float64"), engine_scope(engine):
         for fern, units in ((False, 16), (True, 40)):
