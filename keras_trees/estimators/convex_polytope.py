@@ -3,9 +3,12 @@
 import numbers
 
 import keras
+import numpy as np
 from sklearn.base import ClassifierMixin, RegressorMixin
 from sklearn.utils._param_validation import Interval
 
+from keras_trees import topology
+from keras_trees._arrays import to_numpy
 from keras_trees.api_export import keras_trees_export
 from keras_trees.estimators._base import (
     CLASS_WEIGHT_DOC,
@@ -45,9 +48,9 @@ _DOC = """{summary}
     {objective}, the best threshold is searched exactly, leaves are the
     training data's {leaves}), then optionally refined jointly for
     ``finetune_epochs`` (``fit_greedy``'s ``refine_epochs``). The held-out ``validation_fraction`` chooses the depth:
-    the tree is cut back to the depth with the best validation
-    {score} (this family trains no epochs of ``model.fit``, so there is no
-    early stopping). The defaults are the recipe of
+    the grown tree is cut back to the depth with the best validation
+    {score} (ties: the shallowest; this family trains no epochs of
+    ``model.fit``, so there is no early stopping), before the refinement. The defaults are the recipe of
     ``tutorials/convex_polytope_trees`` at depth 8, not tuned per data set;
     the paper tunes K, the learning rate and the prior per data set.
 
@@ -105,12 +108,43 @@ class _ConvexPolytope:
 
     def _fit_model(self, model, x, y, sample_weight, validation):
         tree = model.layers[-1]
-        return tree.fit_greedy(
-            x, y, validation_data=validation, epochs=self.epochs_per_level, batch_size=self.batch_size,
+        # Grown to full depth without validation data; the depth is cut here
+        # (the layer's own cut scores accuracy alone, shallowest on ties: on
+        # imbalanced data every depth predicts the majority class, so it fell
+        # back to the root, a constant), then the optional refinement.
+        history = tree.fit_greedy(
+            x, y, epochs=self.epochs_per_level, batch_size=self.batch_size,
             learning_rate=self.learning_rate, annealing_increment=self.annealing_increment,
             min_samples_split=self.min_samples_split, min_gain=self.min_gain,
-            refine_epochs=self.finetune_epochs, verbose=self.verbose, sample_weight=sample_weight,
+            refine_epochs=0, verbose=self.verbose, sample_weight=sample_weight,
         )
+        if validation is not None:
+            history["validation"] = self._select_depth(tree, validation)
+        if self.finetune_epochs:
+            history["refine"] = tree.refine(
+                x, y, validation_data=validation, epochs=self.finetune_epochs, batch_size=self.batch_size,
+                learning_rate=self.learning_rate * 0.1, annealing_increment=self.annealing_increment,
+                verbose=self.verbose, sample_weight=sample_weight,
+            )
+        history["depth"] = tree.depth()
+        history["leaves"] = tree.num_leaves()
+        return history
+
+    def _select_depth(self, tree, validation):
+        """Cuts the grown tree back to the depth with the best validation score
+        (:meth:`_score_outputs`: error rate, then log loss, of a classifier;
+        the squared error of a regressor; ties: the shallowest). The error
+        rates are summed exactly, so depths predicting the same classes tie
+        and the log loss decides. Returns ``{depth: [error, loss]}``."""
+        x_val, y_val, w_val = validation
+        state = np.asarray(to_numpy(tree.node_state))
+        reached = tree._route_numpy(x_val)
+        values = np.asarray(to_numpy(tree.leaf_values))[0]  # internal positions hold their data's values
+        scores = {d: self._score_outputs(values[topology.ancestor_at_depth(reached, d)], y_val, w_val)
+                  for d in range(topology.tree_depth(state, 0) + 1)}
+        best = min(scores, key=lambda d: (scores[d], d))
+        tree.node_state.assign(topology.cut_at_depth(state, 0, best))
+        return {d: list(score) for d, score in scores.items()}
 
 
 @keras_trees_export("keras_trees.estimators")
@@ -120,7 +154,10 @@ class ConvexPolytopeTreeClassifier(ClassifierMixin, _ConvexPolytope, TreeClassif
         verbose=VERBOSE_DOC.format(stages='a line per grown level'), explain=EXPLAIN_DOC,
         summary="A convex polytope tree classifier (splits are noisy-ORs of K linear experts).",
         objective="the conditional entropy with the gamma-process prior", leaves="class distributions",
-        score="accuracy", stratified="stratified, ", class_weight=CLASS_WEIGHT_DOC,
+        score="""error rate, ties broken by the log loss (on
+    imbalanced data every depth may predict the majority class: the accuracy
+    alone, shallowest on ties, kept the root, a constant)""",
+        stratified="stratified, ", class_weight=CLASS_WEIGHT_DOC,
         attributes="``classes_``, ", outputs="class probabilities")
 
 

@@ -1,0 +1,43 @@
+"""No estimator returns a constant model where CART finds signal (issue #31).
+
+Cheap versions of the reported cases: an imbalanced classification set (5%
+positives, a noisy linear score) and an easy regression frame with
+categorical columns. Each fit takes a few seconds at the estimator's own
+settings shrunk (depth, epochs), ``random_state=0``.
+"""
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.metrics import r2_score, roc_auc_score
+from sklearn.model_selection import train_test_split
+from sklearn.tree import DecisionTreeClassifier
+
+from keras_trees import estimators as E
+
+
+def _imbalanced(n=2000, rate=0.05, noise=1.5, seed=0):
+    """Positives: the top ``rate`` of ``x0 - x1 + noise * N(0, 1)`` (four more noise columns)."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, 6))
+    score = x[:, 0] - x[:, 1] + noise * rng.normal(size=n)
+    y = (score > np.quantile(score, 1 - rate)).astype(int)
+    return train_test_split(x.astype(np.float32), y, test_size=0.25, random_state=0, stratify=y)
+
+
+def test_imbalanced_data_is_not_fitted_by_a_constant_polytope_tree():
+    # Every depth of the grown tree predicts the majority class, so the
+    # accuracy ties at every depth; the depth cut used to keep the shallowest,
+    # the root (AUC 0.5). Ties are now broken by the validation log loss.
+    x_train, x_test, y_train, y_test = _imbalanced()
+    cart = DecisionTreeClassifier(max_depth=3, random_state=0).fit(x_train, y_train)
+    assert roc_auc_score(y_test, cart.predict_proba(x_test)[:, 1]) > 0.7  # the signal is there
+
+    fitted = E.ConvexPolytopeTreeClassifier(max_depth=3, num_experts=3, epochs_per_level=3,
+                                            random_state=0).fit(x_train, y_train)
+    proba = fitted.predict_proba(x_test)[:, 1]
+    assert np.ptp(proba) > 0
+    assert fitted.history_["depth"] >= 1
+    assert roc_auc_score(y_test, proba) > 0.65  # 0.79 here (the old cut: 0.5)
+    scores = fitted.history_["validation"]
+    assert set(scores) == set(range(len(scores))) and all(len(s) == 2 for s in scores.values())  # error, loss
