@@ -15,6 +15,8 @@ HYPERMODELS = {
     "tree_ensemble": "TreeEnsembleHyperModel((4,), num_classes=3, max_trees=4, max_depth=3)",
     "hinge": "HingeForestHyperModel((4,), num_classes=3, max_trees=10, max_depth=3)",
     "end_to_end_tree": "EndToEndTreeHyperModel((4,), num_classes=3, max_depth=2, epochs_per_level=1, batch_sizes=60)",
+    "end_to_end_forest": "EndToEndTreeHyperModel((4,), num_classes=3, max_depth=2, forest=True, max_trees=5, "
+                         "epochs_per_level=1, batch_sizes=60)",
     "convex_polytope": "ConvexPolytopeHyperModel((4,), num_classes=3, max_depth=2, num_experts=(1, 3))",
     "non_greedy": "NonGreedyHyperModel((4,), num_classes=3, max_depth=3)",
 }
@@ -27,36 +29,52 @@ def tiny(n=120, d=4, classes=3):
     return x, y
 
 
-@pytest.mark.parametrize("family", sorted(HYPERMODELS))
-def test_search_and_reload_best_model(family, tmp_path):
+def search(family, directory, x, y):
     from keras_trees import tuner as kt_tuner
 
-    x, y = tiny()
     hypermodel = eval(HYPERMODELS[family], vars(kt_tuner))  # noqa: S307 - fixed expressions above
     tuner = kt.RandomSearch(hypermodel, objective="val_accuracy", max_trials=2, seed=0,
-                            directory=str(tmp_path), project_name=family)
+                            directory=directory, project_name=family)
     tuner.search(x[:90], y[:90], validation_data=(x[90:], y[90:]), epochs=2, verbose=0)
-    assert len([t for t in tuner.oracle.trials.values() if t.status == "COMPLETED"]) == 2
-    # Reload one named trial: with tied scores (tiny validation sets) the best
-    # trial of the in-memory oracle and of a reloaded one may differ.
-    trial_id = tuner.oracle.get_best_trials(1)[0].trial_id
-    expected = tuner.load_model(tuner.oracle.get_trial(trial_id)).predict(x, verbose=0)
-    assert expected.shape == (120, 3) and np.all(np.isfinite(expected))
+    return tuner
+
+
+def test_every_family_searches_and_its_best_model_reloads(tmp_path):
+    """Each family's search runs two trials (a polytope trial's checkpoint holds
+    its grown tree); one named trial of each reloads
+    in one fresh process (one for all five: a process start and its imports
+    cost more than a search) with identical predictions."""
+    x, y = tiny()
     np.save(tmp_path / "x.npy", x)
-    np.save(tmp_path / "expected.npy", expected)
+    trials = {}
+    for family in sorted(HYPERMODELS):
+        tuner = search(family, str(tmp_path), x, y)
+        done = [t for t in tuner.oracle.trials.values() if t.status == "COMPLETED"]
+        assert len(done) == 2, family
+        # Reload one named trial: with tied scores (tiny validation sets) the best
+        # trial of the in-memory oracle and of a reloaded one may differ.
+        trial_id = tuner.oracle.get_best_trials(1)[0].trial_id
+        best = tuner.load_model(tuner.oracle.get_trial(trial_id))
+        expected = best.predict(x, verbose=0)
+        if family == "convex_polytope":  # the checkpoint holds the grown tree, not a fresh root leaf
+            assert int(best.layers[-1].num_leaves()) > 1
+        assert expected.shape == (120, 3) and np.all(np.isfinite(expected)), family
+        np.save(tmp_path / f"{family}.npy", expected)
+        trials[family] = trial_id
     out = run_fresh(
         f"""
 import numpy as np, keras_tuner as kt
 import keras_trees
 from keras_trees import tuner as kt_tuner
-hm = eval({HYPERMODELS[family]!r}, vars(kt_tuner))
-tuner = kt.RandomSearch(hm, objective="val_accuracy", max_trials=2, seed=0,
-                        directory={str(tmp_path)!r}, project_name={family!r}, overwrite=False)
-model = tuner.load_model(tuner.oracle.get_trial({trial_id!r}))
 x = np.load({os.path.join(str(tmp_path), "x.npy")!r})
-expected = np.load({os.path.join(str(tmp_path), "expected.npy")!r})
-print("identical predictions =", np.array_equal(model.predict(x, verbose=0), expected))
+for family, (expression, trial_id) in {({f: (HYPERMODELS[f], t) for f, t in trials.items()})!r}.items():
+    tuner = kt.RandomSearch(eval(expression, vars(kt_tuner)), objective="val_accuracy", max_trials=2, seed=0,
+                            directory={str(tmp_path)!r}, project_name=family, overwrite=False)
+    model = tuner.load_model(tuner.oracle.get_trial(trial_id))
+    expected = np.load({str(tmp_path)!r} + "/" + family + ".npy")
+    print(family, "identical predictions =", np.array_equal(model.predict(x, verbose=0), expected))
 """,
         tmp_path,
     )
-    assert "identical predictions = True" in out
+    for family in HYPERMODELS:
+        assert f"{family} identical predictions = True" in out, out

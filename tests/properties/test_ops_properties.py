@@ -32,7 +32,10 @@ from tests.properties import strategies as S
 pytestmark = pytest.mark.skipif(S.BACKEND not in ("tensorflow", "jax"),
                                 reason=f"no compiled kernels on {S.BACKEND}")
 
-VALID_EXAMPLES = 5
+# Fixed (derandomized) examples per op. Under JAX each example jit-compiles
+# every path for its new shapes (10-17 s an example on 2 cores, against 1-3 s
+# under TensorFlow), so the JAX run draws 3 (also fixed) instead of 5.
+VALID_EXAMPLES = 3 if S.BACKEND == "jax" else 5
 INVALID_EXAMPLES = 2
 
 

@@ -1,8 +1,8 @@
-"""Every family's HyperModel runs two trials on tiny data with each tuner kind."""
+"""The HyperModels' search spaces and arguments, Hyperband and Bayesian
+optimization, the polytope trial's fit. Every family's random search and the
+reload of its best model in a fresh process run on every backend in
+tests/backends/test_tuner_backends.py."""
 
-import os
-
-import keras
 import numpy as np
 import pytest
 
@@ -16,7 +16,6 @@ from keras_trees.tuner import (  # noqa: E402
     TreeEnsembleHyperModel,
 )
 from keras_trees import topology  # noqa: E402
-from tests.conftest import run_python  # noqa: E402
 
 
 def tiny(rng, n=120, d=4, classes=3):
@@ -25,34 +24,8 @@ def tiny(rng, n=120, d=4, classes=3):
     return x, y
 
 
-HYPERMODELS = {
-    "tree_ensemble": lambda: TreeEnsembleHyperModel((4,), num_classes=3, max_trees=4, max_depth=3),
-    "hinge": lambda: HingeForestHyperModel((4,), num_classes=3, max_trees=10, max_depth=3),
-    "end_to_end_tree": lambda: EndToEndTreeHyperModel((4,), num_classes=3, max_depth=2,
-                                                      epochs_per_level=1, batch_sizes=60),
-    "end_to_end_forest": lambda: EndToEndTreeHyperModel((4,), num_classes=3, max_depth=2, forest=True,
-                                                        max_trees=5, epochs_per_level=1, batch_sizes=60),
-    "convex_polytope": lambda: ConvexPolytopeHyperModel((4,), num_classes=3, max_depth=2, num_experts=(1, 3)),
-    "non_greedy": lambda: NonGreedyHyperModel((4,), num_classes=3, max_depth=3),
-}
-
-
 def completed(tuner):
     return [t for t in tuner.oracle.trials.values() if t.status == "COMPLETED"]
-
-
-@pytest.mark.parametrize("family", sorted(HYPERMODELS))
-def test_random_search_two_trials(rng, tmp_path, family):
-    x, y = tiny(rng)
-    tuner = kt.RandomSearch(HYPERMODELS[family](), objective="val_accuracy", max_trials=2, seed=0,
-                            directory=str(tmp_path), project_name=family)
-    tuner.search(x[:90], y[:90], validation_data=(x[90:], y[90:]), epochs=2, verbose=0)
-    assert len(completed(tuner)) == 2
-    best = tuner.get_best_models(1)[0]
-    probs = best.predict(x, verbose=0)
-    assert probs.shape == (120, 3) and np.all(np.isfinite(probs))
-    if family == "convex_polytope":  # the checkpoint holds the grown tree, not a fresh root leaf
-        assert int(best.layers[-1].num_leaves()) > 1
 
 
 @pytest.mark.parametrize("kind", ["hyperband", "bayesian"])
@@ -77,31 +50,6 @@ def test_hypermodel_arguments_are_checked():
     hp.Fixed("depth", 5)
     model = TreeEnsembleHyperModel((4,), units=1).build(hp)
     assert model.layers[-1].max_depth == 5 and model.loss.name == "mean_squared_error"
-
-
-def test_best_model_reloads_from_the_tuner_directory_in_a_fresh_process(rng, tmp_path):
-    x, y = tiny(rng)
-    np.save(tmp_path / "x.npy", x)
-    tuner = kt.RandomSearch(HYPERMODELS["end_to_end_tree"](), objective="val_accuracy", max_trials=2,
-                            seed=0, directory=str(tmp_path), project_name="reload")
-    tuner.search(x[:90], y[:90], validation_data=(x[90:], y[90:]), verbose=0)
-    # A named trial: tied scores may order "best" differently once reloaded.
-    trial_id = tuner.oracle.get_best_trials(1)[0].trial_id
-    expected = tuner.load_model(tuner.oracle.get_trial(trial_id)).predict(x, verbose=0)
-    np.save(tmp_path / "expected.npy", expected)
-    code = f"""
-import numpy as np, keras_tuner as kt
-import keras_trees
-from keras_trees.tuner import EndToEndTreeHyperModel
-hm = EndToEndTreeHyperModel((4,), num_classes=3, max_depth=2, epochs_per_level=1, batch_sizes=60)
-tuner = kt.RandomSearch(hm, objective="val_accuracy", max_trials=2, seed=0,
-                        directory={str(tmp_path)!r}, project_name="reload", overwrite=False)
-model = tuner.load_model(tuner.oracle.get_trial({trial_id!r}))
-x = np.load({os.path.join(str(tmp_path), "x.npy")!r})
-same = np.array_equal(model.predict(x, verbose=0), np.load({os.path.join(str(tmp_path), "expected.npy")!r}))
-print("identical predictions =", same)
-"""
-    assert "identical predictions = True" in run_python(code, cwd=tmp_path)
 
 
 def test_convex_polytope_trial_passes_verbose_and_weights_to_fit_greedy(rng, capsys):
