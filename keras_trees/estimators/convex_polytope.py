@@ -3,12 +3,9 @@
 import numbers
 
 import keras
-import numpy as np
 from sklearn.base import ClassifierMixin, RegressorMixin
 from sklearn.utils._param_validation import Interval
 
-from keras_trees import topology
-from keras_trees._arrays import to_numpy
 from keras_trees.api_export import keras_trees_export
 from keras_trees.estimators._base import (
     CLASS_WEIGHT_DOC,
@@ -19,7 +16,7 @@ from keras_trees.estimators._base import (
     TreeRegressorBase,
     parameters,
 )
-from keras_trees.layers import ConvexPolytopeTree
+from keras_trees.layers import ConvexPolytopeTree, _polytope_training
 from keras_trees.losses import GammaProcessPrior
 
 # The recipe of tutorials/convex_polytope_trees: K = 20 experts per split,
@@ -108,10 +105,9 @@ class _ConvexPolytope:
 
     def _fit_model(self, model, x, y, sample_weight, validation):
         tree = model.layers[-1]
-        # Grown to full depth without validation data; the depth is cut here
-        # (the layer's own cut scores accuracy alone, shallowest on ties: on
-        # imbalanced data every depth predicts the majority class, so it fell
-        # back to the root, a constant), then the optional refinement.
+        # Grown to full depth, cut back to the depth with the best validation
+        # score (error rate, then log loss; the layer's ``select_depth``),
+        # then the optional refinement.
         history = tree.fit_greedy(
             x, y, epochs=self.epochs_per_level, batch_size=self.batch_size,
             learning_rate=self.learning_rate, annealing_increment=self.annealing_increment,
@@ -119,7 +115,7 @@ class _ConvexPolytope:
             refine_epochs=0, verbose=self.verbose, sample_weight=sample_weight,
         )
         if validation is not None:
-            history["validation"] = self._select_depth(tree, validation)
+            history["validation"] = _polytope_training.select_depth(tree, *validation)
         if self.finetune_epochs:
             history["refine"] = tree.refine(
                 x, y, validation_data=validation, epochs=self.finetune_epochs, batch_size=self.batch_size,
@@ -129,22 +125,6 @@ class _ConvexPolytope:
         history["depth"] = tree.depth()
         history["leaves"] = tree.num_leaves()
         return history
-
-    def _select_depth(self, tree, validation):
-        """Cuts the grown tree back to the depth with the best validation score
-        (:meth:`_score_outputs`: error rate, then log loss, of a classifier;
-        the squared error of a regressor; ties: the shallowest). The error
-        rates are summed exactly, so depths predicting the same classes tie
-        and the log loss decides. Returns ``{depth: [error, loss]}``."""
-        x_val, y_val, w_val = validation
-        state = np.asarray(to_numpy(tree.node_state))
-        reached = tree._route_numpy(x_val)
-        values = np.asarray(to_numpy(tree.leaf_values))[0]  # internal positions hold their data's values
-        scores = {d: self._score_outputs(values[topology.ancestor_at_depth(reached, d)], y_val, w_val)
-                  for d in range(topology.tree_depth(state, 0) + 1)}
-        best = min(scores, key=lambda d: (scores[d], d))
-        tree.node_state.assign(topology.cut_at_depth(state, 0, best))
-        return {d: list(score) for d, score in scores.items()}
 
 
 @keras_trees_export("keras_trees.estimators")

@@ -829,8 +829,11 @@ def fit_greedy(layer, x, y=None, validation_data=None, max_depth=None, epochs=20
             of batches as ``x`` and ``y=None`` (see "Streams" below).
         validation_data: optional ``(x_val, y_val)`` or
             ``(x_val, y_val, sample_weight_val)``: the tree is cut back to the
-            depth with the best (weighted) validation accuracy (lowest MSE),
-            and a refinement is kept only if it does not lower that score.
+            depth with the best (weighted) validation score (the lowest
+            error rate, ties broken by the log loss, then the shallowest
+            depth; the lowest MSE for regression: :func:`depth_score`), and a
+            refinement is kept only if it does not lower the validation
+            accuracy (raise the MSE).
         max_depth: growth limit (default: the layer's ``max_depth``).
         epochs: training epochs of each level's stumps (on their samples).
         batch_size, learning_rate: Adam mini-batches (fresh Adam per level).
@@ -850,7 +853,8 @@ def fit_greedy(layer, x, y=None, validation_data=None, max_depth=None, epochs=20
 
     Returns:
         A dict with per-level ``levels`` records, the validation score per
-        depth (``validation``), ``depth`` and ``leaves``.
+        depth (``validation``: ``{depth: [error, log loss]}``, for regression
+        ``{depth: [mse]}``), ``depth`` and ``leaves``.
 
     Streams: ``x`` may also be a batched ``tf.data.Dataset``, a
     ``keras.utils.PyDataset`` or a re-iterable of ``(x, y)`` /
@@ -952,16 +956,38 @@ def weighted_median(values, weights):
     return float(values[order][min(int(np.searchsorted(cum, 0.5 * cum[-1])), len(values) - 1)])
 
 
+def depth_score(layer, pred, y, w=None):
+    """Validation score of predictions ``pred`` (leaf values), lower is
+    better: ``[error rate, log loss]`` of a classifier (its leaves hold class
+    distributions), ``[mean squared error]`` of a regressor; weighted by
+    ``w``. The error rate is summed exactly (``math.fsum``), so predictions
+    misclassifying the same weight tie exactly wherever the samples are, and
+    the log loss decides: on imbalanced data every depth may predict the
+    majority class, and accuracy alone cannot tell a constant from a tree."""
+    pred = np.asarray(pred, dtype=np.float64)
+    w = np.ones(len(pred)) if w is None else np.asarray(w, dtype=np.float64)
+    w = w / max(float(w.sum()), 1e-300)
+    if not layer.is_classifier:
+        return [float(w @ ((pred - np.asarray(y, np.float64).reshape(len(pred), -1)) ** 2).mean(-1))]
+    y = np.asarray(y).astype(np.int64).ravel()
+    proba = pred / np.maximum(pred.sum(axis=1, keepdims=True), 1e-300)
+    error = math.fsum(w[proba.argmax(axis=1) != y])
+    loss = float(w @ -np.log(np.clip(proba[np.arange(len(y)), y], 1e-12, None)))
+    return [error, loss]
+
+
 def select_depth(layer, x_val, y_val, w_val=None):
     """Cuts the tree back to the depth with the best (weighted) validation
-    score (ties: the shallowest). Needs values at internal positions (set by
-    :meth:`set_leaves_from_data`). Returns ``{depth: score}``."""
+    score (:func:`depth_score`: the error rate, then the log loss, of a
+    classifier; the squared error of a regressor; ties: the shallowest).
+    Needs values at internal positions (set by :meth:`set_leaves_from_data`).
+    Returns ``{depth: score}``."""
     state = np.asarray(to_numpy(layer.node_state))
     full = layer._route_numpy(x_val)
     values = np.asarray(to_numpy(layer.leaf_values))[0]
-    scores = {d: _scores(layer, values[topology.ancestor_at_depth(full, d)], y_val, w_val)
+    scores = {d: depth_score(layer, values[topology.ancestor_at_depth(full, d)], y_val, w_val)
               for d in range(0, topology.tree_depth(state, 0) + 1)}
-    best = max(scores, key=lambda d: (scores[d], -d))
+    best = min(scores, key=lambda d: (scores[d], d))
     layer.node_state.assign(topology.cut_at_depth(state, 0, best))
     return scores
 

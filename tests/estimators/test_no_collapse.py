@@ -43,6 +43,28 @@ def test_imbalanced_data_is_not_fitted_by_a_constant_polytope_tree():
     assert set(scores) == set(range(len(scores))) and all(len(s) == 2 for s in scores.values())  # error, loss
 
 
+def test_the_layers_depth_cut_breaks_accuracy_ties_by_the_log_loss():
+    # The same cut as the estimator's, on the layer (fit_greedy with
+    # validation data): where every depth predicts the majority class, the
+    # deepest useful tree, not the root, is kept.
+    import keras
+
+    from keras_trees.layers import ConvexPolytopeTree
+
+    x_train, x_val, y_train, y_val = _imbalanced()
+    tree = ConvexPolytopeTree(max_depth=3, num_experts=3, num_classes=2, seed=0)
+    keras.Sequential([keras.Input((x_train.shape[1],)), tree])
+    history = tree.fit_greedy(x_train, y_train, validation_data=(x_val, y_val), epochs=3, batch_size=512,
+                              learning_rate=0.05)
+    scores = history["validation"]
+    errors = {d: s[0] for d, s in scores.items()}
+    assert len(set(errors.values())) == 1  # accuracy alone ties at every depth here ...
+    assert tree.depth() == history["depth"] >= 1  # ... and the log loss keeps a tree (the old cut: the root)
+    assert scores[tree.depth()][1] == min(s[1] for s in scores.values()) < scores[0][1]
+    proba = np.asarray(tree(x_val))[:, 1]
+    assert roc_auc_score(y_val, proba) > 0.65
+
+
 def _categorical_frame(n=2000, seed=0):
     """An easy regression frame: the target is the sum of the effects of three
     categorical columns (8, 4 and 3 levels; category, object and category
