@@ -184,7 +184,7 @@ def compiled(fn, model=None):
     if backend == "tensorflow":
         import tensorflow as tf
 
-        return tf.function(fn, reduce_retracing=True)
+        return tf.function(fn, reduce_retracing=True, autograph=False)
     if backend == "jax" and model is not None:
         import jax
 

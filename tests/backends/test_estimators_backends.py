@@ -45,3 +45,22 @@ def test_end_to_end_classifier_cut_to_its_validation_depth():
     state = keras.ops.convert_to_numpy(clf.model_.layers[-1].node_state)
     assert topology.tree_depth(state, 0) == depth
     assert clf.score(x, y) > 0.8
+
+
+def test_steps_per_execution_trains_the_same_weights(monkeypatch):
+    """Several optimizer steps per compiled call (TensorFlow, JAX) train
+    bit-identical weights to one step per call; PyTorch runs one step a call."""
+    from keras_trees.estimators import _base
+
+    x, y, _ = data()
+    settings = dict(num_trees=4, max_depth=3, batch_size=16, max_epochs=3, random_state=0)
+    if keras.backend.backend() == "torch":
+        assert _base.steps_per_execution() == 1
+    else:
+        assert _base.steps_per_execution() == _base.STEPS_PER_EXECUTION > 1
+    several = E.HingeForestClassifier(**settings).fit(x, y)
+    assert several.model_.steps_per_execution == _base.steps_per_execution()
+    monkeypatch.setattr(_base, "STEPS_PER_EXECUTION", 1)
+    one = E.HingeForestClassifier(**settings).fit(x, y)
+    assert one.model_.steps_per_execution == 1
+    np.testing.assert_array_equal(several.predict_proba(x), one.predict_proba(x))
