@@ -134,14 +134,20 @@ class _NonGreedy:
 
     def _prepare(self, model, x, y, sample_weight):
         if self.init == "co2":
-            model.initialize_from(co2_tree(x, y, self.max_depth, num_classes=model.num_classes, nu=self._arg("nu"),
-                                           criterion=self.criterion, sample_weight=sample_weight,
-                                           random_state=self._seed))
-            return
-        cart = DecisionTreeClassifier if self._task == "classification" else DecisionTreeRegressor
-        cart = cart(max_depth=self.max_depth, criterion=self.criterion, random_state=self._seed)
-        cart.fit(x, y, sample_weight=sample_weight)
-        model.initialize_from(from_sklearn(cart))
+            tree = co2_tree(x, y, self.max_depth, num_classes=model.num_classes, nu=self._arg("nu"),
+                            criterion=self.criterion, sample_weight=sample_weight, random_state=self._seed)
+        else:
+            cart = DecisionTreeClassifier if self._task == "classification" else DecisionTreeRegressor
+            cart = cart(max_depth=self.max_depth, criterion=self.criterion, random_state=self._seed)
+            cart.fit(x, y, sample_weight=sample_weight)
+            tree = from_sklearn(cart)
+        if self._task == "classification":
+            # The leaves that minimize the bound on the training data (issue
+            # #35): near-pure greedy leaves make the bound loose, and SGD from
+            # them lowers it while the loss and the error rise.
+            model.initialize_from(tree, leaf_smoothing="bound", x=x, y=y, sample_weight=sample_weight)
+        else:
+            model.initialize_from(tree)
 
     def _callbacks(self, x, y, sample_weight, early_stopping):
         callbacks = [StableSGD(min_delta=1e-3, max_round_epochs=5)] if self.stable_sgd else []
