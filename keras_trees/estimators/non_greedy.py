@@ -18,6 +18,7 @@ from keras_trees.estimators._base import (
     TreeClassifierBase,
     TreeRegressorBase,
     parameters,
+    steps_per_execution,
 )
 from keras_trees.interop.sklearn import from_sklearn
 from keras_trees.layers import NonGreedyTree, co2_tree
@@ -132,7 +133,7 @@ class _NonGreedy:
 
     def _compile(self, model):
         rate = 0.005 * self._arg("nu") if self.learning_rate is None else self.learning_rate
-        model.compile(keras.optimizers.SGD(rate, momentum=self.momentum))
+        model.compile(keras.optimizers.SGD(rate, momentum=self.momentum), steps_per_execution=steps_per_execution())
 
     def _prepare(self, model, x, y, sample_weight):
         if self.init == "co2":
