@@ -120,7 +120,7 @@ class NonGreedyTree(CheckedLoading, CheckedInputs, XLACompatibility, HeapTreeLay
     >>> rng = np.random.default_rng(0)
     >>> x = rng.normal(size=(400, 2)).astype("float32"); y = (x[:, 0] + x[:, 1] > 0).astype("int32")
     >>> model = NonGreedyTree(max_depth=3, num_classes=2, nu=4.0)
-    >>> model.initialize_from(from_sklearn(DecisionTreeClassifier(max_depth=3).fit(x, y)))
+    >>> smoothing = model.initialize_from(from_sklearn(DecisionTreeClassifier(max_depth=3).fit(x, y)))
     >>> model.compile(keras.optimizers.SGD(0.05, momentum=0.9), metrics=["accuracy"])
     >>> _ = model.fit(x, y, batch_size=50, epochs=5, verbose=0)
     >>> model.predict(x, verbose=0).shape
