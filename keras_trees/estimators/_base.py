@@ -33,7 +33,6 @@ Each concrete class declares its constructor arguments and defaults with
 """
 
 import inspect
-import math
 import numbers
 import time
 
@@ -55,7 +54,7 @@ from sklearn.utils.validation import (
     validate_data,
 )
 
-from keras_trees import _deprecation
+from keras_trees import _deprecation, _scores
 from keras_trees.estimators import _explain, _threads
 from keras_trees._arrays import to_numpy
 from keras_trees.estimators._preprocessing import is_frame, make_preprocessor
@@ -233,17 +232,10 @@ class TreeEstimator(BaseEstimator):
     def _score_outputs(self, out, y, w):
         """:meth:`_validation_score` of model outputs ``out`` for targets ``y``, weights ``w``."""
         out = np.asarray(out, dtype=np.float64)
-        w = np.asarray(w, dtype=np.float64) / max(float(np.sum(w)), 1e-12)
         if self._task == "regression":
-            mse = float(w @ ((out - y.reshape(len(y), -1)) ** 2).mean(axis=1))
+            mse = _scores.mean_squared_error(out, y, w)
             return mse, mse
-        proba = self._probabilities(out)
-        # An exactly rounded sum: the same misclassified weights give the same
-        # error wherever they are (a dot product's rounding depends on their
-        # positions), so that equal error rates tie exactly and the loss decides.
-        error = math.fsum(w[proba.argmax(axis=1) != y])
-        loss = float(w @ -np.log(np.clip(proba[np.arange(len(y)), y], 1e-12, None)))
-        return error, loss
+        return _scores.error_and_log_loss(self._probabilities(out), y, w)
 
     def _fit_candidates(self, n_features, n_outputs, seed, x, y, sample_weight, validation):
         """Builds and trains every candidate (each from the same seed); returns

@@ -43,7 +43,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_trees import streaming, topology
+from keras_trees import _scores as validation_scores, streaming, topology
 from keras_trees.forest import node_sums
 from keras_trees.layers._gradient_step import make_train_step
 from keras_trees.layers._level_growth import LevelGrowth
@@ -959,21 +959,14 @@ def weighted_median(values, weights):
 def depth_score(layer, pred, y, w=None):
     """Validation score of predictions ``pred`` (leaf values), lower is
     better: ``[error rate, log loss]`` of a classifier (its leaves hold class
-    distributions), ``[mean squared error]`` of a regressor; weighted by
-    ``w``. The error rate is summed exactly (``math.fsum``), so predictions
-    misclassifying the same weight tie exactly wherever the samples are, and
-    the log loss decides: on imbalanced data every depth may predict the
-    majority class, and accuracy alone cannot tell a constant from a tree."""
+    distributions; :func:`keras_trees._scores.error_and_log_loss`, whose
+    exactly summed error rates tie and leave the choice to the log loss),
+    ``[mean squared error]`` of a regressor; weighted by ``w``."""
     pred = np.asarray(pred, dtype=np.float64)
-    w = np.ones(len(pred)) if w is None else np.asarray(w, dtype=np.float64)
-    w = w / max(float(w.sum()), 1e-300)
     if not layer.is_classifier:
-        return [float(w @ ((pred - np.asarray(y, np.float64).reshape(len(pred), -1)) ** 2).mean(-1))]
-    y = np.asarray(y).astype(np.int64).ravel()
+        return [validation_scores.mean_squared_error(pred, y, w)]
     proba = pred / np.maximum(pred.sum(axis=1, keepdims=True), 1e-300)
-    error = math.fsum(w[proba.argmax(axis=1) != y])
-    loss = float(w @ -np.log(np.clip(proba[np.arange(len(y)), y], 1e-12, None)))
-    return [error, loss]
+    return list(validation_scores.error_and_log_loss(proba, y, w))
 
 
 def select_depth(layer, x_val, y_val, w_val=None):

@@ -520,6 +520,13 @@ class NonGreedyTree(CheckedLoading, CheckedInputs, XLACompatibility, HeapTreeLay
         over arrays ``x, y``, routed ``batch_size`` rows at a time (no training)."""
         x = np.asarray(x, dtype=np.float32)
         y = np.asarray(y)
+        if len(y) != len(x):
+            raise ValueError(f"y: expected {len(x)} labels (one per row of x), got {len(y)}")
+        if sample_weight is not None:
+            sample_weight = np.asarray(sample_weight, dtype=np.float64).ravel()
+            if len(sample_weight) != len(x) or not (np.isfinite(sample_weight).all() and (sample_weight >= 0).all()):
+                raise ValueError(f"sample_weight: expected {len(x)} finite non-negative weights (one per row of x), "
+                                 f"got shape {sample_weight.shape}")
         total = weight_sum = 0.0
         for start in range(0, len(x), batch_size):
             score = np.asarray(to_numpy(self.loss_augmented_inference(
