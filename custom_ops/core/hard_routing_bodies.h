@@ -36,17 +36,6 @@ enum Status : int {
   kStatusWords
 };
 
-// Records the smallest index at which a noisy-OR rate is not finite or < 0.
-template <typename T>
-struct RateCheck {
-  const T* rates;
-  unsigned long long* status;
-  KT_HOST_DEVICE void operator()(int64_t i) const {
-    const T r = rates[i];
-    if (!(portable::IsFinite(r) && r >= T(0))) portable::AtomicMin(status, static_cast<unsigned long long>(i));
-  }
-};
-
 // One (sample, tree) pair per warp (launched with exec.ForWarps), item =
 // t * batch + s (tree-major: neighbouring warps walk one tree, so the split
 // rows of its top levels are read once for many samples), writing pair
@@ -91,8 +80,14 @@ struct Walk {
     int64_t n = 0;
     int level = 0;
     bool finite = true;
-    while (n < d.num_internal && mt[n]) {
+    while (n < d.num_internal) {
+      // The split value is computed before is_split is known (every position
+      // below num_internal has its row): the two reads of a level are then in
+      // flight together instead of one after the other. A position that is
+      // not a split ends the walk and its value is dropped.
+      const bool split = mt[n];
       const T v = SplitValue(t * d.num_internal + n, xs);
+      if (!split) break;
       finite = finite && portable::IsFinite(v);
       if (path != nullptr) path[level] = v;
       n = v > T(0) ? 2 * n + 2 : 2 * n + 1;

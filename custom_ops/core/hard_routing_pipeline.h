@@ -1,7 +1,7 @@
 // Hard routing as a pipeline of portable bodies (core/hard_routing_bodies.h)
 // on an executor (core/pipeline.h): the GPU kernels (custom_ops/cuda/) and
 // their CPU emulation. Value checks as status words, then one (sample, tree)
-// walk per pair; returns "" or the error message of the CPU kernels
+// walk per pair (one warp per pair on the GPU); returns "" or the error message of the CPU kernels
 // (core/checks.h).
 #ifndef KERAS_TREES_CORE_HARD_ROUTING_PIPELINE_H_
 #define KERAS_TREES_CORE_HARD_ROUTING_PIPELINE_H_
@@ -25,13 +25,16 @@ std::string HardRoutePipeline(Exec& exec, const RoutingDims& d, const T* x, cons
   using namespace routing;
   unsigned long long* status = pipeline::NewStatus(exec, kStatusWords);
   const int64_t splits = d.trees * d.num_internal;
-  exec.For(d.batch * d.input_dim, pipeline::FiniteCheck<T>{x, status + kBadX});
-  exec.For(splits * d.experts * d.input_dim, pipeline::FiniteCheck<T>{split_weights, status + kBadWeights});
-  exec.For(splits * d.experts, pipeline::FiniteCheck<T>{split_bias, status + kBadBias});
+  // Every value check in one launch.
+  pipeline::FiniteChecks<T> checks;
+  checks.status = status;
+  checks.Add(x, d.batch * d.input_dim, kBadX)
+      .Add(split_weights, splits * d.experts * d.input_dim, kBadWeights)
+      .Add(split_bias, splits * d.experts, kBadBias);
   if (expert_weights != nullptr) {
-    exec.For(splits, pipeline::FiniteCheck<T>{threshold, status + kBadThreshold});
-    exec.For(splits * d.experts, RateCheck<T>{expert_weights, status + kBadExpertWeights});
+    checks.Add(threshold, splits, kBadThreshold).Add(expert_weights, splits * d.experts, kBadExpertWeights, true);
   }
+  exec.For(checks.Items(), checks);
   exec.ForWarps(d.batch * d.trees, Walk<T>{d, x, split_weights, split_bias, expert_weights, threshold,
                                            is_split, node, path_values, status});
   unsigned long long words[kStatusWords];

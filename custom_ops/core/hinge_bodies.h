@@ -183,6 +183,8 @@ struct Output {
 // forward call) is reported and contributes nothing.
 template <typename T>
 struct PairCoefficients {
+  // The GPU runs it with 64-bit item indices (cuda/launch.cuh, WideIndex).
+  static constexpr bool kWideIndex = true;
   HingeDims d;
   const T* grad_output;
   const T* grad_margin;

@@ -11,7 +11,7 @@
 //   3. stable sorts of the pairs by leaf key and by vertex key;
 //   4. the run of each key in the sorted arrays;
 //   5. grad_leaf_weights per (tree, leaf, unit) and grad_thresholds per
-//      (tree, vertex): the sums over their runs, in fixed blocks of 256
+//      (tree, vertex): the sums over their runs, in fixed blocks of 32
 //      sorted positions added in block order (pipeline::SumRuns), so no
 //      thread walks a long run (a fern vertex's run holds every sample).
 // Every output element has one final writer and a fixed summation order:
@@ -38,9 +38,13 @@ std::string HingeForestForwardPipeline(Exec& exec, const HingeDims& d, bool fern
   unsigned long long* status = pipeline::NewStatus(exec, kStatusWords);
   const int64_t splits = d.trees * d.vertices;
   int32_t* safe = exec.template Scratch<int32_t>(splits);
-  exec.For(splits, Splits<T>{feature_indices, thresholds, d.features, safe, status});
-  exec.For(d.batch * d.features, pipeline::FiniteCheck<T>{x, status + kBadX});
-  exec.For(d.trees * d.leaves * d.units, pipeline::FiniteCheck<T>{leaf_weights, status + kBadLeafWeight});
+  pipeline::FiniteChecks<T> checks;
+  checks.status = status;
+  checks.Add(x, d.batch * d.features, kBadX).Add(leaf_weights, d.trees * d.leaves * d.units, kBadLeafWeight);
+  // The split checks and the value checks in one launch.
+  const pipeline::Together<Splits<T>, pipeline::FiniteChecks<T>> prepare{
+      Splits<T>{feature_indices, thresholds, d.features, safe, status}, splits, checks, checks.Items()};
+  exec.For(prepare.Items(), prepare);
   exec.For(d.batch * d.trees, Walk<T>{d, fern, x, thresholds, feature_indices, safe, leaf, margin, vertex});
   exec.For(d.batch * d.trees * d.units, Output<T>{d, leaf_weights, leaf, margin, output});
   unsigned long long words[kStatusWords];
@@ -96,8 +100,8 @@ std::string HingeForestBackwardPipeline(Exec& exec, const HingeDims& d, const T*
     exec.SortPairs(leaf_key, sorted_leaf, pair, by_leaf, pairs, pipeline::KeyBits(leaf_keys));
     exec.SortPairs(vertex_key, sorted_vertex, pair, by_vertex, pairs, pipeline::KeyBits(vertex_keys));
   }
-  exec.For(pairs, pipeline::RunBounds{sorted_leaf, pairs, leaf_start, leaf_end});
-  exec.For(pairs, pipeline::RunBounds{sorted_vertex, pairs, vertex_start, vertex_end});
+  exec.For(2 * pairs, pipeline::RunBoundsPair{{sorted_leaf, pairs, leaf_start, leaf_end},
+                                               {sorted_vertex, pairs, vertex_start, vertex_end}});
   pipeline::SumRuns(exec, sorted_leaf, pairs, leaf_start, leaf_end, leaf_keys, d.units,
                     LeafTerm<T>{d.units, grad_output, margin, by_leaf}, grad_leaf_weights);
   pipeline::SumRuns(exec, sorted_vertex, pairs, vertex_start, vertex_end, vertex_keys, int64_t{1},

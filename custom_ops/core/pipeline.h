@@ -56,6 +56,46 @@ struct FiniteCheck {
   }
 };
 
+// Several value checks in one launch (one item per element of the longest
+// array): entry k records the smallest index i < n[k] at which data[k] is not
+// finite (or, with nonnegative[k], not finite and >= 0) in status[word[k]].
+// Fewer launches than one FiniteCheck per array: on the GPU the small checks
+// cost their launch more than their work.
+template <typename T>
+struct FiniteChecks {
+  static constexpr int kMax = 6;
+  const T* data[kMax] = {};
+  int64_t n[kMax] = {};
+  int word[kMax] = {};
+  bool nonnegative[kMax] = {};
+  int count = 0;
+  unsigned long long* status = nullptr;
+
+  // Adds an array (at most kMax); returns *this.
+  FiniteChecks& Add(const T* array, int64_t size, int status_word, bool must_be_nonnegative = false) {
+    data[count] = array;
+    n[count] = size;
+    word[count] = status_word;
+    nonnegative[count] = must_be_nonnegative;
+    ++count;
+    return *this;
+  }
+  int64_t Items() const {
+    int64_t items = 0;
+    for (int k = 0; k < count; ++k) items = n[k] > items ? n[k] : items;
+    return items;
+  }
+  KT_HOST_DEVICE void operator()(int64_t i) const {
+    for (int k = 0; k < count; ++k) {
+      if (i >= n[k]) continue;
+      const T v = data[k][i];
+      if (!portable::IsFinite(v) || (nonnegative[k] && v < T(0))) {
+        portable::AtomicMin(status + word[k], static_cast<unsigned long long>(i));
+      }
+    }
+  }
+};
+
 // Sums over the runs of a stably sorted key array, in fixed blocks of sorted
 // positions added in block order (the determinism rule for every reduction
 // over samples): out[k * columns + j] = the sum over the positions p of key
@@ -138,6 +178,34 @@ struct RunBounds {
     const int32_t k = sorted_keys[p];
     if (p == 0 || sorted_keys[p - 1] != k) start[k] = static_cast<int32_t>(p);
     if (p + 1 == n || sorted_keys[p + 1] != k) end[k] = static_cast<int32_t>(p + 1);
+  }
+};
+
+// Two independent bodies in one launch over max(a_items, b_items) items.
+template <class A, class B>
+struct Together {
+  A a;
+  int64_t a_items;
+  B b;
+  int64_t b_items;
+  int64_t Items() const { return a_items > b_items ? a_items : b_items; }
+  KT_HOST_DEVICE void operator()(int64_t i) const {
+    if (i < a_items) a(i);
+    if (i < b_items) b(i);
+  }
+};
+
+// RunBounds over two sorted key arrays in one launch: positions [0, first.n)
+// of the first, then [first.n, first.n + second.n) of the second.
+struct RunBoundsPair {
+  RunBounds first;
+  RunBounds second;
+  KT_HOST_DEVICE void operator()(int64_t p) const {
+    if (p < first.n) {
+      first(p);
+    } else {
+      second(p - first.n);
+    }
   }
 };
 

@@ -28,6 +28,7 @@
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -50,6 +51,30 @@ __global__ void __launch_bounds__(kThreads) ForKernel(Body body, int64_t n) {
     body(i);
   }
 }
+
+// The same with 32-bit indices, for n < 2**31 (every launch of the usual
+// shapes): the loop and the index arithmetic the bodies inline from it are
+// then 32-bit, a few instructions fewer per item. Same grid, same items.
+template <class Body>
+__global__ void __launch_bounds__(kThreads) ForKernel32(Body body, uint32_t n) {
+  const uint32_t stride = gridDim.x * blockDim.x;
+  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+    body(static_cast<int64_t>(i));
+  }
+}
+
+// A body that declares `static constexpr bool kWideIndex = true` keeps the
+// 64-bit loop: measured per kernel on an H200 (Nsight Compute, hinge forest
+// fwd+bwd, batch 4096), the 32-bit loop took hinge::Output from 72 to 53 us
+// and GradX from 21 to 17 us but PairCoefficients from 46 to 106 us.
+template <class Body, class = void>
+struct WideIndex {
+  static constexpr bool value = false;
+};
+template <class Body>
+struct WideIndex<Body, std::void_t<decltype(Body::kWideIndex)>> {
+  static constexpr bool value = Body::kWideIndex;
+};
 
 // One item per warp: the 32 lanes of a warp call body(i) together (the warp
 // index strides over the items, so a warp's lanes always agree on i and leave
@@ -134,7 +159,14 @@ class CudaExecutor {
     if (n <= 0) return;
     const int64_t blocks = (n + cuda_launch::kThreads - 1) / cuda_launch::kThreads;
     const unsigned grid = static_cast<unsigned>(blocks < cuda_launch::kMaxBlocks ? blocks : cuda_launch::kMaxBlocks);
-    cuda_launch::ForKernel<Body><<<grid, cuda_launch::kThreads, 0, stream_>>>(body, n);
+    bool launched = false;
+    if constexpr (!cuda_launch::WideIndex<Body>::value) {
+      if (n <= INT32_MAX) {
+        cuda_launch::ForKernel32<Body><<<grid, cuda_launch::kThreads, 0, stream_>>>(body, static_cast<uint32_t>(n));
+        launched = true;
+      }
+    }
+    if (!launched) cuda_launch::ForKernel<Body><<<grid, cuda_launch::kThreads, 0, stream_>>>(body, n);
     cuda_launch::Check(cudaGetLastError(), "keras-trees CUDA kernel launch");
   }
 
