@@ -70,3 +70,48 @@ def test_run_check_script_and_its_helpers_parse(tmp_path):
     assert {"gpu_env.py", "gpu_determinism.py", "gpu_sanitize.py", "gpu_train.py", "conftest.py"} <= set(helpers)
     for name in helpers:
         py_compile.compile(os.path.join(GPU_DIR, name), cfile=str(tmp_path / (name + "c")), doraise=True)
+
+
+NCU_REPORT = """==PROF== Connected to process 7051 (/usr/bin/python3.12)
+[7051] python3.12@127.0.0.1
+  void cub::DeviceRadixSortOnesweepKernel<cub::policy_hub<int, int, unsigned int>::Policy1000, 0, int, int, unsigned int, int, int, cub::identity_decomposer_t>(T7 *, T7 *, T5 *, const T5 *, T3 *, const T3 *, T4 *, const T4 *, T6, int, int, T8) (47, 1, 1)x(384, 1, 1), Device 0, CC 9.0, Invocations 18
+    Section: Command line profiler metrics
+    ---------------------- ----------- ------- ------- -------
+    Metric Name            Metric Unit Minimum Maximum Average
+    ---------------------- ----------- ------- ------- -------
+    gpu__time_duration.sum          us   12.42   14.46   13.63
+    ---------------------- ----------- ------- ------- -------
+
+  void keras_trees::ForKernel32<hinge::Output<float>>(T1, unsigned int) (41600, 1, 1)x(256, 1, 1), Device 0, CC 9.0, Invocations 3
+    Section: Command line profiler metrics
+    Metric Name            Metric Unit Minimum Maximum Average
+    gpu__time_duration.sum          us   52.45   52.74   52.63
+
+  void keras_trees::cuda_launch::ForWarpsKernel<routing::Walk<float>>(T1, long) (12800, 1, 1)x(256, 1, 1), Device 0, CC 9.0, Invocations 3
+    Section: Command line profiler metrics
+    Metric Name            Metric Unit Minimum Maximum Average
+    gpu__time_duration.sum          ms    0.21    0.22    0.21
+"""
+
+
+def test_ncu_summary_reads_nsight_compute_per_kernel_times(tmp_path, capsys):
+    """The profile step's condenser (tests/gpu/ncu_summary.py), on the shape of
+    an ncu report from an H200 run: kernels by body and loop width, times in
+    microseconds whatever ncu's unit, slowest total first; no times: exit 1."""
+    spec = importlib.util.spec_from_file_location("ncu_summary", os.path.join(GPU_DIR, "ncu_summary.py"))
+    ncu = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ncu)
+    assert ncu.parse(NCU_REPORT) == [
+        ("cub DeviceRadixSortOnesweepKernel", "47x384", 18, 13.63),
+        ("hinge::Output<float> (32-bit)", "41600x256", 3, 52.63),
+        ("routing::Walk<float> (warps)", "12800x256", 3, 210.0),
+    ]
+    report = tmp_path / "ncu.txt"
+    report.write_text(NCU_REPORT)
+    assert ncu.main([str(report)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[1] for line in lines[1:]] == ["routing::Walk<float>", "cub", "hinge::Output<float>"]
+    assert lines[1].split()[-1] == f"{100 * 630 / (630 + 18 * 13.63 + 3 * 52.63):.1f}%"
+    report.write_text("==ERROR== Failed to initialize the profiler\n")
+    assert ncu.main([str(report)]) == 1
+    assert "no kernel times" in capsys.readouterr().out

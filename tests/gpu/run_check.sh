@@ -20,11 +20,13 @@
 #   training      gpu_train.py: a hinge forest on digits, GPU and CPU, test accuracy > 0.9
 #   sanitizers    compute-sanitizer --tool memcheck and --tool racecheck (at the same time)
 #                 on gpu_sanitize.py (tiny shapes)
-# The sanitizers run last: they are the slowest and least predictable. A
+#   profile       (GPU only) ncu's time per kernel of gpu_profile.py, condensed by
+#                 ncu_summary.py into the summary's "ncu" lines (ncu.txt: the report)
+# The sanitizers run before the profile: a failure there matters more. A
 # whole-run budget (KT_GPU_CHECK_BUDGET_S, default 510 s: the `run` call gets
 # 540) caps each step's timeout; a step with under 30 s left is not run (and
 # counts as failed). Logs go to $OUT (or /tmp/kt_gpu_check): run_check.log
-# (everything), summary.txt, gpu_speed.json, memcheck.log, racecheck.log. The
+# (everything), summary.txt, gpu_speed.json, memcheck.log, racecheck.log, ncu.txt. The
 # exit status is non-zero when any step failed; a summary table ends the output.
 #
 # Dry run (KT_GPU_CHECK_DRY_RUN=1): no pip install, nvidia-smi or
@@ -203,6 +205,20 @@ else
     step sanitizers 180 "$SANITIZE"
 fi
 
+# ---------------------------------------------------------------- per-kernel profile
+# Nsight Compute's time per kernel of tests/gpu/gpu_profile.py (hinge forest
+# fwd+bwd at batch 4096, hard routing at batch 1024), condensed by
+# ncu_summary.py into "ncu ..." lines of the summary: what the next change to
+# the kernels is chosen from. Without ncu the step says so and passes.
+PROFILE='if ! command -v ncu >/dev/null 2>&1; then echo "profile: ncu not found, no per-kernel times"; exit 0; fi
+timeout -k 5 $((STEP_LIMIT - 15)) ncu --clock-control none --metrics gpu__time_duration.sum --print-summary per-kernel \
+    --kernel-name regex:"ForKernel|ForWarps|Radix|Onesweep" $PY tests/gpu/gpu_profile.py --calls 2 >"$LOGDIR/ncu.txt" 2>&1
+echo "profile: ncu exit $? (report: $LOGDIR/ncu.txt)"
+$PY tests/gpu/ncu_summary.py "$LOGDIR/ncu.txt"'
+if [ -z "$DRY" ]; then
+    step profile 150 "$PROFILE"
+fi
+
 # ---------------------------------------------------------------- summary
 {
     echo ""
@@ -210,6 +226,7 @@ fi
     echo "=== summary: keras-trees GPU check$([ -n "$DRY" ] && echo ' (DRY RUN on the CPU)'), $((SECONDS - START)) s in all"
     echo "=================================================================="
     grep -E '^(setting .* kernels ms |hinge (forest|fern) fwd\+bwd|hard routing fwd)' "$LOG"
+    grep -E '^ncu ' "$LOG" | head -n 25
     grep -E '^(device: |custom_ops_available: |determinism: |training: |compute-sanitizer [a-z]+: |FAILED: )| (passed|failed|error).* in [0-9.]+s' "$LOG" |
         awk '!seen[$0]++' | head -n 30
     printf '%-14s %-26s %8s\n' step result seconds
