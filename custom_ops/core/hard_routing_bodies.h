@@ -36,16 +36,28 @@ enum Status : int {
   kStatusWords
 };
 
-// One (sample, tree) pair per warp (launched with exec.ForWarps), item =
-// t * batch + s (tree-major: neighbouring warps walk one tree, so the split
-// rows of its top levels are read once for many samples), writing pair
-// i = s * trees + t: the walk from the root, one split value per level, right
-// iff v > 0 (NaN goes left), until a position that is not a split. Oblique
-// splits (expert_weights null): v = <w, x> + b. Noisy-OR splits:
-// v = sum_k r_k softplus(<w_k, x> + b_k) - threshold, experts in order. Each
-// dot product is split over the warp's lanes (portable::WarpDot: the row of w
-// and of x read coalesced, a fixed butterfly), so every lane holds the same v
-// and takes the same branch; the leader lane writes.
+// The lanes that share one (sample, tree) walk on the GPU: about four
+// elements of each split row per lane (a power of two from 4 to 32). A walk
+// waits on one dependent row read per level, so narrower groups (more pairs
+// per warp) put more reads in flight: input_dim 64 -> 16 lanes, two pairs
+// per warp. The CPU emulation sums in the same order (portable::GroupDot).
+inline int Lanes(int64_t input_dim) {
+  int lanes = 4;
+  while (lanes < portable::kWarp && int64_t{4} * lanes < input_dim) lanes *= 2;
+  return lanes;
+}
+
+// One (sample, tree) pair per group of `lanes` lanes (launched with
+// exec.ForGroups(n, lanes, ...)), item = t * batch + s (tree-major:
+// neighbouring groups walk one tree, so the split rows of its top levels are
+// read once for many samples), writing pair i = s * trees + t: the walk from
+// the root, one split value per level, right iff v > 0 (NaN goes left), until
+// a position that is not a split. Oblique splits (expert_weights null):
+// v = <w, x> + b. Noisy-OR splits: v = sum_k r_k softplus(<w_k, x> + b_k) -
+// threshold, experts in order. Each dot product is split over the group's
+// lanes (portable::GroupDot: the row of w and of x read coalesced, a fixed
+// butterfly), so every lane of the group holds the same v and takes the same
+// branch; the group's leader lane writes.
 template <typename T>
 struct Walk {
   RoutingDims d;
@@ -58,13 +70,14 @@ struct Walk {
   int32_t* node;
   T* path_values;  // [batch, trees, depth] or null
   unsigned long long* status;
+  int lanes;  // Lanes(input_dim)
   KT_HOST_DEVICE T SplitValue(int64_t split, const T* xs) const {
     const int64_t p = d.input_dim;
-    if (expert_weights == nullptr) return portable::WarpDot(split_weights + split * p, xs, p) + split_bias[split];
+    if (expert_weights == nullptr) return portable::GroupDot(split_weights + split * p, xs, p, lanes) + split_bias[split];
     const int64_t k = d.experts;
     T s = T(0);
     for (int64_t e = 0; e < k; ++e) {
-      const T z = portable::WarpDot(split_weights + (split * k + e) * p, xs, p) + split_bias[split * k + e];
+      const T z = portable::GroupDot(split_weights + (split * k + e) * p, xs, p, lanes) + split_bias[split * k + e];
       s = portable::Fma(expert_weights[split * k + e], portable::Softplus(z), s);
     }
     return s - threshold[split];
@@ -75,7 +88,7 @@ struct Walk {
     const int64_t i = s * d.trees + t;
     const T* xs = x + s * d.input_dim;
     const bool* mt = is_split + t * d.num_internal;
-    const bool leader = portable::Leader();
+    const bool leader = portable::GroupLeader(lanes);
     T* path = path_values != nullptr && leader ? path_values + i * d.depth : nullptr;
     int64_t n = 0;
     int level = 0;

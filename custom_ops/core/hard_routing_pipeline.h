@@ -1,7 +1,7 @@
 // Hard routing as a pipeline of portable bodies (core/hard_routing_bodies.h)
 // on an executor (core/pipeline.h): the GPU kernels (custom_ops/cuda/) and
 // their CPU emulation. Value checks as status words, then one (sample, tree)
-// walk per pair (one warp per pair on the GPU); returns "" or the error message of the CPU kernels
+// walk per pair (a group of lanes per pair on the GPU); returns "" or the error message of the CPU kernels
 // (core/checks.h).
 #ifndef KERAS_TREES_CORE_HARD_ROUTING_PIPELINE_H_
 #define KERAS_TREES_CORE_HARD_ROUTING_PIPELINE_H_
@@ -35,8 +35,9 @@ std::string HardRoutePipeline(Exec& exec, const RoutingDims& d, const T* x, cons
     checks.Add(threshold, splits, kBadThreshold).Add(expert_weights, splits * d.experts, kBadExpertWeights, true);
   }
   exec.For(checks.Items(), checks);
-  exec.ForWarps(d.batch * d.trees, Walk<T>{d, x, split_weights, split_bias, expert_weights, threshold,
-                                           is_split, node, path_values, status});
+  const int lanes = Lanes(d.input_dim);
+  exec.ForGroups(d.batch * d.trees, lanes, Walk<T>{d, x, split_weights, split_bias, expert_weights, threshold,
+                                                  is_split, node, path_values, status, lanes});
   unsigned long long words[kStatusWords];
   exec.CopyToHost(words, status, sizeof(words));
   if (words[kBadX] != portable::kNone) return kRoutingXMessage;

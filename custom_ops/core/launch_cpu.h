@@ -29,8 +29,13 @@ class CpuExecutor {
     });
   }
 
-  // One call per item stands for the 32 lanes of a GPU warp (the portable
-  // warp functions compute every lane's share in that call).
+  // One call per item stands for the lanes of a GPU lane group or warp (the
+  // portable group functions compute every lane's share in that call).
+  template <class Body>
+  void ForGroups(int64_t n, int /*width*/, const Body& body) {
+    For(n, body);
+  }
+
   template <class Body>
   void ForWarps(int64_t n, const Body& body) {
     For(n, body);

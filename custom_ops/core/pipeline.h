@@ -12,10 +12,12 @@
 // An executor `exec` provides:
 //   exec.For(n, body)          body(i) for every i in [0, n), in any order and
 //                              on any threads; later calls see its writes
-//   exec.ForWarps(n, body)     the same for warp-cooperative bodies: on the
-//                              GPU the 32 lanes of a warp call body(i) together
-//                              (portable::WarpDot, Leader), on the CPU one call
-//                              per item stands for all 32 lanes
+//   exec.ForGroups(n, width, body)  the same for cooperative bodies: on the
+//                              GPU the `width` lanes of a group (a power of two
+//                              up to 32) call body(i) together
+//                              (portable::GroupDot, GroupLeader), on the CPU
+//                              one call per item stands for all of them
+//   exec.ForWarps(n, body)     ForGroups with width 32
 //   exec.template Scratch<T>(n)  n uninitialized elements of device memory that
 //                              live as long as the executor (throws
 //                              std::bad_alloc when none can be had)

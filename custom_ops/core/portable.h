@@ -237,53 +237,70 @@ KT_HOST_DEVICE inline T Dot(const T* a, const T* b, int64_t n) {
   return s;
 }
 
-// Warp-cooperative bodies (launched with exec.ForWarps, core/pipeline.h): on
-// the GPU the 32 lanes of one warp run the body for the same item, on the CPU
-// one call runs it for all 32 lanes at once. Values every lane computes alike
-// (the results of WarpDot, and everything derived from them) keep the lanes in
-// step; Leader() picks the one lane that writes.
+// Cooperative bodies (launched with exec.ForGroups(n, width, body) or
+// exec.ForWarps, core/pipeline.h): on the GPU a group of `width` lanes (a
+// power of two, 1 to 32, aligned within its warp) runs the body for the same
+// item, on the CPU one call runs it for all the group's lanes at once. Values
+// every lane of a group computes alike (the results of GroupDot, and
+// everything derived from them) keep the group's lanes in step;
+// GroupLeader(width) picks the one lane that writes. Groups narrower than a
+// warp put several items in one warp: more independent reads in flight per
+// warp when a walk waits on one dependent read per level.
 constexpr int kWarp = 32;
 
-KT_HOST_DEVICE inline bool Leader() {
+KT_HOST_DEVICE inline bool GroupLeader(int width) {
 #if defined(__CUDA_ARCH__)
-  return (threadIdx.x & (kWarp - 1)) == 0;
+  return (threadIdx.x & (width - 1)) == 0;
 #else
+  (void)width;
   return true;
 #endif
 }
 
-// Lane `lane`'s share of <a, b>: elements lane, lane + 32, ... in order, by
-// fused multiply-adds (neighbouring lanes read neighbouring elements: one
-// coalesced row read per 32 elements on the GPU).
+KT_HOST_DEVICE inline bool Leader() { return GroupLeader(kWarp); }
+
+// Lane `lane`'s share of <a, b> in a group of `width` lanes: elements lane,
+// lane + width, ... in order, by fused multiply-adds (neighbouring lanes read
+// neighbouring elements: coalesced row reads on the GPU).
 template <typename T>
-KT_HOST_DEVICE inline T LanePartial(const T* a, const T* b, int64_t n, int lane) {
+KT_HOST_DEVICE inline T LanePartial(const T* a, const T* b, int64_t n, int lane, int width) {
   T s = T(0);
-  for (int64_t k = lane; k < n; k += kWarp) s = Fma(a[k], b[k], s);
+  for (int64_t k = lane; k < n; k += width) s = Fma(a[k], b[k], s);
   return s;
 }
 
-// <a, b> of length n split over a warp's lanes, in a defined order: the 32
-// lane partials (LanePartial), then a butterfly: at each of the strides 16, 8,
-// 4, 2, 1 every lane adds its partner's value (lane ^ stride) to its own.
-// Addition commutes, so both partners hold the same sum after each stride and
-// every lane ends with the same bits; the CPU computes the same 32 partials
-// and the same five rounds. Called by every lane of a warp (GPU) together.
+// <a, b> of length n split over a group's `width` lanes, in a defined order:
+// the width lane partials (LanePartial), then a butterfly: at each of the
+// strides width/2, ..., 2, 1 every lane adds its partner's value
+// (lane ^ stride, in the same group) to its own. Addition commutes, so both
+// partners hold the same sum after each stride and every lane ends with the
+// same bits; the CPU computes the same partials and the same rounds. Called by
+// every lane of the group (GPU) together; the shuffles name only the group's
+// lanes, so the other groups of the warp may be elsewhere.
 template <typename T>
-KT_HOST_DEVICE inline T WarpDot(const T* a, const T* b, int64_t n) {
+KT_HOST_DEVICE inline T GroupDot(const T* a, const T* b, int64_t n, int width) {
 #if defined(__CUDA_ARCH__)
-  T s = LanePartial(a, b, n, static_cast<int>(threadIdx.x & (kWarp - 1)));
-  for (int stride = kWarp / 2; stride > 0; stride >>= 1) s = s + __shfl_xor_sync(0xffffffffu, s, stride);
+  const unsigned lane = threadIdx.x & (kWarp - 1);
+  const unsigned mask = width == kWarp ? 0xffffffffu : ((1u << width) - 1u) << (lane & ~unsigned(width - 1));
+  T s = LanePartial(a, b, n, static_cast<int>(lane & (width - 1)), width);
+  for (int stride = width / 2; stride > 0; stride >>= 1) s = s + __shfl_xor_sync(mask, s, stride);
   return s;
 #else
   T p[kWarp];
-  for (int lane = 0; lane < kWarp; ++lane) p[lane] = LanePartial(a, b, n, lane);
-  for (int stride = kWarp / 2; stride > 0; stride >>= 1) {
+  for (int lane = 0; lane < width; ++lane) p[lane] = LanePartial(a, b, n, lane, width);
+  for (int stride = width / 2; stride > 0; stride >>= 1) {
     T q[kWarp];
-    for (int lane = 0; lane < kWarp; ++lane) q[lane] = p[lane] + p[lane ^ stride];
-    for (int lane = 0; lane < kWarp; ++lane) p[lane] = q[lane];
+    for (int lane = 0; lane < width; ++lane) q[lane] = p[lane] + p[lane ^ stride];
+    for (int lane = 0; lane < width; ++lane) p[lane] = q[lane];
   }
   return p[0];
 #endif
+}
+
+// GroupDot over a whole warp.
+template <typename T>
+KT_HOST_DEVICE inline T WarpDot(const T* a, const T* b, int64_t n) {
+  return GroupDot(a, b, n, kWarp);
 }
 
 // q = n / divisor and r = n - q * divisor for n >= 0, divisor > 0: in 32-bit

@@ -76,15 +76,15 @@ struct WideIndex<Body, std::void_t<decltype(Body::kWideIndex)>> {
   static constexpr bool value = Body::kWideIndex;
 };
 
-// One item per warp: the 32 lanes of a warp call body(i) together (the warp
-// index strides over the items, so a warp's lanes always agree on i and leave
-// the loop together, as the full-mask shuffles of portable::WarpDot need).
+// One item per group of `width` lanes (a power of two, 1 to 32): the lanes of
+// a group call body(i) together (the group index strides over the items, so
+// a group's lanes always agree on i and leave the loop together, as the
+// group-mask shuffles of portable::GroupDot need).
 template <class Body>
-__global__ void __launch_bounds__(kThreads) ForWarpsKernel(Body body, int64_t n) {
-  constexpr int kWarpsPerBlock = kThreads / portable::kWarp;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / portable::kWarp; i < n;
-       i += stride) {
+__global__ void __launch_bounds__(kThreads) ForGroupsKernel(Body body, int64_t n, int width) {
+  const int groups_per_block = kThreads / width;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * groups_per_block;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * groups_per_block + threadIdx.x / width; i < n; i += stride) {
     body(i);
   }
 }
@@ -171,13 +171,21 @@ class CudaExecutor {
   }
 
   template <class Body>
-  void ForWarps(int64_t n, const Body& body) {
+  void ForGroups(int64_t n, int width, const Body& body) {
     if (n <= 0) return;
-    constexpr int64_t kWarpsPerBlock = cuda_launch::kThreads / portable::kWarp;
-    const int64_t blocks = (n + kWarpsPerBlock - 1) / kWarpsPerBlock;
+    if (width < 1 || width > portable::kWarp || (width & (width - 1)) != 0) {
+      throw std::runtime_error("keras-trees CUDA launch: a lane group must be a power of two from 1 to 32");
+    }
+    const int64_t groups_per_block = cuda_launch::kThreads / width;
+    const int64_t blocks = (n + groups_per_block - 1) / groups_per_block;
     const unsigned grid = static_cast<unsigned>(blocks < cuda_launch::kMaxBlocks ? blocks : cuda_launch::kMaxBlocks);
-    cuda_launch::ForWarpsKernel<Body><<<grid, cuda_launch::kThreads, 0, stream_>>>(body, n);
+    cuda_launch::ForGroupsKernel<Body><<<grid, cuda_launch::kThreads, 0, stream_>>>(body, n, width);
     cuda_launch::Check(cudaGetLastError(), "keras-trees CUDA kernel launch");
+  }
+
+  template <class Body>
+  void ForWarps(int64_t n, const Body& body) {
+    ForGroups(n, portable::kWarp, body);
   }
 
   template <typename T>

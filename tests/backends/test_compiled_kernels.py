@@ -328,15 +328,16 @@ def test_gpu_kernels_match_their_cpu_emulation_bitwise():
                     cpu = numpy(jax.jit(run)(args[0], args[1], args[3]))
                 for a, b in zip(gpu, cpu):
                     np.testing.assert_array_equal(a, b)
-            x = rng.normal(size=(29, 7)).astype(dtype)
-            w = rng.normal(size=(3, 31, 7)).astype(dtype)
-            b = rng.normal(size=(3, 31)).astype(dtype)
-            is_split = rng.random((3, 31)) < 0.9
-            gpu = numpy(tree_ops.hard_route(x, w, b, is_split))
-            with engine_scope("portable"):
-                cpu = numpy(tree_ops.hard_route(x, w, b, is_split))
-            for a, c in zip(gpu, cpu):
-                np.testing.assert_array_equal(a, c)
+            for features in (7, 64, 200):  # 4, 16 and 32 lanes per pair on the GPU
+                x = rng.normal(size=(29, features)).astype(dtype)
+                w = rng.normal(size=(3, 31, features)).astype(dtype)
+                b = rng.normal(size=(3, 31)).astype(dtype)
+                is_split = rng.random((3, 31)) < 0.9
+                gpu = numpy(tree_ops.hard_route(x, w, b, is_split))
+                with engine_scope("portable"):
+                    cpu = numpy(tree_ops.hard_route(x, w, b, is_split))
+                for a, c in zip(gpu, cpu):
+                    np.testing.assert_array_equal(a, c)
     assert _library.target("KerasTreesHingeForest") == "KerasTreesHingeForest"
 
 
@@ -361,8 +362,20 @@ def test_hard_route_depths(experts, engine):
         check_hard_route(rng, experts, ("float32", "float64")[depth % 2], 7, depth=depth, engine=engine)
 
 
-def check_hard_route(rng, experts, dtype, batch, depth, engine):
-    trees, features = 2, 4
+@pytest.mark.parametrize("engine", engines())
+@pytest.mark.parametrize("experts", [0, 2], ids=["oblique", "noisy_or"])
+def test_hard_route_input_widths(experts, engine):
+    """Inputs of 3 to 200 features: every width of the GPU's lane groups (4,
+    8, 16 and 32 lanes per (sample, tree), core/hard_routing_bodies.h Lanes),
+    rows shorter than a group, and rows of several elements per lane, against
+    the reference (float64)."""
+    for features in (3, 20, 33, 64, 100, 200):
+        rng = np.random.default_rng(features + 3 * experts)
+        check_hard_route(rng, experts, "float64", 9, depth=4, engine=engine, features=features)
+
+
+def check_hard_route(rng, experts, dtype, batch, depth, engine, features=4):
+    trees = 2
     internal = 2**depth - 1
     is_split = rng.random((trees, internal)) < 0.8
     is_split[:, 0] = True
