@@ -91,6 +91,11 @@ NCU_REPORT = """==PROF== Connected to process 7051 (/usr/bin/python3.12)
     Section: Command line profiler metrics
     Metric Name            Metric Unit Minimum Maximum Average
     gpu__time_duration.sum          ms    0.21    0.22    0.21
+
+  void keras_trees::cuda_launch::ForGroupsKernel<routing::Walk<double>>(T1, long, int) (6400, 1, 1)x(256, 1, 1), Device 0, CC 9.0, Invocations 1
+    Section: Command line profiler metrics
+    Metric Name            Metric Unit Minimum Maximum Average
+    gpu__time_duration.sum          ns  900.00  900.00  900.00
 """
 
 
@@ -105,13 +110,15 @@ def test_ncu_summary_reads_nsight_compute_per_kernel_times(tmp_path, capsys):
         ("cub DeviceRadixSortOnesweepKernel", "47x384", 18, 13.63),
         ("hinge::Output<float> (32-bit)", "41600x256", 3, 52.63),
         ("routing::Walk<float> (warps)", "12800x256", 3, 210.0),
+        ("routing::Walk<double> (lane groups)", "6400x256", 1, 0.9),
     ]
     report = tmp_path / "ncu.txt"
     report.write_text(NCU_REPORT)
     assert ncu.main([str(report)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split()[1] for line in lines[1:]] == ["routing::Walk<float>", "cub", "hinge::Output<float>"]
-    assert lines[1].split()[-1] == f"{100 * 630 / (630 + 18 * 13.63 + 3 * 52.63):.1f}%"
+    assert [line.split()[1] for line in lines[1:]] == ["routing::Walk<float>", "cub", "hinge::Output<float>",
+                                                         "routing::Walk<double>"]
+    assert lines[1].split()[-1] == f"{100 * 630 / (630 + 18 * 13.63 + 3 * 52.63 + 0.9):.1f}%"
     report.write_text("==ERROR== Failed to initialize the profiler\n")
     assert ncu.main([str(report)]) == 1
     assert "no kernel times" in capsys.readouterr().out

@@ -29,15 +29,10 @@ class CpuExecutor {
     });
   }
 
-  // One call per item stands for the lanes of a GPU lane group or warp (the
+  // One call per item stands for the lanes of a GPU lane group (the
   // portable group functions compute every lane's share in that call).
   template <class Body>
   void ForGroups(int64_t n, int /*width*/, const Body& body) {
-    For(n, body);
-  }
-
-  template <class Body>
-  void ForWarps(int64_t n, const Body& body) {
     For(n, body);
   }
 

@@ -17,7 +17,6 @@
 //                              up to 32) call body(i) together
 //                              (portable::GroupDot, GroupLeader), on the CPU
 //                              one call per item stands for all of them
-//   exec.ForWarps(n, body)     ForGroups with width 32
 //   exec.template Scratch<T>(n)  n uninitialized elements of device memory that
 //                              live as long as the executor (throws
 //                              std::bad_alloc when none can be had)
@@ -48,20 +47,10 @@ struct Fill {
   KT_HOST_DEVICE void operator()(int64_t i) const { data[i] = value; }
 };
 
-// Records the smallest index i in [0, n) at which `data` is not finite.
-template <typename T>
-struct FiniteCheck {
-  const T* data;
-  unsigned long long* status;
-  KT_HOST_DEVICE void operator()(int64_t i) const {
-    if (!portable::IsFinite(data[i])) portable::AtomicMin(status, static_cast<unsigned long long>(i));
-  }
-};
-
 // Several value checks in one launch (one item per element of the longest
 // array): entry k records the smallest index i < n[k] at which data[k] is not
 // finite (or, with nonnegative[k], not finite and >= 0) in status[word[k]].
-// Fewer launches than one FiniteCheck per array: on the GPU the small checks
+// Fewer launches than one check per array: on the GPU the small checks
 // cost their launch more than their work.
 template <typename T>
 struct FiniteChecks {

@@ -237,8 +237,8 @@ KT_HOST_DEVICE inline T Dot(const T* a, const T* b, int64_t n) {
   return s;
 }
 
-// Cooperative bodies (launched with exec.ForGroups(n, width, body) or
-// exec.ForWarps, core/pipeline.h): on the GPU a group of `width` lanes (a
+// Cooperative bodies (launched with exec.ForGroups(n, width, body),
+// core/pipeline.h): on the GPU a group of `width` lanes (a
 // power of two, 1 to 32, aligned within its warp) runs the body for the same
 // item, on the CPU one call runs it for all the group's lanes at once. Values
 // every lane of a group computes alike (the results of GroupDot, and
@@ -256,8 +256,6 @@ KT_HOST_DEVICE inline bool GroupLeader(int width) {
   return true;
 #endif
 }
-
-KT_HOST_DEVICE inline bool Leader() { return GroupLeader(kWarp); }
 
 // Lane `lane`'s share of <a, b> in a group of `width` lanes: elements lane,
 // lane + width, ... in order, by fused multiply-adds (neighbouring lanes read
@@ -295,12 +293,6 @@ KT_HOST_DEVICE inline T GroupDot(const T* a, const T* b, int64_t n, int width) {
   }
   return p[0];
 #endif
-}
-
-// GroupDot over a whole warp.
-template <typename T>
-KT_HOST_DEVICE inline T WarpDot(const T* a, const T* b, int64_t n) {
-  return GroupDot(a, b, n, kWarp);
 }
 
 // q = n / divisor and r = n - q * divisor for n >= 0, divisor > 0: in 32-bit

@@ -183,11 +183,6 @@ class CudaExecutor {
     cuda_launch::Check(cudaGetLastError(), "keras-trees CUDA kernel launch");
   }
 
-  template <class Body>
-  void ForWarps(int64_t n, const Body& body) {
-    ForGroups(n, portable::kWarp, body);
-  }
-
   template <typename T>
   T* Scratch(int64_t n) {
     return static_cast<T*>(Allocate(static_cast<size_t>(n > 0 ? n : 1) * sizeof(T)));

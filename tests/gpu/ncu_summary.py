@@ -7,8 +7,9 @@ per-kernel`` prints (the prepared GPU check's ``profile`` step writes it to
     ncu kernel                                      grid       calls   avg us  total us  share
     ncu hinge::PairCoefficients<float> (64-bit)     1600x256       3   105.12    315.36  22.1%
 
-``ForKernel32<Body>`` / ``ForKernel<Body>`` / ``ForWarpsKernel<Body>`` (the
-launchers of custom_ops/cuda/launch.cuh) are shown by their body, with the
+``ForKernel32<Body>`` / ``ForKernel<Body>`` / ``ForGroupsKernel<Body>`` (the
+launchers of custom_ops/cuda/launch.cuh; ``ForWarpsKernel`` in reports of older
+builds) are shown by their body, with the
 loop's index width or "warps"; CUB's kernels by their name. Exit status 0 when
 at least one kernel was read, 1 otherwise (the report is then echoed, so an
 ncu failure such as missing hardware counters shows in the check's log).
@@ -24,7 +25,7 @@ HEADER = re.compile(
     r"Device \d+, CC [\d.]+, Invocations (?P<calls>\d+)\s*$")
 METRIC = re.compile(r"^\s+gpu__time_duration\.sum\s+(?P<unit>\w+)\s+[\d.,]+\s+[\d.,]+\s+(?P<avg>[\d.,]+)\s*$")
 TO_US = {"ns": 1e-3, "usecond": 1.0, "us": 1.0, "ms": 1e3, "msecond": 1e3, "s": 1e6, "second": 1e6}
-LAUNCHER = re.compile(r"(?:keras_trees::)?(?:cuda_launch::)?(?P<kind>ForKernel32|ForKernel|ForWarpsKernel)<(?P<body>.+)>\(")
+LAUNCHER = re.compile(r"(?:keras_trees::)?(?:cuda_launch::)?(?P<kind>ForKernel32|ForKernel|ForGroupsKernel|ForWarpsKernel)<(?P<body>.+)>\(")
 CUB = re.compile(r"cub::(?:\w+::)*(?P<name>\w+Kernel)\b")
 
 
@@ -32,7 +33,8 @@ def short_name(sig):
     """A kernel's name as the table shows it (see the module docstring)."""
     m = LAUNCHER.search(sig)
     if m:
-        width = {"ForKernel32": "32-bit", "ForKernel": "64-bit", "ForWarpsKernel": "warps"}[m["kind"]]
+        width = {"ForKernel32": "32-bit", "ForKernel": "64-bit", "ForGroupsKernel": "lane groups",
+                 "ForWarpsKernel": "warps"}[m["kind"]]
         body = m["body"].replace("keras_trees::", "")
         return f"{body} ({width})"
     m = CUB.search(sig)
