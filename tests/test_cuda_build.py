@@ -35,7 +35,8 @@ GPU_OPS = ("KerasTrees>HingeForest", "KerasTrees>HingeForestGrad", "KerasTrees>H
            "KerasTrees>HardRoutingExperts")
 # The handlers of the JAX CUDA library (Python registers symbol X + "Cuda" as target X).
 CUDA_SYMBOLS = ("KerasTreesHingeForestCuda", "KerasTreesHingeForestGradCuda", "KerasTreesHardRoutingCuda",
-                "KerasTreesHardRoutingExpertsCuda", "KerasTreesCheckCuda")
+                "KerasTreesHardRoutingExpertsCuda", "KerasTreesCheckCuda", "KerasTreesSoftTreeEnsembleCuda",
+                "KerasTreesSoftTreeEnsembleGradCuda")
 
 
 def _build_into(cache, **kwargs):

@@ -27,6 +27,8 @@ KT_EXPORT_FFI_HANDLER(KerasTreesHingeForestGradCuda);
 KT_EXPORT_FFI_HANDLER(KerasTreesHardRoutingCuda);
 KT_EXPORT_FFI_HANDLER(KerasTreesHardRoutingExpertsCuda);
 KT_EXPORT_FFI_HANDLER(KerasTreesCheckCuda);
+KT_EXPORT_FFI_HANDLER(KerasTreesSoftTreeEnsembleCuda);
+KT_EXPORT_FFI_HANDLER(KerasTreesSoftTreeEnsembleGradCuda);
 
 namespace keras_trees {
 namespace {
@@ -65,6 +67,21 @@ ffi::Error RouteExperts(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer w,
                         bool with_path_values) {
   return pipeline_handlers::Route(Executor(stream), x, w, b, &r, &c, is_split, node, path_values,
                                   with_path_values);
+}
+
+// The Tree Ensemble Layer (core/tree_ensemble_pipeline.h): gamma is read on
+// the device by the bodies, never on the host except to word a bad gamma's
+// message. Built with nvcc and emulated on the CPU only: not yet run on a GPU.
+ffi::Error SoftTreeForward(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::AnyBuffer b,
+                           ffi::AnyBuffer o, ffi::AnyBuffer g, ffi::Result<ffi::AnyBuffer> out) {
+  return pipeline_handlers::SoftTreeForward(Executor(stream), x, w, b, o, g, out);
+}
+
+ffi::Error SoftTreeBackward(cudaStream_t stream, ffi::AnyBuffer gy, ffi::AnyBuffer x, ffi::AnyBuffer w,
+                            ffi::AnyBuffer b, ffi::AnyBuffer o, ffi::AnyBuffer g, ffi::Result<ffi::AnyBuffer> gx,
+                            ffi::Result<ffi::AnyBuffer> gw, ffi::Result<ffi::AnyBuffer> gb,
+                            ffi::Result<ffi::AnyBuffer> go) {
+  return pipeline_handlers::SoftTreeBackward(Executor(stream), gy, x, w, b, o, g, gx, gw, gb, go);
 }
 
 // The runtime input checks under jax.jit on the GPU (xla/check_ffi.cc): the
@@ -115,3 +132,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesHardRoutingExpertsCuda, keras_trees::Gua
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesCheckCuda, keras_trees::Guard<keras_trees::Check>::Call,
                               keras_trees::CheckSignature(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesSoftTreeEnsembleCuda, keras_trees::Guard<keras_trees::SoftTreeForward>::Call,
+                              keras_trees::SoftTreeEnsembleSignature(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesSoftTreeEnsembleGradCuda, keras_trees::Guard<keras_trees::SoftTreeBackward>::Call,
+                              keras_trees::SoftTreeEnsembleGradSignature(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()));

@@ -168,6 +168,30 @@ inline std::string CheckType(const ffi::AnyBuffer& b, ffi::DataType type, const 
 // their CPU emulation, the stream for the CUDA handlers): one declaration per
 // op (xla/*_ffi.cc, xla/portable_ffi.cc, cuda/xla_handlers.cu).
 template <typename Binding>
+auto SoftTreeEnsembleSignature(Binding binding) {
+  return std::move(binding).template Arg<ffi::AnyBuffer>()  // x
+      .template Arg<ffi::AnyBuffer>()            // node_weights
+      .template Arg<ffi::AnyBuffer>()            // node_bias
+      .template Arg<ffi::AnyBuffer>()            // leaf_weights
+      .template Arg<ffi::AnyBuffer>()            // gamma (scalar)
+      .template Ret<ffi::AnyBuffer>();           // output [batch, units]
+}
+
+template <typename Binding>
+auto SoftTreeEnsembleGradSignature(Binding binding) {
+  return std::move(binding).template Arg<ffi::AnyBuffer>()  // grad_output
+      .template Arg<ffi::AnyBuffer>()            // x
+      .template Arg<ffi::AnyBuffer>()            // node_weights
+      .template Arg<ffi::AnyBuffer>()            // node_bias
+      .template Arg<ffi::AnyBuffer>()            // leaf_weights
+      .template Arg<ffi::AnyBuffer>()            // gamma (scalar)
+      .template Ret<ffi::AnyBuffer>()            // grad_x
+      .template Ret<ffi::AnyBuffer>()            // grad_node_weights
+      .template Ret<ffi::AnyBuffer>()            // grad_node_bias
+      .template Ret<ffi::AnyBuffer>();           // grad_leaf_weights
+}
+
+template <typename Binding>
 auto HingeForwardSignature(Binding binding) {
   return std::move(binding).template Arg<ffi::AnyBuffer>()  // x
       .template Arg<ffi::AnyBuffer>()            // thresholds

@@ -10,6 +10,7 @@
 
 #include "core/hard_routing_pipeline.h"
 #include "core/hinge_pipeline.h"
+#include "core/tree_ensemble_pipeline.h"
 #include "ffi_utils.h"
 
 namespace keras_trees {
@@ -88,6 +89,55 @@ ffi::Error Route(const MakeExec& make_exec, ffi::AnyBuffer x, ffi::AnyBuffer w, 
                                           experts ? Data<T>(*r) : nullptr, experts ? Data<T>(*c) : nullptr,
                                           Data<bool>(is_split), Data<int32_t>(node),
                                           with_path_values ? Data<T>(path_values) : nullptr));
+  });
+}
+
+// The Tree Ensemble Layer: gamma stays in device memory (read by the bodies).
+template <class MakeExec>
+ffi::Error SoftTreeForward(const MakeExec& make_exec, ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::AnyBuffer b,
+                           ffi::AnyBuffer o, ffi::AnyBuffer g, ffi::Result<ffi::AnyBuffer> out) {
+  SoftTreeDims d;
+  if (auto m = CheckSoftTreeEnsembleShapes(ShapeOf(x), ShapeOf(w), ShapeOf(b), ShapeOf(o), ShapeOf(g), &d);
+      !m.empty()) {
+    return InvalidArgument(m);
+  }
+  return DispatchFloat(x, "x", [&](auto tag) -> ffi::Error {
+    using T = decltype(tag);
+    if (auto m = CheckSameType<T>({{"node_weights", &w}, {"node_bias", &b}, {"leaf_weights", &o},
+                                   {"gamma", &g}, {"output", &(*out)}});
+        !m.empty()) {
+      return InvalidArgument(m);
+    }
+    auto exec = make_exec();
+    return FromCheck(SoftTreeEnsembleForwardPipeline<T>(exec, d, Data<T>(x), Data<T>(w), Data<T>(b), Data<T>(o),
+                                                        Data<T>(g), Data<T>(out)));
+  });
+}
+
+template <class MakeExec>
+ffi::Error SoftTreeBackward(const MakeExec& make_exec, ffi::AnyBuffer gy, ffi::AnyBuffer x, ffi::AnyBuffer w,
+                            ffi::AnyBuffer b, ffi::AnyBuffer o, ffi::AnyBuffer g, ffi::Result<ffi::AnyBuffer> gx,
+                            ffi::Result<ffi::AnyBuffer> gw, ffi::Result<ffi::AnyBuffer> gb,
+                            ffi::Result<ffi::AnyBuffer> go) {
+  SoftTreeDims d;
+  if (auto m = CheckSoftTreeEnsembleShapes(ShapeOf(x), ShapeOf(w), ShapeOf(b), ShapeOf(o), ShapeOf(g), &d);
+      !m.empty()) {
+    return InvalidArgument(m);
+  }
+  if (ShapeOf(gy) != Shape{d.batch, d.units}) {
+    return InvalidArgument("grad_output must have the shape of the forward output");
+  }
+  return DispatchFloat(x, "x", [&](auto tag) -> ffi::Error {
+    using T = decltype(tag);
+    if (auto m = CheckSameType<T>({{"grad_output", &gy}, {"node_weights", &w}, {"node_bias", &b},
+                                   {"leaf_weights", &o}, {"gamma", &g}});
+        !m.empty()) {
+      return InvalidArgument(m);
+    }
+    auto exec = make_exec();
+    return FromCheck(SoftTreeEnsembleBackwardPipeline<T>(exec, d, Data<T>(gy), Data<T>(x), Data<T>(w), Data<T>(b),
+                                                         Data<T>(o), Data<T>(g), Data<T>(gx), Data<T>(gw),
+                                                         Data<T>(gb), Data<T>(go)));
   });
 }
 

@@ -12,6 +12,8 @@ KT_EXPORT_FFI_HANDLER(KerasTreesHingeForestPortable);
 KT_EXPORT_FFI_HANDLER(KerasTreesHingeForestGradPortable);
 KT_EXPORT_FFI_HANDLER(KerasTreesHardRoutingPortable);
 KT_EXPORT_FFI_HANDLER(KerasTreesHardRoutingExpertsPortable);
+KT_EXPORT_FFI_HANDLER(KerasTreesSoftTreeEnsemblePortable);
+KT_EXPORT_FFI_HANDLER(KerasTreesSoftTreeEnsembleGradPortable);
 
 namespace keras_trees {
 namespace {
@@ -47,6 +49,18 @@ ffi::Error RouteExperts(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer w
   return pipeline_handlers::Route(Executor(pool), x, w, b, &r, &c, is_split, node, path_values, with_path_values);
 }
 
+ffi::Error SoftTreeForward(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::AnyBuffer b,
+                           ffi::AnyBuffer o, ffi::AnyBuffer g, ffi::Result<ffi::AnyBuffer> out) {
+  return pipeline_handlers::SoftTreeForward(Executor(pool), x, w, b, o, g, out);
+}
+
+ffi::Error SoftTreeBackward(ffi::ThreadPool pool, ffi::AnyBuffer gy, ffi::AnyBuffer x, ffi::AnyBuffer w,
+                            ffi::AnyBuffer b, ffi::AnyBuffer o, ffi::AnyBuffer g, ffi::Result<ffi::AnyBuffer> gx,
+                            ffi::Result<ffi::AnyBuffer> gw, ffi::Result<ffi::AnyBuffer> gb,
+                            ffi::Result<ffi::AnyBuffer> go) {
+  return pipeline_handlers::SoftTreeBackward(Executor(pool), gy, x, w, b, o, g, gx, gw, gb, go);
+}
+
 }  // namespace
 }  // namespace keras_trees
 
@@ -63,3 +77,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesHardRoutingPortable, keras_trees::Guard<
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesHardRoutingExpertsPortable, keras_trees::Guard<keras_trees::RouteExperts>::Call,
                               keras_trees::RouteExpertsSignature(ffi::Ffi::Bind().Ctx<ffi::ThreadPool>()));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesSoftTreeEnsemblePortable, keras_trees::Guard<keras_trees::SoftTreeForward>::Call,
+                              keras_trees::SoftTreeEnsembleSignature(ffi::Ffi::Bind().Ctx<ffi::ThreadPool>()));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesSoftTreeEnsembleGradPortable, keras_trees::Guard<keras_trees::SoftTreeBackward>::Call,
+                              keras_trees::SoftTreeEnsembleGradSignature(ffi::Ffi::Bind().Ctx<ffi::ThreadPool>()));

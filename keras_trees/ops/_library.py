@@ -43,7 +43,8 @@ DISPATCH = {
     ("tensorflow", "cpu"): {f: f"_tf_{f}" for f in FAMILIES},
     ("tensorflow", "gpu"): {f: f"_tf_{f}" for f in _GPU_FAMILIES},
     ("jax", "cpu"): {f: f"_jax_{f}" for f in FAMILIES},
-    ("jax", "gpu"): {f: f"_jax_{f}" for f in (*_GPU_FAMILIES, "check")},
+    # The Tree Ensemble Layer has XLA FFI CUDA handlers (#32), no TensorFlow GPU kernels yet.
+    ("jax", "gpu"): {f: f"_jax_{f}" for f in (*_GPU_FAMILIES, "soft_tree", "check")},
     ("torch", "cpu"): {f: f"_torch_{f}" for f in _TORCH_FAMILIES},
 }
 # The XLA FFI handlers exported by the JAX library (custom_ops/xla/).
@@ -64,6 +65,8 @@ _FFI_TARGETS = (
 # The CPU emulation of the GPU kernels (custom_ops/xla/portable_ffi.cc), for
 # tests: what runs under portable_bodies().
 PORTABLE_TARGETS = (
+    "KerasTreesSoftTreeEnsemble",
+    "KerasTreesSoftTreeEnsembleGrad",
     "KerasTreesHingeForest",
     "KerasTreesHingeForestGrad",
     "KerasTreesHardRouting",

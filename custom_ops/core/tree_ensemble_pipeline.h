@@ -1,0 +1,155 @@
+// The Tree Ensemble Layer as pipelines of portable bodies
+// (core/tree_ensemble_bodies.h) on an executor (core/pipeline.h): the GPU
+// kernels (custom_ops/cuda/) and their CPU emulation. Each returns "" or the
+// error message of the CPU kernels (core/checks.h), so every binding raises
+// the same words. gamma stays in device memory: the bodies read it there, and
+// the host copies it only to word the message of a bad gamma.
+//
+// Forward: value checks (status words), one walk per (sample, tree) pair
+// writing the pair's partial output row, then one writer per output element
+// adding its sample's rows in tree order.
+//
+// Backward, without a host-sized trace: the samples go in chunks (fixed
+// blocks [s0, s0 + chunk) in sample order; the chunk size comes from the
+// shapes and a memory budget, TelChunk). Per chunk:
+//   1. the chunk's dense coefficient rows are zeroed ([chunk, trees, nodes]);
+//   2. a second walk per (sample, tree) pair writes the coefficients of the
+//      nodes it reaches and its pair's grad_x row;
+//   3. grad_x per (sample, feature): its pair rows in tree order;
+//   4. owner reductions per element of grad_node_weights, grad_node_bias and
+//      grad_leaf_weights: the chunk's samples in order, continuing the sums
+//      of the previous chunks (so each element is one sequential sum over all
+//      samples whatever the chunk size).
+// No float atomics; every float output element has one writer per launch.
+// The reductions read every coefficient of the chunk (reached or not), so
+// their cost is batch * trees * 2**depth * (input_dim + units) reads: dense,
+// unlike the walks.
+#ifndef KERAS_TREES_CORE_TREE_ENSEMBLE_PIPELINE_H_
+#define KERAS_TREES_CORE_TREE_ENSEMBLE_PIPELINE_H_
+
+#include <cstdint>
+#include <string>
+
+#include "core/checks.h"
+#include "core/pipeline.h"
+#include "core/tree_ensemble.h"
+#include "core/tree_ensemble_bodies.h"
+
+namespace keras_trees {
+
+// The memory budget of one backward chunk's coefficient rows and grad_x rows.
+constexpr int64_t kTelChunkBytes = int64_t{64} << 20;
+
+inline tel::TelDims ToTelDims(const SoftTreeDims& d) {
+  tel::TelDims t;
+  t.batch = d.batch;
+  t.input_dim = d.input_dim;
+  t.trees = d.trees;
+  t.num_internal = d.num_internal;
+  t.units = d.units;
+  t.depth = d.depth;
+  return t;
+}
+
+// Samples per backward chunk: as many as fit in `budget_bytes` (at least 1,
+// at most the batch).
+inline int64_t TelChunk(const SoftTreeDims& d, int64_t element_bytes, int64_t budget_bytes = kTelChunkBytes) {
+  const int64_t per_sample = d.trees * (2 * d.num_internal + 1 + d.input_dim) * element_bytes;
+  int64_t chunk = per_sample > 0 ? budget_bytes / per_sample : d.batch;
+  if (chunk < 1) chunk = 1;
+  return chunk < d.batch ? chunk : d.batch;
+}
+
+namespace tel_internal {
+
+template <typename T, class Exec>
+unsigned long long* Checks(Exec& exec, const SoftTreeDims& d, const T* x, const T* w, const T* b, const T* o,
+                           const T* gamma) {
+  using namespace tel;
+  unsigned long long* status = pipeline::NewStatus(exec, kStatusWords);
+  pipeline::FiniteChecks<T> checks;
+  checks.status = status;
+  checks.Add(x, d.batch * d.input_dim, kBadX)
+      .Add(w, d.trees * d.num_internal * d.input_dim, kBadWeights)
+      .Add(b, d.trees * d.num_internal, kBadBias)
+      .Add(o, d.trees * (d.num_internal + 1) * d.units, kBadLeafWeight);
+  const pipeline::Together<GammaCheck<T>, pipeline::FiniteChecks<T>> all{GammaCheck<T>{gamma, status}, 1, checks,
+                                                                         checks.Items()};
+  exec.For(all.Items(), all);
+  return status;
+}
+
+// The CPU kernels' message of the first failed check (core/checks.h
+// CheckSoftTreeEnsembleValues), or "".
+template <typename T, class Exec>
+std::string Message(Exec& exec, unsigned long long* status, const T* gamma) {
+  using namespace tel;
+  unsigned long long words[kStatusWords];
+  exec.CopyToHost(words, status, sizeof(words));
+  if (words[kBadGamma] != portable::kNone) {
+    T value = T(0);
+    exec.CopyToHost(&value, gamma, sizeof(value));
+    return checks_internal::Message("gamma must be a finite number > 0, got ", value);
+  }
+  if (words[kBadX] != portable::kNone) return "x contains NaN or Inf; the tree ensemble needs finite inputs";
+  if (words[kBadWeights] != portable::kNone) return checks_internal::NonFinite("node_weights");
+  if (words[kBadBias] != portable::kNone) return checks_internal::NonFinite("node_bias");
+  if (words[kBadLeafWeight] != portable::kNone) return checks_internal::NonFinite("leaf_weights");
+  return "";
+}
+
+}  // namespace tel_internal
+
+template <typename T, class Exec>
+std::string SoftTreeEnsembleForwardPipeline(Exec& exec, const SoftTreeDims& d, const T* x, const T* node_weights,
+                                            const T* node_bias, const T* leaf_weights, const T* gamma,
+                                            T* output) {
+  using namespace tel;
+  unsigned long long* status = tel_internal::Checks(exec, d, x, node_weights, node_bias, leaf_weights, gamma);
+  const TelDims t = ToTelDims(d);
+  T* partial = exec.template Scratch<T>(d.batch * d.trees * d.units);
+  exec.For(d.batch * d.trees, Walk<T>{t, x, node_weights, node_bias, leaf_weights, gamma, partial});
+  exec.For(d.batch * d.units, SumTrees<T>{d.trees, d.units, partial, output});
+  return tel_internal::Message(exec, status, gamma);
+}
+
+// grad_x may be null (no input gradient wanted).
+template <typename T, class Exec>
+std::string SoftTreeEnsembleBackwardPipeline(Exec& exec, const SoftTreeDims& d, const T* grad_output, const T* x,
+                                             const T* node_weights, const T* node_bias, const T* leaf_weights,
+                                             const T* gamma, T* grad_x, T* grad_node_weights, T* grad_node_bias,
+                                             T* grad_leaf_weights, int64_t chunk_bytes = kTelChunkBytes) {
+  using namespace tel;
+  unsigned long long* status = tel_internal::Checks(exec, d, x, node_weights, node_bias, leaf_weights, gamma);
+  const TelDims t = ToTelDims(d);
+  const int64_t ni = d.num_internal, leaves = ni + 1, nodes = t.Nodes();
+  const int64_t chunk = TelChunk(d, sizeof(T), chunk_bytes);
+  if (chunk == 0) {  // batch 0: every parameter gradient is 0
+    exec.For(d.trees * ni * d.input_dim, pipeline::Fill<T>{grad_node_weights, T(0)});
+    exec.For(d.trees * ni, pipeline::Fill<T>{grad_node_bias, T(0)});
+    exec.For(d.trees * leaves * d.units, pipeline::Fill<T>{grad_leaf_weights, T(0)});
+    return tel_internal::Message(exec, status, gamma);
+  }
+  T* coeff = exec.template Scratch<T>(chunk * d.trees * nodes);
+  T* gx = grad_x != nullptr ? exec.template Scratch<T>(chunk * d.trees * d.input_dim) : nullptr;
+  for (int64_t s0 = 0; s0 < d.batch; s0 += chunk) {
+    const int64_t n = d.batch - s0 < chunk ? d.batch - s0 : chunk;
+    const bool first = s0 == 0;
+    exec.For(n * d.trees * nodes, pipeline::Fill<T>{coeff, T(0)});
+    exec.For(n * d.trees, BackwardWalk<T>{t, s0, n, grad_output, x, node_weights, node_bias, leaf_weights, gamma,
+                                          coeff, gx});
+    if (grad_x != nullptr) {
+      exec.For(n * d.input_dim, SumTrees<T>{d.trees, d.input_dim, gx, grad_x + s0 * d.input_dim});
+    }
+    exec.For(d.trees * ni * d.input_dim,
+             ChunkSum<T>{d.trees, nodes, 0, ni, d.input_dim, s0, n, first, coeff, x, grad_node_weights});
+    exec.For(d.trees * ni, ChunkSum<T>{d.trees, nodes, 0, ni, 1, s0, n, first, coeff, nullptr, grad_node_bias});
+    exec.For(d.trees * leaves * d.units,
+             ChunkSum<T>{d.trees, nodes, ni, leaves, d.units, s0, n, first, coeff, grad_output, grad_leaf_weights});
+  }
+  return tel_internal::Message(exec, status, gamma);
+}
+
+}  // namespace keras_trees
+
+#endif  // KERAS_TREES_CORE_TREE_ENSEMBLE_PIPELINE_H_
