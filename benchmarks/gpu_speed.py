@@ -19,7 +19,15 @@ Rows (float32):
 * hinge fern, the same at batch 4096;
 * hard routing forward (``hard_route``: leaf node and path values), 100
   oblique trees over 64 inputs, every internal node a split, depth 10 and 12,
-  batch 1024.
+  batch 1024;
+* Tree Ensemble Layer (``soft_tree_ensemble``, #32), 20 trees of depth 8 over
+  64 inputs, 10 units, transition width 1, forward and backward at batch 4096
+  (gradients with respect to x, node weights, biases and leaf weights), twice:
+  at initialization (the layer's initializers: SplitUniform node weights, zero
+  biases, N(0, 0.05) leaves) and after training (TEL_TRAIN_STEPS full-batch
+  Adam steps, through the kernels, on a fixed nonlinear regression target).
+  The setting names the mean reachable leaves per (sample, tree)
+  (``mean_reachable_leaves``): the conditional passes' work follows it.
 
 Timing: a few warm-up calls, then the median of N calls, each waited for with
 ``jax.block_until_ready``, rotating among 3 input sets (so no cache holds the
@@ -73,6 +81,7 @@ PUBLISHED_PYTORCH_CUDA_HINGE_MS = {"atomics": {256: 0.89, 4096: 1.90},
                                    "deterministic": {256: 5.0, 4096: 69.7}}
 HINGE_GOAL = {"max_ms": 0.15, "min_ratio": 9.0}
 ROUTING_GOAL = {"min_ratio": 10.0}
+TEL_TRAIN_STEPS = {"smoke": 5, "full": 200}
 AGREE_RTOL = 1e-4  # kernels vs keras.ops, relative to each output's largest magnitude
 NODE_MISMATCH_FRACTION = 1e-4  # routing: leaf nodes that may differ (split values within rounding of 0)
 
@@ -88,6 +97,8 @@ def settings(smoke):
             dict(family="hinge", fern=True, batch=16, goal=HINGE_GOAL, **hinge),
             dict(family="routing", depth=3, batch=8, goal=ROUTING_GOAL, **routing),
             dict(family="routing", depth=4, batch=8, goal=ROUTING_GOAL, **routing),
+            dict(family="tel", state="init", batch=16, trees=3, depth=3, features=5, units=2, gamma=1.0),
+            dict(family="tel", state="trained", batch=16, trees=3, depth=3, features=5, units=2, gamma=1.0),
         ]
     hinge = dict(trees=100, depth=10, features=100, units=26)
     routing = dict(trees=100, dim=64)
@@ -97,16 +108,22 @@ def settings(smoke):
         dict(family="hinge", fern=True, batch=4096, goal=HINGE_GOAL, **hinge),
         dict(family="routing", depth=10, batch=1024, goal=ROUTING_GOAL, **routing),
         dict(family="routing", depth=12, batch=1024, goal=ROUTING_GOAL, **routing),
+        dict(family="tel", state="init", batch=4096, trees=20, depth=8, features=64, units=10, gamma=1.0),
+        dict(family="tel", state="trained", batch=4096, trees=20, depth=8, features=64, units=10, gamma=1.0),
     ]
 
 
 def label(s):
+    if s["family"] == "tel":
+        return f"TEL fwd+bwd, depth {s['depth']}, {s['state']}"
     if s["family"] == "hinge":
         return f"hinge {'fern' if s['fern'] else 'forest'} fwd+bwd, depth {s['depth']}"
     return f"hard routing fwd, depth {s['depth']}"
 
 
 def published(s):
+    if s["family"] == "tel":
+        return None
     if s["family"] == "hinge":
         return PUBLISHED_KERAS_OPS_MS.get(("hinge", s["fern"], s["batch"]))
     return PUBLISHED_KERAS_OPS_MS.get(("routing", s["depth"], s["batch"]))
@@ -169,6 +186,56 @@ def routing_inputs(s, rng):
     return sets, (jnp.asarray(np.ones((s["trees"], n), bool)),)
 
 
+def tel_inputs(s, rng, smoke):
+    """Input sets ``(x, node_weights, node_bias, leaf_weights)`` (the same
+    weights in each: at initialization, or after training), and the shared
+    cotangent."""
+    import jax
+    import jax.numpy as jnp
+    import keras
+
+    from keras_trees import ops as tree_ops
+    from keras_trees.initializers import SplitUniform
+
+    n, gamma = 2 ** s["depth"] - 1, s["gamma"]
+    xs = [jnp.asarray(rng.standard_normal((s["batch"], s["features"]), dtype=np.float32))
+          for _ in range(INPUT_SETS)]
+    w = jnp.asarray(SplitUniform(seed=0)((s["trees"], n, s["features"]), dtype="float32"))
+    b = jnp.zeros((s["trees"], n), jnp.float32)
+    o = jnp.asarray(keras.initializers.RandomNormal(stddev=0.05, seed=1)((s["trees"], n + 1, s["units"]),
+                                                                         dtype="float32"))
+    if s["state"] == "trained":
+        a = rng.standard_normal((s["features"], s["units"]), dtype=np.float32) / np.float32(np.sqrt(s["features"]))
+        x0 = xs[0]
+        y = jnp.tanh(2.0 * (x0 @ a))
+
+        def loss(params):
+            w, b, o = params
+            return jnp.mean((tree_ops.soft_tree_ensemble(x0, w, b, o, gamma) - y) ** 2)
+
+        optimizer = keras.optimizers.Adam(0.01)
+        params = [keras.Variable(v) for v in (w, b, o)]
+        grad = jax.jit(jax.grad(loss))
+        for _ in range(TEL_TRAIN_STEPS["smoke" if smoke else "full"]):
+            optimizer.apply(grad([p.value for p in params]), params)
+        w, b, o = (jnp.asarray(p.value) for p in params)
+    cot = jnp.asarray(rng.standard_normal((s["batch"], s["units"]), dtype=np.float32))
+    s["reachable_leaves"] = float(tree_ops.mean_reachable_leaves(xs[0], w, b, gamma))
+    return [(x, w, b, o) for x in xs], (cot,)
+
+
+def tel_step(gamma):
+    import jax
+    import jax.numpy as jnp
+
+    from keras_trees import ops as tree_ops
+
+    def loss(x, w, b, o, cot):
+        return jnp.sum(tree_ops.soft_tree_ensemble(x, w, b, o, gamma) * cot)
+
+    return jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3)))
+
+
 def routing_step():
     import jax
 
@@ -216,7 +283,7 @@ def rel_diff(a, b):
 
 def compare(family, kernel_out, reference_out):
     """(agrees, max rel diff, differing leaf nodes)."""
-    if family == "hinge":
+    if family in ("hinge", "tel"):
         diff = rel_diff(kernel_out, reference_out)
         return diff <= AGREE_RTOL, diff, 0
     (node_k, path_k), (node_r, path_r) = kernel_out, reference_out
@@ -264,6 +331,9 @@ def bench(s, reps, warmup, smoke, rng):
     if s["family"] == "hinge":
         sets, shared = hinge_inputs(s, rng)
         step = lambda: hinge_step(s["fern"])  # noqa: E731
+    elif s["family"] == "tel":
+        sets, shared = tel_inputs(s, rng, smoke)
+        step = lambda: tel_step(s["gamma"])  # noqa: E731
     else:
         sets, shared = routing_inputs(s, rng)
         step = routing_step
@@ -296,7 +366,8 @@ def bench(s, reps, warmup, smoke, rng):
 
     row = {
         "setting": label(s), "family": s["family"], "batch": s["batch"],
-        "shape": {k: v for k, v in s.items() if k not in ("family", "batch", "goal")},
+        "shape": {k: v for k, v in s.items() if k not in ("family", "batch", "goal", "reachable_leaves")},
+        "reachable_leaves": s.get("reachable_leaves"),
         "path": "kernels" if targets else "reference", "ffi_targets": targets,
         "kernels_ms": 1e3 * medians["kernels"], "reference_ms": 1e3 * medians["reference"],
         "ratio": medians["reference"] / medians["kernels"],
@@ -332,7 +403,7 @@ def goal_met(goal, row):
 
 # ---------------------------------------------------------------- report
 
-HEADER = (f"{'setting':<32} {'batch':>5} {'path':<9} {'kernels ms':>10} {'keras.ops ms':>12} {'ratio':>7} "
+HEADER = (f"{'setting':<38} {'batch':>5} {'path':<9} {'kernels ms':>10} {'keras.ops ms':>12} {'ratio':>7} "
           f"{'bitwise':>7} {'max rel diff':>12}  {'goal':<24} {'published keras.ops':>19}")
 
 
@@ -345,7 +416,10 @@ def format_row(row):
     if row["node_mismatches"]:
         diff = f"{row['node_mismatches']} nodes" + ("" if row["agrees"] else " !")
     pub = "-" if row["published_keras_ops_ms"] is None else f"{row['published_keras_ops_ms']:.2f} ms (H100)"
-    return (f"{row['setting']:<32} {row['batch']:>5} {row['path']:<9} {row['kernels_ms']:>10.3f} "
+    setting = row["setting"]
+    if row.get("reachable_leaves") is not None:
+        setting += f" ({row['reachable_leaves']:.1f} lv)"
+    return (f"{setting:<38} {row['batch']:>5} {row['path']:<9} {row['kernels_ms']:>10.3f} "
             f"{row['reference_ms']:>12.3f} {row['ratio']:>6.1f}x {'yes' if row['bitwise_deterministic'] else 'NO':>7} "
             f"{diff:>12}  {goal:<24} {pub:>19}")
 
@@ -368,7 +442,7 @@ def main(argv=None):
     reps = args.reps or (2 if args.smoke else 50 if args.quick else 200)
     warmup = 1 if args.smoke else 3
     device = jax.devices()[0]
-    available = {family: kernels_available(family) for family in ("hinge", "hard_routing")}
+    available = {family: kernels_available(family) for family in ("hinge", "hard_routing", "soft_tree")}
     summary = tree_ops.execution_report()["summary"]
     print(f"device: {device.device_kind} ({device.platform}, {device}); jax {jax.__version__}, "
           f"keras {keras.__version__}", flush=True)
@@ -388,7 +462,8 @@ def main(argv=None):
     print("\nkernels ms / keras.ops ms: median per synchronized call on this device; ratio = keras.ops / kernels;"
           "\nbitwise: the kernels' outputs and gradients bit-identical on a second run of the same inputs;"
           "\nmax rel diff: kernels vs keras.ops, largest difference over each output's largest magnitude"
-          f" (must be <= {AGREE_RTOL:g}).")
+          f" (must be <= {AGREE_RTOL:g});"
+          "\n(N lv) on the TEL rows: mean reachable leaves per (sample, tree) (mean_reachable_leaves), of 2**depth.")
     pub = PUBLISHED_PYTORCH_CUDA_HINGE_MS
     print("published (shared/benchmarks.md, one H100): keras.ops path 0.40 / 1.34 ms hinge forest (batch 256 / 4096),"
           " 0.49 / 1.12 ms hard routing depth 10 / 12;\n  public PyTorch CUDA hinge-forest extension "

@@ -43,15 +43,17 @@ def test_gpu_speed_smoke_prints_its_table_and_writes_json(tmp_path):
     header = next(line for line in out.splitlines() if line.startswith("setting "))
     for column in ("batch", "path", "kernels ms", "keras.ops ms", "ratio", "bitwise", "max rel diff", "goal"):
         assert column in header, header
-    rows = [line for line in out.splitlines() if line.startswith(("hinge ", "hard routing "))]
-    assert len(rows) == 5 and rows[0].startswith("hinge forest fwd+bwd, depth 3"), out
+    rows = [line for line in out.splitlines() if line.startswith(("hinge ", "hard routing ", "TEL "))]
+    assert len(rows) == 7 and rows[0].startswith("hinge forest fwd+bwd, depth 3"), out
+    assert rows[5].startswith("TEL fwd+bwd, depth 3, init (") and " lv)" in rows[5], rows
     assert all(" yes " in row and "x " in row for row in rows), rows  # bit-identical reruns, a ratio
     assert "published (shared/benchmarks.md, one H100)" in out
 
     result = json.loads(out_json.read_text())
     assert result["benchmark"] == "gpu_speed" and result["smoke"] is True and result["reps"] == 2
-    assert result["platform"] == "cpu" and set(result["custom_ops_available"]) == {"hinge", "hard_routing"}
-    assert [r["family"] for r in result["rows"]] == ["hinge"] * 3 + ["routing"] * 2
+    assert result["platform"] == "cpu" and set(result["custom_ops_available"]) == {"hinge", "hard_routing", "soft_tree"}
+    assert [r["family"] for r in result["rows"]] == ["hinge"] * 3 + ["routing"] * 2 + ["tel"] * 2
+    assert all(0 < r["reachable_leaves"] <= 8 for r in result["rows"][5:]), result["rows"][5:]
     for row in result["rows"]:
         assert {"setting", "batch", "path", "kernels_ms", "reference_ms", "ratio", "kernels_pipelined_ms",
                 "reference_pipelined_ms", "bitwise_deterministic", "agrees", "max_rel_diff", "goal",

@@ -3,7 +3,9 @@
 For the hinge forest and fern (forward: per-tree outputs and the traversal's
 leaf, margin and vertex; backward: gradients with respect to the inputs, the
 thresholds and the leaf weights) and hard routing (oblique and noisy-OR
-"experts" splits, some nodes not split: leaf node and path values), in float32
+"experts" splits, some nodes not split: leaf node and path values) and the
+Tree Ensemble Layer ("tel": output and the gradients with respect to x, the
+node weights and biases and the leaf weights, #32), in float32
 and float64 (JAX's x64 mode), each jitted computation runs ``--runs`` times on
 the same inputs on ``jax.devices()[0]`` (the GPU on the lent machine) and
 every output must be bit-identical to the first run's. The same computation
@@ -33,7 +35,8 @@ os.environ.setdefault("KERAS_BACKEND", "jax")
 
 TOLERANCE = {"float32": 1e-5, "float64": 1e-12}
 MARGIN = 1e-4  # smallest |split value| kept in the routing inputs
-CASES = ("hinge tree", "hinge fern", "routing oblique", "routing experts")
+CASES = ("hinge tree", "hinge fern", "routing oblique", "routing experts", "tel")
+TEL_GAMMA = 1.0
 
 
 def x64(enabled):
@@ -117,7 +120,30 @@ def routing_fn(experts):
     return fn
 
 
+def tel_inputs(rng, dtype, size):
+    batch, trees, depth, dim, units = size["batch"], size["trees"], size["depth"], size["dim"], size["units"]
+    n = 2**depth - 1
+    x = rng.normal(size=(batch, dim))
+    w = rng.normal(size=(trees, n, dim)) / np.sqrt(dim)
+    b = rng.normal(scale=0.3, size=(trees, n))
+    o = rng.normal(size=(trees, n + 1, units))
+    cot = rng.normal(size=(batch, units))
+    return [a.astype(dtype) for a in (x, w, b, o, cot)]
+
+
+def tel_fn(x, w, b, o, cot):
+    import jax
+
+    from keras_trees import ops as tree_ops
+
+    out, vjp = jax.vjp(lambda x, w, b, o: tree_ops.soft_tree_ensemble(x, w, b, o, TEL_GAMMA), x, w, b, o)
+    gx, gw, gb, go = vjp(cot)
+    return {"output": out, "grad_x": gx, "grad_node_weights": gw, "grad_node_bias": gb, "grad_leaf_weights": go}
+
+
 def case_inputs_and_fn(case, dtype, rng, size):
+    if case == "tel":
+        return tel_inputs(rng, dtype, size), tel_fn
     if case.startswith("hinge"):
         fern = case.endswith("fern")
         return hinge_inputs(rng, dtype, fern, size), hinge_fn(fern)

@@ -4,7 +4,8 @@ Batch 3, 2 trees of depth 3 (odd sizes everywhere: 5 inputs, 3 units, 2
 experts): hinge forest and fern forward and backward (gradients with respect
 to inputs, thresholds and leaf weights) and the traversal, hard routing with
 oblique and noisy-OR ("experts") splits, with and without path values, some
-nodes not split; each once under ``jax.jit`` on the default device, waited for.
+nodes not split, and the Tree Ensemble Layer forward and backward (soft and
+hard splits, #32); each once under ``jax.jit`` on the default device, waited for.
 
     XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_PYTHON_CLIENT_ALLOCATOR=platform \\
         compute-sanitizer --tool memcheck --error-exitcode 1 python tests/gpu/gpu_sanitize.py
@@ -63,7 +64,18 @@ def main():
         return (tree_ops.hard_route(x, w4, b3, is_split, expert_weights=r, threshold=c),
                 tree_ops.hard_route(x, w4, b3, is_split, with_path_values=False, expert_weights=r, threshold=c))
 
+    tel_leaves = rng.normal(size=(trees, n + 1, units)).astype(np.float32)
+    tel_cot = rng.normal(size=(batch, units)).astype(np.float32)
+
+    def tel(x, w, b, o):
+        outs = []
+        for gamma in (0.1, 1.0, 20.0):  # mostly hard, some soft, every leaf reached
+            out, vjp = jax.vjp(lambda x, w, b, o, g=gamma: tree_ops.soft_tree_ensemble(x, w, b, o, g), x, w, b, o)
+            outs.append((out, vjp(tel_cot)))
+        return outs
+
     workloads = {"hinge tree": hinge(False), "hinge fern": hinge(True),
+                 "tree ensemble layer": (tel, (x, w, b, tel_leaves)),
                  "hard routing oblique": (oblique, (x, w, b)),
                  "hard routing experts": (experts, (x, w4, b3, r, c))}
     for name, (fn, args) in workloads.items():
@@ -89,6 +101,8 @@ def main():
         "hinge: feature index out of range": lambda: tree_ops.hinge_forest(x, t, bad_f, leaf_weights),
         "hinge: NaN input (jit)": lambda: jax.jit(lambda x: tree_ops.hinge_forest(x, t, bad_f * 0, leaf_weights))(x_nan),
         "routing: NaN input (jit)": lambda: jax.jit(lambda x: tree_ops.hard_route(x, w, b, is_split)[0])(x_nan),
+        "tel: NaN input (jit)": lambda: jax.jit(lambda x: tree_ops.soft_tree_ensemble(x, w, b, tel_leaves, 1.0))(x_nan),
+        "tel: gamma 0": lambda: tree_ops.soft_tree_ensemble(x, w, b, tel_leaves, 0.0),
         "routing: negative rate": lambda: tree_ops.hard_route(x, w4, b3, is_split, expert_weights=rates, threshold=c)[0],
     }
     for name, call in cases.items():

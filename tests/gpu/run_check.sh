@@ -177,7 +177,7 @@ fi
 # The keras.ops reference computes float32 dot products exactly (on the GPU
 # XLA's default is TF32, ~1e-3 off: hard_route_reference's split values).
 # (The "portable" engine, the CPU emulation, is CI's: deselected on the GPU.)
-TESTS='tests/backends/test_compiled_kernels.py -k "(hinge or hard_route or gpu_kernels) and not portable"'
+TESTS='tests/backends/test_compiled_kernels.py -k "(hinge or hard_route or soft_tree or gpu_kernels) and not portable"'
 if [ -n "$DRY" ]; then
     step kernel-tests 600 "JAX_DEFAULT_MATMUL_PRECISION=highest \$PY -m pytest -x -q -p no:cacheprovider -n 2 $TESTS"
 else
@@ -196,6 +196,12 @@ if [ -n "$DRY" ]; then
     step training 400 '$PY tests/gpu/gpu_train.py --epochs 8'
 else
     step training 150 '$PY tests/gpu/gpu_train.py --epochs 20 $EXPECT_GPU'
+fi
+# The Tree Ensemble Layer (#32): its conditional forward and backward passes.
+if [ -n "$DRY" ]; then
+    step training-tel 300 '$PY tests/gpu/gpu_train.py --model tel --epochs 4 --min-accuracy 0.8'
+else
+    step training-tel 90 '$PY tests/gpu/gpu_train.py --model tel --epochs 10 --min-accuracy 0.85 $EXPECT_GPU'
 fi
 
 # ---------------------------------------------------------------- compute-sanitizer
