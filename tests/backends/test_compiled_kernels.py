@@ -215,9 +215,10 @@ def test_soft_tree_ensemble_depths(engine):
     float64 in turn, gamma from "every node hard" to "every leaf reachable":
     output and every gradient against the CPU core (within rounding), central
     differences (float64) and the reference's output; the reference's
-    gradients too below depth 12 (at depth 12 its autodiff gradients of x,
-    node_weights and node_bias differ from the central differences that the
-    CPU core and these kernels match: a reference issue, noted in #32)."""
+    gradients too below depth 12 (at depth 12 the jit-compiled autodiff
+    gradients of the reference with respect to x, node_weights and node_bias
+    differ from its eager ones, which agree with the central differences, the
+    CPU core and these kernels: a reference/XLA CPU issue, noted in #32)."""
     for depth in DEPTHS:
         dtype = "float64" if depth == 12 else ("float32", "float64")[depth % 2]
         for gamma in (0.05, 1.0, 50.0):
