@@ -153,6 +153,34 @@ def test_end_to_end_letter_smoke(tmp_path, capfd):
     assert row["depth"] == 2 and 1 <= row["leaves"] <= 4 and 0 <= row["finetune"] <= 1 and 0 <= row["cart"] <= 1
 
 
+def test_fit_time_smoke(tmp_path, capfd):
+    out, payload = smoke("benchmarks/fit_time.py", tmp_path, capfd, "--compare-patience")
+    assert "make_classification: 600 rows x 20 columns, 480 to fit; seeds [0]" in out
+    line_with(out, "hinge", "fit", "epochs", "accuracy", "fixed patience", "time ratio")
+    line_with(out, "tel", "fit", "time ratio")
+    assert payload["benchmark"] == "fit_time" and [r["model"] for r in payload["results"]] == ["hinge", "tel"]
+    for row in payload["results"]:
+        assert row["adaptive"]["epochs"] == row["fixed"]["epochs"] == 1 and row["adaptive"]["seconds"] > 0
+
+
+def test_fit_time_curves_smoke(tmp_path, capfd):
+    out, payload = smoke("benchmarks/fit_time.py", tmp_path, capfd, "--curves", "iris")
+    line_with(out, "hinge", "iris", "1 epochs recorded")
+    line_with(out, "adaptive 0.5, 10 (the default)", "1/1")
+    curve, = payload["curves"]
+    assert len(curve["val_loss"]) == len(curve["accuracy"]) == len(curve["auc"]) == 1
+    assert {row["rule"] for row in payload["summary"]} >= {"fixed", "adaptive 0.5, 10 (the default)"}
+
+
+def test_fit_time_replays_early_stopping_as_keras_does():
+    import fit_time
+
+    curve = dict(val_loss=[3.0, 2.0, 1.0] + [1.5] * 60, patience=30, max_epochs=200)
+    assert fit_time.replay(curve, None) == (33, 2)
+    assert fit_time.replay(curve, (0.5, 10)) == (15, 2)  # the stop of the callback's test
+    assert fit_time.replay(dict(curve, max_epochs=20), None) == (20, 2)
+
+
 def test_hard_routing_speed_smoke(tmp_path, capfd):
     out, payload = smoke("benchmarks/hard_routing_speed.py", tmp_path, capfd)
     line_with(out, "depth", "op ms", "dense ms", "speedup", "flop ratio")

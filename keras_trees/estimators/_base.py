@@ -159,6 +159,30 @@ def steps_per_execution():
     return 1 if keras.backend.backend() == "torch" else STEPS_PER_EXECUTION
 
 
+#: Adaptive patience ``(rate, offset)``: training stops after
+#: ``min(patience, ceil(rate * best_epoch) + offset)`` epochs without a better
+#: validation loss, ``best_epoch`` the (1-based) epoch of the best so far. A
+#: run whose best came early has shown how fast it learns, so it waits less
+#: (best at epoch 3: 12 epochs, not 30); one that still improved late waits up
+#: to ``patience``. Training only stops earlier on the same trajectory, so
+#: where the best epoch falls before the new stop the returned model is the
+#: same. Chosen by replaying rules on recorded validation curves of the
+#: hinge forest and Tree Ensemble estimators on many sets
+#: (``benchmarks/fit_time.py --curves``; docs/benchmarks.md, "Fit time").
+#: AutoGluon's adaptive early stopping has the same form (rate 0.3).
+ADAPTIVE_PATIENCE = (0.5, 10)
+
+
+def adaptive_patience(best_epoch, patience, rule=ADAPTIVE_PATIENCE):
+    """Epochs without improvement before stopping when the best so far is the
+    0-based epoch ``best_epoch`` (-1: the initial model): see
+    :data:`ADAPTIVE_PATIENCE`; ``rule=None``: ``patience``."""
+    if rule is None:
+        return patience
+    rate, offset = rule
+    return min(patience, int(np.ceil(rate * (best_epoch + 1))) + offset)
+
+
 class TreeEstimator(BaseEstimator):
     """Base class of the keras-trees estimators (see the module docstring).
 
@@ -180,6 +204,8 @@ class TreeEstimator(BaseEstimator):
     #: ``max_epochs`` and ``patience`` mean enough optimizer steps on small
     #: data too (iris: 108 rows, one batch of 256, would get 40 steps). 0: off.
     _min_epoch_steps = 16
+    #: Early stopping's :data:`ADAPTIVE_PATIENCE` rule (None: fixed ``patience``).
+    _adaptive_patience = ADAPTIVE_PATIENCE
     _parameter_constraints = {}
     #: Deprecated argument names (old -> new), accepted with a warning.
     _renamed_arguments = {}
@@ -209,7 +235,7 @@ class TreeEstimator(BaseEstimator):
 
     def _early_stopping(self, initial=None):
         return _EarlyStopping(self._monitor, mode="min", patience=self.patience,
-                              restore_best_weights=True, initial=initial)
+                              restore_best_weights=True, initial=initial, adaptive=self._adaptive_patience)
 
     def _candidates(self):
         """Argument overrides of the models to train, the first the one used
@@ -524,13 +550,24 @@ def _outputs(model, x):
 
 
 class _EarlyStopping(keras.callbacks.EarlyStopping):
-    """Keras' early stopping, optionally with the starting model as a candidate:
-    ``initial=(its monitored value, its weights)`` is the best before epoch 1
-    (restored at the end unless an epoch beats it)."""
+    """Keras' early stopping with :func:`adaptive_patience` (the ``patience``
+    given is its upper bound; ``adaptive=None`` keeps it fixed), optionally
+    with the starting model as a candidate: ``initial=(its monitored value,
+    its weights)`` is the best before epoch 1 (restored at the end unless an
+    epoch beats it)."""
 
-    def __init__(self, *args, initial=None, **kwargs):
+    def __init__(self, *args, initial=None, adaptive=ADAPTIVE_PATIENCE, **kwargs):
         super().__init__(*args, **kwargs)
         self.initial = initial
+        self.adaptive = adaptive
+        self.max_patience = self.patience
+
+    def on_epoch_end(self, epoch, logs=None):
+        # Keras compares the epochs since the best with self.patience only when
+        # this epoch is no improvement, so the best epoch read here is the one
+        # that comparison uses.
+        self.patience = adaptive_patience(getattr(self, "best_epoch", 0), self.max_patience, self.adaptive)
+        super().on_epoch_end(epoch, logs)
 
     def on_train_begin(self, logs=None):
         super().on_train_begin(logs)

@@ -81,7 +81,9 @@ _DOC = """{summary}
         annealing_increment: steepness increment per epoch (0: none; the
             deprecated name ``annealing`` still works, with a warning).
         learning_rate, batch_size: Adam's step size and mini-batch size.
-        patience: finetuning epochs without a better validation loss before stopping.
+        patience: the most finetuning epochs without a better validation loss
+            before stopping; fewer, ``ceil(best_epoch / 2) + 10`` (epochs of
+            growth included), while the best epoch so far is early.
         validation_fraction: share of the training data held out for early
             stopping and the depth ({stratified}seeded by ``random_state``);
             0: none (the full depth).
@@ -134,7 +136,8 @@ class _EndToEnd:
 
     def _early_stopping(self, initial=None):
         return _FinetuneEarlyStopping(self._monitor, mode="min", patience=self.patience,
-                                      restore_best_weights=True, initial=initial)
+                                      restore_best_weights=True, initial=initial,
+                                      adaptive=self._adaptive_patience)
 
     def _callbacks(self, x, y, sample_weight, early_stopping):
         growth = GreedyLevelGrowth(x, y, epochs_per_level=self.epochs_per_level,

@@ -51,7 +51,9 @@ _DOC = """{summary}
         learning_rate, batch_size: Adam's step size and mini-batch size.
         max_epochs: most training epochs (an epoch is at least 16
             mini-batches: a smaller training set is repeated, shuffled, within it).
-        patience: epochs without a better validation loss before stopping.
+        patience: the most epochs without a better validation loss before
+            stopping; fewer, ``ceil(best_epoch / 2) + 10``, while the best
+            epoch so far is early (adaptive patience).
         validation_fraction: share of the training data held out for early
             stopping ({stratified}seeded by ``random_state``); 0 trains
             ``max_epochs`` without early stopping.

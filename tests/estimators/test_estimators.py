@@ -229,6 +229,34 @@ def test_early_stopping_returns_the_start_when_no_epoch_beats_it():
     assert stop.best_epoch >= 0 and not np.array_equal(start[0], end[0])
 
 
+@pytest.mark.parametrize("losses, patience, adaptive, stops_after", [
+    ([3.0, 2.0, 1.0] + [1.5] * 60, 30, True, 3 + 12),   # best at epoch 3: ceil(3 / 2) + 10 = 12 more
+    ([3.0, 2.0, 1.0] + [1.5] * 60, 30, False, 3 + 30),  # fixed patience
+    ([1.0 - 0.01 * e for e in range(40)] + [2.0] * 60, 30, True, 40 + 30),  # best at 40: capped at 30
+    ([1.0 - 0.01 * e for e in range(16)] + [2.0] * 60, 30, True, 16 + 18),
+    ([2.0] * 60, 30, "initial", 10),  # the start stays best (epoch 0): 10
+])
+def test_early_stopping_patience_adapts_to_the_best_epoch(losses, patience, adaptive, stops_after):
+    from keras_trees.estimators._base import ADAPTIVE_PATIENCE, _EarlyStopping, adaptive_patience
+
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+    initial = (1.0, model.get_weights()) if adaptive == "initial" else None
+    stop = _EarlyStopping("val_loss", patience=patience, restore_best_weights=True, initial=initial,
+                          adaptive=ADAPTIVE_PATIENCE if adaptive else None)
+    stop.set_model(model)
+    model.stop_training = False
+    stop.on_train_begin()
+    epochs = 0
+    for epoch, loss in enumerate(losses):
+        stop.on_epoch_end(epoch, {"val_loss": loss})
+        epochs += 1
+        if model.stop_training:
+            break
+    assert model.stop_training and epochs == stops_after
+    assert adaptive_patience(-1, 30) == 10 and adaptive_patience(2, 30) == 12 and adaptive_patience(99, 30) == 30
+    assert adaptive_patience(2, 5) == 5 and adaptive_patience(2, 30, rule=None) == 30
+
+
 def test_non_greedy_nu_candidates_keep_the_best_on_validation(eager):
     x, y = easy(120)
     fitted = tiny(E.NonGreedyTreeClassifier, nu=[10.0, 1.0], random_state=0).fit(x, y)
