@@ -30,9 +30,11 @@ needs_nvcc = pytest.mark.skipif(
     "builds are not checked here",
 )
 
-# The ops with GPU kernels in the TensorFlow CUDA build.
+# The ops with GPU kernels in the TensorFlow CUDA build (the Tree Ensemble
+# Layer: its trace-free ops; the traced op keeps its CPU kernel only).
 GPU_OPS = ("KerasTrees>HingeForest", "KerasTrees>HingeForestGrad", "KerasTrees>HardRouting",
-           "KerasTrees>HardRoutingExperts")
+           "KerasTrees>HardRoutingExperts", "KerasTrees>SoftTreeEnsembleTraceFree",
+           "KerasTrees>SoftTreeEnsembleTraceFreeGrad")
 # The handlers of the JAX CUDA library (Python registers symbol X + "Cuda" as target X).
 CUDA_SYMBOLS = ("KerasTreesHingeForestCuda", "KerasTreesHingeForestGradCuda", "KerasTreesHardRoutingCuda",
                 "KerasTreesHardRoutingExpertsCuda", "KerasTreesCheckCuda", "KerasTreesSoftTreeEnsembleCuda",
@@ -111,7 +113,7 @@ def test_cpu_builds_leave_out_the_cuda_sources():
     cuda_tf = {p.relative_to(src).as_posix() for p in _build._units("tensorflow", cuda=True)}
     cpu_tf = {p.relative_to(src).as_posix() for p in _build._units("tensorflow")}
     assert cuda_tf - cpu_tf == {"cuda/tf_entry.cu", "tensorflow/hinge_gpu_kernels.cc",
-                                "tensorflow/hard_routing_gpu_kernels.cc"}
+                                "tensorflow/hard_routing_gpu_kernels.cc", "tensorflow/tree_ensemble_gpu_kernels.cc"}
 
 
 def test_cuda_build_without_nvcc_says_so(monkeypatch):
@@ -206,7 +208,7 @@ def test_tensorflow_cuda_library_registers_gpu_kernels(tf_cuda_library, tmp_path
 
         tf.load_op_library({str(tf_cuda_library)!r})
         found = {{}}
-        for op in {GPU_OPS!r} + ("KerasTrees>SoftTreeEnsemble",):
+        for op in {GPU_OPS!r} + ("KerasTrees>SoftTreeEnsemble", "KerasTrees>SoftTreeEnsembleGrad"):
             found[op] = sorted(
                 [kernel.device_type, tf.dtypes.as_dtype(c.allowed_values.list.type[0]).name]
                 for kernel in kernels.get_registered_kernels_for_op(op).kernel
@@ -220,5 +222,6 @@ def test_tensorflow_cuda_library_registers_gpu_kernels(tf_cuda_library, tmp_path
     for op in GPU_OPS:
         assert found[op] == [["CPU", "float32"], ["CPU", "float64"], ["GPU", "float32"], ["GPU", "float64"]], (
             op, found[op])
-    # The other families keep their CPU kernels only.
-    assert found["KerasTrees>SoftTreeEnsemble"] == [["CPU", "float32"], ["CPU", "float64"]]
+    # The traced Tree Ensemble Layer ops (a data-dependent trace) keep their CPU kernels only.
+    for op in ("KerasTrees>SoftTreeEnsemble", "KerasTrees>SoftTreeEnsembleGrad"):
+        assert found[op] == [["CPU", "float32"], ["CPU", "float64"]], (op, found[op])

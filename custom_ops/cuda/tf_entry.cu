@@ -5,6 +5,7 @@
 
 #include "core/hard_routing_pipeline.h"
 #include "core/hinge_pipeline.h"
+#include "core/tree_ensemble_pipeline.h"
 #include "cuda/launch.cuh"
 #include "cuda/tf_entry.h"
 
@@ -47,6 +48,24 @@ std::string HardRoute(void* stream, const DeviceAllocator& allocate, const Routi
                               path_values);
 }
 
+template <typename T>
+std::string SoftTreeEnsembleForward(void* stream, const DeviceAllocator& allocate, const SoftTreeDims& d,
+                                    const T* x, const T* node_weights, const T* node_bias, const T* leaf_weights,
+                                    const T* gamma, T* output) {
+  CudaExecutor exec = MakeExecutor(stream, allocate);
+  return SoftTreeEnsembleForwardPipeline<T>(exec, d, x, node_weights, node_bias, leaf_weights, gamma, output);
+}
+
+template <typename T>
+std::string SoftTreeEnsembleBackward(void* stream, const DeviceAllocator& allocate, const SoftTreeDims& d,
+                                     const T* grad_output, const T* x, const T* node_weights, const T* node_bias,
+                                     const T* leaf_weights, const T* gamma, T* grad_x, T* grad_node_weights,
+                                     T* grad_node_bias, T* grad_leaf_weights) {
+  CudaExecutor exec = MakeExecutor(stream, allocate);
+  return SoftTreeEnsembleBackwardPipeline<T>(exec, d, grad_output, x, node_weights, node_bias, leaf_weights, gamma,
+                                             grad_x, grad_node_weights, grad_node_bias, grad_leaf_weights);
+}
+
 #define KT_INSTANTIATE_TF_ENTRY(T)                                                                           \
   template std::string HingeForestForward<T>(void*, const DeviceAllocator&, const HingeDims&, bool, const T*, \
                                              const T*, const int32_t*, const T*, T*, int32_t*, T*, int32_t*); \
@@ -54,7 +73,12 @@ std::string HardRoute(void* stream, const DeviceAllocator& allocate, const Routi
                                               const T*, const int32_t*, const T*, const int32_t*, const T*, \
                                               const int32_t*, T*, T*, T*);                                  \
   template std::string HardRoute<T>(void*, const DeviceAllocator&, const RoutingDims&, const T*, const T*,  \
-                                    const T*, const T*, const T*, const bool*, int32_t*, T*);
+                                    const T*, const T*, const T*, const bool*, int32_t*, T*);        \
+  template std::string SoftTreeEnsembleForward<T>(void*, const DeviceAllocator&, const SoftTreeDims&,      \
+                                                  const T*, const T*, const T*, const T*, const T*, T*);   \
+  template std::string SoftTreeEnsembleBackward<T>(void*, const DeviceAllocator&, const SoftTreeDims&,     \
+                                                   const T*, const T*, const T*, const T*, const T*,       \
+                                                   const T*, T*, T*, T*, T*);
 
 KT_INSTANTIATE_TF_ENTRY(float)
 KT_INSTANTIATE_TF_ENTRY(double)

@@ -19,6 +19,7 @@
 
 #include "core/hard_routing_bodies.h"  // RoutingDims
 #include "core/hinge_bodies.h"         // HingeDims
+#include "core/tree_ensemble.h"        // SoftTreeDims
 
 namespace keras_trees {
 namespace gpu {
@@ -42,6 +43,19 @@ template <typename T>
 std::string HardRoute(void* stream, const DeviceAllocator& allocate, const RoutingDims& d, const T* x,
                       const T* split_weights, const T* split_bias, const T* expert_weights, const T* threshold,
                       const bool* is_split, int32_t* node, T* path_values);
+
+// The Tree Ensemble Layer (core/tree_ensemble_pipeline.h): every pointer,
+// gamma included, in device memory. Built with nvcc, not yet run on a GPU.
+template <typename T>
+std::string SoftTreeEnsembleForward(void* stream, const DeviceAllocator& allocate, const SoftTreeDims& d,
+                                    const T* x, const T* node_weights, const T* node_bias, const T* leaf_weights,
+                                    const T* gamma, T* output);
+
+template <typename T>
+std::string SoftTreeEnsembleBackward(void* stream, const DeviceAllocator& allocate, const SoftTreeDims& d,
+                                     const T* grad_output, const T* x, const T* node_weights, const T* node_bias,
+                                     const T* leaf_weights, const T* gamma, T* grad_x, T* grad_node_weights,
+                                     T* grad_node_bias, T* grad_leaf_weights);
 
 }  // namespace gpu
 }  // namespace keras_trees

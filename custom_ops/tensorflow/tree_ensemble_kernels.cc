@@ -1,8 +1,13 @@
 // TensorFlow CPU kernels of the Tree Ensemble Layer: validate the inputs,
 // allocate the outputs and run the core (core/tree_ensemble.h) on TensorFlow's
-// thread pool.
+// thread pool. The trace-free pair (KerasTrees>SoftTreeEnsembleTraceFree[Grad])
+// runs the GPU kernels' pipeline (core/tree_ensemble_pipeline.h) on the CPU
+// executor instead: the CPU emulation of tree_ensemble_gpu_kernels.cc, for tests.
+#include "core/launch_cpu.h"
 #include "core/tree_ensemble.h"
+#include "core/tree_ensemble_pipeline.h"
 #include "kernel_utils.h"
+#include "tree_ensemble_kernels.h"
 
 namespace keras_trees {
 
@@ -152,5 +157,35 @@ class SoftTreeEnsembleGradOp : public OpKernel {
 
 REGISTER_TREE_ENSEMBLE(float);
 REGISTER_TREE_ENSEMBLE(double);
+
+// The executors of the trace-free kernels on the CPU: the pipeline on the CPU
+// executor over TensorFlow's thread pool, scratch memory from the heap.
+struct TelCpuRun {
+  template <typename T>
+  static std::string Forward(OpKernelContext* ctx, const SoftTreeDims& d, const T* x, const T* w, const T* b,
+                             const T* o, const T* g, T* out) {
+    CpuExecutor exec(CpuParallelFor(ctx));
+    return SoftTreeEnsembleForwardPipeline<T>(exec, d, x, w, b, o, g, out);
+  }
+
+  template <typename T>
+  static std::string Backward(OpKernelContext* ctx, const SoftTreeDims& d, const T* gy, const T* x, const T* w,
+                              const T* b, const T* o, const T* g, T* gx, T* gw, T* gb, T* go) {
+    CpuExecutor exec(CpuParallelFor(ctx));
+    return SoftTreeEnsembleBackwardPipeline<T>(exec, d, gy, x, w, b, o, g, gx, gw, gb, go);
+  }
+};
+
+#define REGISTER_TREE_ENSEMBLE_TRACE_FREE_CPU(T)                                                      \
+  REGISTER_KERNEL_BUILDER(                                                                           \
+      Name("KerasTrees>SoftTreeEnsembleTraceFree").Device(::tensorflow::DEVICE_CPU).TypeConstraint<T>("T"), \
+      Guarded<SoftTreeEnsembleTraceFreeOp<T, TelCpuRun>>);                                           \
+  REGISTER_KERNEL_BUILDER(Name("KerasTrees>SoftTreeEnsembleTraceFreeGrad")                           \
+                              .Device(::tensorflow::DEVICE_CPU)                                      \
+                              .TypeConstraint<T>("T"),                                               \
+                          Guarded<SoftTreeEnsembleTraceFreeGradOp<T, TelCpuRun>>);
+
+REGISTER_TREE_ENSEMBLE_TRACE_FREE_CPU(float);
+REGISTER_TREE_ENSEMBLE_TRACE_FREE_CPU(double);
 
 }  // namespace keras_trees

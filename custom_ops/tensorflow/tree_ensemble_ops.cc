@@ -1,6 +1,7 @@
 // Op registrations (interfaces and shape functions) for the Tree Ensemble Layer.
-// Kernels live in tree_ensemble_kernels.cc, their arithmetic in
-// core/tree_ensemble.h.
+// Kernels live in tree_ensemble_kernels.cc (CPU) and tree_ensemble_gpu_kernels.cc
+// (GPU, trace-free ops only), their arithmetic in core/tree_ensemble.h (the
+// traced ops) and core/tree_ensemble_pipeline.h (the trace-free ops).
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/shape_inference.h"
@@ -99,6 +100,72 @@ Conditional backward pass over the fractional trees recorded by
 KerasTrees>SoftTreeEnsemble (Hazimeh et al. 2020, Algorithm 2 and Theorem 1).
 Returns the gradients of the loss with respect to x, the node weights, the node
 biases and the leaf weights.
+)doc");
+
+// The trace-free pair (#32): the output's size comes from the shapes alone (no
+// data-dependent trace), so a GPU kernel sizes it without a host round trip;
+// the gradient walks the reachable subtrees again instead of reading a trace.
+// gamma is an ordinary (device) input: the kernels read it where it lives.
+REGISTER_OP("KerasTrees>SoftTreeEnsembleTraceFree")
+    .Input("x: T")
+    .Input("node_weights: T")
+    .Input("node_bias: T")
+    .Input("leaf_weights: T")
+    .Input("gamma: T")
+    .Output("output: T")
+    .Attr("T: {float, double}")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle x, w, b, o, g;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 2, &x));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 3, &w));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(2), 2, &b));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(3), 3, &o));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(4), 0, &g));
+      DimensionHandle unused;
+      TF_RETURN_IF_ERROR(c->Merge(c->Dim(x, 1), c->Dim(w, 2), &unused));
+      TF_RETURN_IF_ERROR(c->Merge(c->Dim(w, 0), c->Dim(o, 0), &unused));
+      TF_RETURN_IF_ERROR(c->Merge(c->Dim(w, 0), c->Dim(b, 0), &unused));
+      TF_RETURN_IF_ERROR(c->Merge(c->Dim(w, 1), c->Dim(b, 1), &unused));
+      c->set_output(0, c->Matrix(c->Dim(x, 0), c->Dim(o, 2)));
+      return Status();
+    })
+    .Doc(R"doc(
+The output of KerasTrees>SoftTreeEnsemble without its trace: one walk of the
+reachable subtree per (sample, tree) pair (core/tree_ensemble_pipeline.h).
+The GPU kernel and, on the CPU, the CPU emulation of that GPU kernel.
+)doc");
+
+REGISTER_OP("KerasTrees>SoftTreeEnsembleTraceFreeGrad")
+    .Input("grad_output: T")
+    .Input("x: T")
+    .Input("node_weights: T")
+    .Input("node_bias: T")
+    .Input("leaf_weights: T")
+    .Input("gamma: T")
+    .Output("grad_x: T")
+    .Output("grad_node_weights: T")
+    .Output("grad_node_bias: T")
+    .Output("grad_leaf_weights: T")
+    .Attr("T: {float, double}")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle gy, x, w, b, o, g;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 2, &gy));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 2, &x));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(2), 3, &w));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(3), 2, &b));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(4), 3, &o));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(5), 0, &g));
+      c->set_output(0, x);
+      c->set_output(1, w);
+      c->set_output(2, b);
+      c->set_output(3, o);
+      return Status();
+    })
+    .Doc(R"doc(
+The gradients of KerasTrees>SoftTreeEnsembleTraceFree with respect to x, the
+node weights, the node biases and the leaf weights: a second walk per (sample,
+tree) pair (Hazimeh et al. 2020, Algorithm 2) in sample chunks, then owner
+reductions in sample order (core/tree_ensemble_pipeline.h).
 )doc");
 
 }  // namespace keras_trees

@@ -41,9 +41,11 @@ _TORCH_FAMILIES = ("hinge", "hard_routing", "soft_tree", "loss_augmented", "prun
 # (JAX) is the same, and the framework picks the kernel of the device.
 DISPATCH = {
     ("tensorflow", "cpu"): {f: f"_tf_{f}" for f in FAMILIES},
-    ("tensorflow", "gpu"): {f: f"_tf_{f}" for f in _GPU_FAMILIES},
+    # The Tree Ensemble Layer (#32) on a GPU: TensorFlow GPU kernels of its
+    # trace-free ops (the wrapper picks them there, _tf_soft_tree.py), XLA FFI
+    # CUDA handlers under JAX. Built with nvcc, not yet run on a GPU.
+    ("tensorflow", "gpu"): {f: f"_tf_{f}" for f in (*_GPU_FAMILIES, "soft_tree")},
     ("jax", "cpu"): {f: f"_jax_{f}" for f in FAMILIES},
-    # The Tree Ensemble Layer has XLA FFI CUDA handlers (#32), no TensorFlow GPU kernels yet.
     ("jax", "gpu"): {f: f"_jax_{f}" for f in (*_GPU_FAMILIES, "soft_tree", "check")},
     ("torch", "cpu"): {f: f"_torch_{f}" for f in _TORCH_FAMILIES},
 }
@@ -430,11 +432,12 @@ def custom_ops_available(family=None):
 
     That needs the loaded kernels, no :func:`reference_only` context, and
     kernels of the family for the device the call runs on (:data:`DISPATCH`):
-    every family on the CPU (PyTorch: CPU tensors); hinge forests and ferns
-    and hard routing also on CUDA GPUs under TensorFlow and JAX, when nvcc
-    built them. The device is TensorFlow's placement (the
-    innermost device scope, else the GPU when one is visible), JAX's default
-    device or the device Keras puts PyTorch tensors on. On TensorFlow
+    every family on the CPU (PyTorch: CPU tensors); hinge forests and ferns,
+    hard routing and the Tree Ensemble Layer (``"soft_tree"``) also on CUDA
+    GPUs under TensorFlow and JAX, when nvcc built them. The device is
+    TensorFlow's placement (the innermost device scope, else the GPU when one
+    is visible), JAX's default device or the device Keras puts PyTorch
+    tensors on. On TensorFlow
     also no XLA compilation in progress (inside ``tf.function(jit_compile=True)``
     the XLA-compatible ``keras.ops`` path is traced instead); on JAX the
     kernels are XLA FFI calls and compile under ``jax.jit``.
@@ -569,16 +572,27 @@ def exporting_portable():
 
 @contextlib.contextmanager
 def portable_bodies(enabled=True):
-    """Within this context (per thread, JAX backend), the families with GPU
-    kernels run their CPU emulation on the CPU: the portable bodies the GPU
-    runs, on the CPU launcher (``KerasTrees<Op>Portable`` targets), instead of
-    the CPU engines. For the tests of the GPU kernels' bodies."""
+    """Within this context (per thread), the families with GPU kernels run
+    their CPU emulation on the CPU: the portable bodies the GPU runs, on the
+    CPU launcher, instead of the CPU engines. JAX: every such family
+    (``KerasTrees<Op>Portable`` targets); TensorFlow: the Tree Ensemble Layer
+    (the trace-free ops, whose CPU kernels run the GPU pipeline). For the
+    tests of the GPU kernels' bodies."""
     previous = getattr(_local, "portable", False)
     _local.portable = enabled
     try:
         yield
     finally:
         _local.portable = previous
+
+
+def trace_free():
+    """Whether the TensorFlow Tree Ensemble Layer calls made here and now use
+    the trace-free ops (custom_ops/tensorflow/tree_ensemble_kernels.h): on a
+    GPU (their GPU kernels: the traced op's data-dependent trace has no GPU
+    kernel) and inside :func:`portable_bodies` (their CPU kernels, the CPU
+    emulation of the GPU kernels)."""
+    return getattr(_local, "portable", False) or _platform() == "gpu"
 
 
 def target(name):

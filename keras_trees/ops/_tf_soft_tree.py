@@ -29,7 +29,14 @@ def _ensemble_inputs(x, node_weights, node_bias, leaf_weights, gamma):
 
 
 def soft_tree_ensemble(x, node_weights, node_bias, leaf_weights, gamma, with_trace=True):
+    """The conditional forward pass. On a GPU (TensorFlow's placement, the
+    same rule as the dispatch table: ``_library.trace_free()``) and inside
+    ``_library.portable_bodies()`` it is the trace-free op, whose gradient op
+    walks the reachable subtrees again (``with_trace`` then has no effect);
+    on the CPU the traced op, whose gradient reads the trace."""
     out_dtype, x, w, b, o, g = _ensemble_inputs(x, node_weights, node_bias, leaf_weights, gamma)
+    if _library.trace_free():
+        return tf.cast(_library.module().keras_trees_soft_tree_ensemble_trace_free(x, w, b, o, g), out_dtype)
     out = _library.module().keras_trees_soft_tree_ensemble(x, w, b, o, g, with_trace=bool(with_trace))
     return tf.cast(out[0], out_dtype)
 
@@ -62,4 +69,11 @@ def _soft_tree_ensemble_grad(op, grad_output, *unused_trace_grads):
     gx, gw, gb, go = _library.module().keras_trees_soft_tree_ensemble_grad(
         grad_output, x, w, o, offsets, index, value
     )
+    return gx, gw, gb, go, None
+
+
+@tf.RegisterGradient("KerasTrees>SoftTreeEnsembleTraceFree")
+def _soft_tree_ensemble_trace_free_grad(op, grad_output):
+    x, w, b, o, g = op.inputs
+    gx, gw, gb, go = _library.module().keras_trees_soft_tree_ensemble_trace_free_grad(grad_output, x, w, b, o, g)
     return gx, gw, gb, go, None

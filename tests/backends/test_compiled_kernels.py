@@ -43,14 +43,27 @@ def engines():
     return ["kernels", "portable"] if BACKEND == "jax" else ["kernels"]
 
 
+def tel_engines():
+    """The engines of the Tree Ensemble Layer: as :func:`engines`, and under
+    TensorFlow also "portable" (the CPU kernels of the trace-free ops, the
+    CPU emulation of their GPU kernels)."""
+    return ["kernels", "portable"] if BACKEND in ("jax", "tensorflow") else ["kernels"]
+
+
 @contextlib.contextmanager
 def engine_scope(engine):
     if engine == "kernels":
         yield
         return
-    import jax
-
     from keras_trees.ops import _library
+
+    if BACKEND == "tensorflow":
+        import tensorflow as tf
+
+        with _library.portable_bodies(), tf.device("/CPU:0"):
+            yield
+        return
+    import jax
 
     with _library.portable_bodies(), jax.default_device(jax.devices("cpu")[0]):
         yield
@@ -179,7 +192,7 @@ def ensemble_args(rng, batch, dtype, trees=3, depth=3, features=4, units=2):
     return [x, w, b, o]
 
 
-@pytest.mark.parametrize("engine", engines())
+@pytest.mark.parametrize("engine", tel_engines())
 @pytest.mark.parametrize("batch,dtype", CASES)
 def test_soft_tree_ensemble(dtype, batch, engine):
     rng = np.random.default_rng(batch)
@@ -243,7 +256,54 @@ def test_soft_tree_ensemble_depths(engine):
                                                err_msg=f"depth {depth}, gamma {gamma}")
 
 
-@pytest.mark.parametrize("engine", engines())
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="the trace-free TensorFlow ops")
+def test_soft_tree_ensemble_tf_trace_free_ops():
+    """The trace-free ops (their CPU kernels: the GPU pipeline on the CPU
+    executor) against the traced CPU op at depths 1, 2 and 5, gamma 0.05, 1
+    and 50, float32 and float64 in turn: output and every gradient within
+    rounding; central differences at gamma 1 (float64). The graph holds the
+    trace-free op only inside portable_bodies() (what a GPU placement gets)."""
+    import tensorflow as tf
+
+    from keras_trees.ops import _library
+
+    for depth in (1, 2, 5):
+        dtype = ("float32", "float64")[depth % 2]
+        for gamma in (0.05, 1.0, 50.0):
+            rng = np.random.default_rng(depth)
+            kernel = lambda x, w, b, o, gamma=gamma: tree_ops.soft_tree_ensemble(x, w, b, o, gamma)  # noqa: E731
+            with precision(dtype):
+                args = ensemble_args(rng, 5, dtype, trees=2, depth=depth, features=6, units=3)
+                cot = rng.normal(size=(5, 3)).astype(dtype)
+                with tf.device("/CPU:0"):  # the traced CPU op, also where a GPU is visible
+                    want = value_and_gradients(kernel, args, [0, 1, 2, 3], cot)
+                with engine_scope("portable"):
+                    got = value_and_gradients(kernel, args, [0, 1, 2, 3], cot)
+                    np.testing.assert_allclose(got[0], want[0], rtol=TOL[dtype] * 10, atol=TOL[dtype] * 10)
+                    for a, c in zip(got[1], want[1]):
+                        np.testing.assert_allclose(a, c, rtol=TOL[dtype] * 10, atol=TOL[dtype] * 10,
+                                                   err_msg=f"depth {depth}, gamma {gamma}")
+                    if gamma == 1.0 and dtype == "float64":
+                        check_finite_differences(kernel, args, [0, 1, 2, 3], got[1], cot, rng, 3)
+    x, w, b, o = ensemble_args(np.random.default_rng(0), 3, "float32")
+    specs = [tf.TensorSpec(a.shape, a.dtype) for a in (x, w, b, o)]
+
+    def graph_ops(device):
+        def fn(*a):
+            with tf.device(device):
+                return tree_ops.soft_tree_ensemble(*a, 1.0)
+
+        graph = tf.function(fn).get_concrete_function(*specs).graph
+        return sorted({n.op for n in graph.as_graph_def().node if n.op.startswith("KerasTrees")})
+
+    assert graph_ops("/CPU:0") == ["KerasTrees>SoftTreeEnsemble"]
+    with _library.portable_bodies():
+        assert graph_ops("/CPU:0") == ["KerasTrees>SoftTreeEnsembleTraceFree"]
+    if tf.config.list_physical_devices("GPU") and _library.custom_ops_available("soft_tree"):
+        assert graph_ops("/GPU:0") == ["KerasTrees>SoftTreeEnsembleTraceFree"]
+
+
+@pytest.mark.parametrize("engine", tel_engines())
 def test_soft_tree_ensemble_over_several_chunks(engine):
     """300 samples through 32 trees of depth 10 (float64): the GPU backward
     pass takes them in three chunks of at most 127 samples (its 64 MiB
@@ -263,7 +323,7 @@ def test_soft_tree_ensemble_over_several_chunks(engine):
             np.testing.assert_allclose(a, r, rtol=1e-9, atol=1e-9, err_msg=f"gradient {i}")
 
 
-@pytest.mark.parametrize("engine", engines())
+@pytest.mark.parametrize("engine", tel_engines())
 def test_soft_tree_ensemble_rejects_bad_inputs(engine):
     rng = np.random.default_rng(0)
     x, w, b, o = ensemble_args(rng, 4, "float32")
