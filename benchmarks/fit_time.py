@@ -22,6 +22,7 @@ Two parts:
     python benchmarks/fit_time.py                      # every classifier, seeds 0 1 2
     python benchmarks/fit_time.py --compare-patience --models hinge tel --seeds 0
     python benchmarks/fit_time.py --curves iris wine breast_cancer digits crx pima --json curves.json
+    python benchmarks/fit_time.py --curves held-out --families hinge   # a group of _data's sets
     python benchmarks/fit_time.py --smoke              # CI: 600 rows, two families, one epoch each
 
 Figures: docs/benchmarks.md, "Fit time".
@@ -143,10 +144,15 @@ def replay(curve, rule):
     return len(losses), best_epoch
 
 
+GROUPS = {"sklearn": _data.SKLEARN_SETS[:4], "pmlb": _data.PMLB_SETS, "held-out": _data.HELD_OUT_SETS,
+          "held-out-2": _data.HELD_OUT_2_SETS}
+
+
 def curves(args):
     recorded = []
-    for name in args.curves:
-        for family in ("hinge", "tel") if not args.smoke else ("hinge",):
+    names = [n for name in args.curves for n in GROUPS.get(name, (name,))]
+    for name in names:
+        for family in args.families if not args.smoke else ("hinge",):
             curve = record_curve(name, family, args.smoke)
             recorded.append(curve)
             print(f"{family:5s} {name:16s} {len(curve['val_loss']):4d} epochs recorded ({curve['seconds']:.0f} s)",
@@ -179,6 +185,8 @@ def main():
     parser.add_argument("--compare-patience", action="store_true",
                         help="also fit with a fixed patience, side by side")
     parser.add_argument("--curves", nargs="+", metavar="SET", help="record and replay validation curves")
+    parser.add_argument("--families", nargs="+", choices=["hinge", "tel"], default=["hinge", "tel"],
+                        help="the estimators whose curves --curves records")
     args = parser.parse_args()
     if args.smoke:
         args.seeds = [0]
