@@ -66,27 +66,6 @@ struct ParallelFor {
   }
 };
 
-// Smooth-step of Hazimeh et al. (2020), Eq. 4: 0 below -gamma/2, 1 above
-// gamma/2, the cubic -2 t^3 / gamma^3 + 3 t / (2 gamma) + 1/2 in between.
-// Clamped to [0, 1] so round-off near the ends never leaves the interval.
-template <typename T>
-KT_HOST_DEVICE inline void SmoothStep(T t, T gamma, T* s, T* ds) {
-  const T half = gamma * T(0.5);
-  if (t <= -half) {
-    *s = T(0);
-    *ds = T(0);
-  } else if (t >= half) {
-    *s = T(1);
-    *ds = T(0);
-  } else {
-    const T inv = T(1) / gamma;
-    const T u = t * inv;
-    const T v = T(-2) * u * u * u + T(1.5) * u + T(0.5);
-    *s = std::min(T(1), std::max(T(0), v));
-    *ds = (T(-6) * u * u + T(1.5)) * inv;
-  }
-}
-
 // Numerically stable softplus log(1 + exp(z)): no overflow for large |z|.
 template <typename T>
 KT_HOST_DEVICE inline T Softplus(T z) {

@@ -205,6 +205,28 @@ KT_HOST_DEVICE inline T Log1pUnit(T u) {
   return Log(w) * (u / (w - T(1)));
 }
 
+// Smooth-step of Hazimeh et al. (2020), Eq. 4, and its derivative: 0 below
+// -gamma/2, 1 above gamma/2, the cubic -2 t^3 / gamma^3 + 3 t / (2 gamma) + 1/2
+// in between, clamped to [0, 1] so round-off near the ends never leaves the
+// interval. One definition for the CPU core and the GPU bodies.
+template <typename T>
+KT_HOST_DEVICE inline void SmoothStep(T t, T gamma, T* s, T* ds) {
+  const T half = gamma * T(0.5);
+  if (t <= -half) {
+    *s = T(0);
+    *ds = T(0);
+  } else if (t >= half) {
+    *s = T(1);
+    *ds = T(0);
+  } else {
+    const T inv = T(1) / gamma;
+    const T u = t * inv;
+    const T v = T(-2) * u * u * u + T(1.5) * u + T(0.5);
+    *s = Min(T(1), Max(T(0), v));
+    *ds = (T(-6) * u * u + T(1.5)) * inv;
+  }
+}
+
 // softplus(z) = log(1 + exp(z)) = max(z, 0) + log(1 + exp(-|z|)): no overflow.
 template <typename T>
 KT_HOST_DEVICE inline T Softplus(T z) {

@@ -57,7 +57,7 @@ int64_t WalkTree(const T* x, const T* w, const T* b, const T* o, T gamma,
     if (f.state == 0) {
       const T t = Dot(w + f.node * p, x, p) + b[f.node];
       T s, ds;
-      SmoothStep(t, gamma, &s, &ds);
+      portable::SmoothStep(t, gamma, &s, &ds);
       if (s >= T(1)) {  // hard left: not in the fractional tree
         f.node = 2 * f.node + 1;
         continue;

@@ -29,26 +29,6 @@ enum Status : int {
   kStatusWords
 };
 
-// The smooth step S(t) of the paper (Eq. 2) and its derivative, as the CPU
-// core computes them (core/common.h SmoothStep), in portable arithmetic.
-template <typename T>
-KT_HOST_DEVICE inline void SmoothStep(T t, T gamma, T* s, T* ds) {
-  const T half = gamma * T(0.5);
-  if (t <= -half) {
-    *s = T(0);
-    *ds = T(0);
-  } else if (t >= half) {
-    *s = T(1);
-    *ds = T(0);
-  } else {
-    const T inv = T(1) / gamma;
-    const T u = t * inv;
-    const T v = T(-2) * u * u * u + T(1.5) * u + T(0.5);
-    *s = portable::Min(T(1), portable::Max(T(0), v));
-    *ds = (T(-6) * u * u + T(1.5)) * inv;
-  }
-}
-
 // Records in status[kBadGamma] whether gamma (one element of device memory,
 // never read on the host unless the call fails) is not a finite number > 0.
 template <typename T>
@@ -122,7 +102,7 @@ struct Walk {
       }
       if (f.state == 0) {
         T sv, dsv;
-        SmoothStep(portable::Dot(wm + f.node * p, xs, p) + bm[f.node], g, &sv, &dsv);
+        portable::SmoothStep(portable::Dot(wm + f.node * p, xs, p) + bm[f.node], g, &sv, &dsv);
         if (sv >= T(1)) {
           f.node = 2 * f.node + 1;
           continue;
@@ -218,7 +198,7 @@ struct BackwardWalk {
       }
       if (f.state == 0) {
         T sv, dsv;
-        SmoothStep(portable::Dot(wm + f.node * p, xs, p) + bm[f.node], g, &sv, &dsv);
+        portable::SmoothStep(portable::Dot(wm + f.node * p, xs, p) + bm[f.node], g, &sv, &dsv);
         if (sv >= T(1)) {
           f.node = 2 * f.node + 1;
           continue;
