@@ -31,7 +31,11 @@ def smooth_step(t, gamma=1.0):
     gamma = ops.cast(gamma, t.dtype)
     u = t / gamma
     cubic = -2.0 * u * u * u + 1.5 * u + 0.5
-    return ops.clip(ops.where(u <= -0.5, 0.0, ops.where(u >= 0.5, 1.0, cubic)), 0.0, 1.0)
+    # Round-off near the ends must not leave [0, 1]: clamped by selects, not
+    # ops.clip, whose gradient XLA's CPU compiler got wrong under jit (zero at
+    # interior points of a depth-12 ensemble's nodes, JAX 0.10).
+    cubic = ops.where(cubic < 0.0, 0.0, ops.where(cubic > 1.0, 1.0, cubic))
+    return ops.where(u <= -0.5, 0.0, ops.where(u >= 0.5, 1.0, cubic))
 
 
 @keras_trees_export("keras_trees.ops")
