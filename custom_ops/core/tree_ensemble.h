@@ -21,17 +21,9 @@
 #include <functional>
 
 #include "core/common.h"
+#include "core/tree_ensemble_bodies.h"  // SoftTreeDims
 
 namespace keras_trees {
-
-struct SoftTreeDims {
-  int64_t batch = 0;
-  int64_t input_dim = 0;
-  int64_t trees = 0;
-  int64_t num_internal = 0;  // 2**depth - 1
-  int64_t units = 0;
-  int depth = 0;
-};
 
 // Where the forward pass writes the trace. Its length depends on the data, so
 // the caller preallocates only `offsets` ([batch * trees + 1]); once the length

@@ -17,6 +17,18 @@
 #include "core/portable.h"
 
 namespace keras_trees {
+
+// Dimensions of one Tree Ensemble Layer call (the CPU core's and the bodies').
+struct SoftTreeDims {
+  int64_t batch = 0;
+  int64_t input_dim = 0;
+  int64_t trees = 0;
+  int64_t num_internal = 0;  // 2**depth - 1
+  int64_t units = 0;
+  int depth = 0;
+  KT_HOST_DEVICE int64_t Nodes() const { return 2 * num_internal + 1; }  // internal nodes, then leaves
+};
+
 namespace tel {
 
 // Status words of one call (read back by core/tree_ensemble_pipeline.h).
@@ -51,17 +63,6 @@ struct Frame {
   int state;  // 0: not evaluated, 1: left child done, 2: both children done
 };
 
-// Dimensions of one call (core/tree_ensemble.h SoftTreeDims, repeated here so
-// the bodies need no host header).
-struct TelDims {
-  int64_t batch = 0;
-  int64_t input_dim = 0;
-  int64_t trees = 0;
-  int64_t num_internal = 0;  // 2**depth - 1
-  int64_t units = 0;
-  int depth = 0;
-  KT_HOST_DEVICE int64_t Nodes() const { return 2 * num_internal + 1; }  // internal nodes, then leaves
-};
 
 // Forward, one (sample, tree) pair per item, item = m * batch + s (tree-major:
 // neighbouring GPU threads walk one tree and share its top levels' reads):
@@ -71,7 +72,7 @@ struct TelDims {
 // (S = 0 or 1) are left out as in Definition 1; NaN routes right.
 template <typename T>
 struct Walk {
-  TelDims d;
+  SoftTreeDims d;
   const T* x;
   const T* node_weights;
   const T* node_bias;
@@ -157,7 +158,7 @@ struct SumTrees {
 // walk's order.
 template <typename T>
 struct BackwardWalk {
-  TelDims d;
+  SoftTreeDims d;
   int64_t s0;
   int64_t chunk;
   const T* grad_output;

@@ -40,17 +40,6 @@ namespace keras_trees {
 // The memory budget of one backward chunk's coefficient rows and grad_x rows.
 constexpr int64_t kTelChunkBytes = int64_t{64} << 20;
 
-inline tel::TelDims ToTelDims(const SoftTreeDims& d) {
-  tel::TelDims t;
-  t.batch = d.batch;
-  t.input_dim = d.input_dim;
-  t.trees = d.trees;
-  t.num_internal = d.num_internal;
-  t.units = d.units;
-  t.depth = d.depth;
-  return t;
-}
-
 // Samples per backward chunk: as many as fit in `budget_bytes` (at least 1,
 // at most the batch).
 inline int64_t TelChunk(const SoftTreeDims& d, int64_t element_bytes, int64_t budget_bytes = kTelChunkBytes) {
@@ -106,9 +95,8 @@ std::string SoftTreeEnsembleForwardPipeline(Exec& exec, const SoftTreeDims& d, c
                                             T* output) {
   using namespace tel;
   unsigned long long* status = tel_internal::Checks(exec, d, x, node_weights, node_bias, leaf_weights, gamma);
-  const TelDims t = ToTelDims(d);
   T* partial = exec.template Scratch<T>(d.batch * d.trees * d.units);
-  exec.For(d.batch * d.trees, Walk<T>{t, x, node_weights, node_bias, leaf_weights, gamma, partial});
+  exec.For(d.batch * d.trees, Walk<T>{d, x, node_weights, node_bias, leaf_weights, gamma, partial});
   exec.For(d.batch * d.units, SumTrees<T>{d.trees, d.units, partial, output});
   return tel_internal::Message(exec, status, gamma);
 }
@@ -121,8 +109,7 @@ std::string SoftTreeEnsembleBackwardPipeline(Exec& exec, const SoftTreeDims& d, 
                                              T* grad_leaf_weights, int64_t chunk_bytes = kTelChunkBytes) {
   using namespace tel;
   unsigned long long* status = tel_internal::Checks(exec, d, x, node_weights, node_bias, leaf_weights, gamma);
-  const TelDims t = ToTelDims(d);
-  const int64_t ni = d.num_internal, leaves = ni + 1, nodes = t.Nodes();
+  const int64_t ni = d.num_internal, leaves = ni + 1, nodes = d.Nodes();
   const int64_t chunk = TelChunk(d, sizeof(T), chunk_bytes);
   if (chunk == 0) {  // batch 0: every parameter gradient is 0
     exec.For(d.trees * ni * d.input_dim, pipeline::Fill<T>{grad_node_weights, T(0)});
@@ -136,7 +123,7 @@ std::string SoftTreeEnsembleBackwardPipeline(Exec& exec, const SoftTreeDims& d, 
     const int64_t n = d.batch - s0 < chunk ? d.batch - s0 : chunk;
     const bool first = s0 == 0;
     exec.For(n * d.trees * nodes, pipeline::Fill<T>{coeff, T(0)});
-    exec.For(n * d.trees, BackwardWalk<T>{t, s0, n, grad_output, x, node_weights, node_bias, leaf_weights, gamma,
+    exec.For(n * d.trees, BackwardWalk<T>{d, s0, n, grad_output, x, node_weights, node_bias, leaf_weights, gamma,
                                           coeff, gx});
     if (grad_x != nullptr) {
       exec.For(n * d.input_dim, SumTrees<T>{d.trees, d.input_dim, gx, grad_x + s0 * d.input_dim});
