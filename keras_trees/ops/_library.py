@@ -46,7 +46,7 @@ DISPATCH = {
     # CUDA handlers under JAX. Built with nvcc, not yet run on a GPU.
     ("tensorflow", "gpu"): {f: f"_tf_{f}" for f in (*_GPU_FAMILIES, "soft_tree")},
     ("jax", "cpu"): {f: f"_jax_{f}" for f in FAMILIES},
-    ("jax", "gpu"): {f: f"_jax_{f}" for f in (*_GPU_FAMILIES, "soft_tree", "check")},
+    ("jax", "gpu"): {f: f"_jax_{f}" for f in (*_GPU_FAMILIES, "soft_tree", "pruned_routing", "check")},
     ("torch", "cpu"): {f: f"_torch_{f}" for f in _TORCH_FAMILIES},
 }
 # The XLA FFI handlers exported by the JAX library (custom_ops/xla/).
@@ -80,6 +80,18 @@ _lock = threading.Lock()
 _state = {"loaded": None, "module": None, "error": None, "warned": False,
           "gpu": None, "gpu_error": None}
 _local = threading.local()
+# Pruned probabilistic routing (#33): the CPU emulation of its GPU kernels
+# (xla/pruned_routing_portable_ffi.cc, "<Target>Portable") and its CUDA handlers
+# (cuda/xla_pruned_routing.cu, "<Target>Cuda"), under the CPU handlers' targets.
+# Built with nvcc, not yet run on a GPU.
+_PRUNED_TARGETS = (
+    "KerasTreesPrunedRouting",
+    "KerasTreesPrunedRoutingGrad",
+    "KerasTreesPrunedLeafStatistics",
+    "KerasTreesPrunedEmStatistics",
+)
+PORTABLE_TARGETS += _PRUNED_TARGETS
+CUDA_TARGETS += _PRUNED_TARGETS
 
 
 def _env_disabled():
