@@ -33,7 +33,7 @@ _TORCH_MINIMUM = (2, 10)
 # Every op family with compiled kernels; its wrapper module is
 # keras_trees.ops._<prefix>_<family> ("check": the runtime input checks).
 FAMILIES = ("soft_tree", "hinge", "hard_routing", "loss_augmented", "pruned_routing", "check")
-_GPU_FAMILIES = ("hinge", "hard_routing")
+_GPU_FAMILIES = ("hinge", "hard_routing", "loss_augmented")
 # The families bound to PyTorch (torch.library ops of custom_ops/torch/).
 _TORCH_FAMILIES = ("hinge", "hard_routing", "soft_tree", "loss_augmented", "pruned_routing", "check")
 # (framework, device platform) -> {op family: its binding module}. One wrapper
@@ -73,6 +73,7 @@ PORTABLE_TARGETS = (
     "KerasTreesHingeForestGrad",
     "KerasTreesHardRouting",
     "KerasTreesHardRoutingExperts",
+    "KerasTreesLossAugmentedInference",  # xla/loss_augmented_portable_ffi.cc (#33)
 )
 # The handlers of the JAX CUDA library (symbol: the target name + "Cuda").
 CUDA_TARGETS = (*PORTABLE_TARGETS, "KerasTreesCheck")
