@@ -81,6 +81,7 @@ PUBLISHED_PYTORCH_CUDA_HINGE_MS = {"atomics": {256: 0.89, 4096: 1.90},
                                    "deterministic": {256: 5.0, 4096: 69.7}}
 HINGE_GOAL = {"max_ms": 0.15, "min_ratio": 9.0}
 ROUTING_GOAL = {"min_ratio": 10.0}
+PRUNED_GOAL = {"min_ratio": 5.0}  # #33: pruned routing fwd+bwd at batch 4096, vs the dense keras.ops path
 TEL_TRAIN_STEPS = {"smoke": 5, "full": 200}
 AGREE_RTOL = 1e-4  # kernels vs keras.ops, relative to each output's largest magnitude
 NODE_MISMATCH_FRACTION = 1e-4  # routing: leaf nodes that may differ (split values within rounding of 0)
@@ -88,6 +89,10 @@ NODE_MISMATCH_FRACTION = 1e-4  # routing: leaf nodes that may differ (split valu
 
 def settings(smoke):
     """The rows: dicts of family, shapes and goal."""
+    # Pruned probabilistic routing (#33): the paper's forest on letter (70
+    # trees, depth 10, 16 features, 26 classes), default prune threshold.
+    pruned_smoke = dict(trees=3, depth=3, features=5, units=2, gamma=2.0, threshold=1e-3)
+    pruned = dict(trees=70, depth=10, features=16, units=26, gamma=2.0, threshold=1e-4)
     if smoke:
         hinge = dict(trees=3, depth=3, features=5, units=2)
         routing = dict(trees=3, dim=4)
@@ -99,6 +104,8 @@ def settings(smoke):
             dict(family="routing", depth=4, batch=8, goal=ROUTING_GOAL, **routing),
             dict(family="tel", state="init", batch=16, trees=3, depth=3, features=5, units=2, gamma=1.0),
             dict(family="tel", state="trained", batch=16, trees=3, depth=3, features=5, units=2, gamma=1.0),
+            dict(family="pruned", batch=16, goal=PRUNED_GOAL, **pruned_smoke),
+            dict(family="pruned_em", batch=16, **pruned_smoke),
         ]
     hinge = dict(trees=100, depth=10, features=100, units=26)
     routing = dict(trees=100, dim=64)
@@ -110,10 +117,16 @@ def settings(smoke):
         dict(family="routing", depth=12, batch=1024, goal=ROUTING_GOAL, **routing),
         dict(family="tel", state="init", batch=4096, trees=20, depth=8, features=64, units=10, gamma=1.0),
         dict(family="tel", state="trained", batch=4096, trees=20, depth=8, features=64, units=10, gamma=1.0),
+        dict(family="pruned", batch=4096, goal=PRUNED_GOAL, **pruned),
+        dict(family="pruned_em", batch=4096, **pruned),
     ]
 
 
 def label(s):
+    if s["family"] == "pruned":
+        return f"pruned routing fwd+bwd, depth {s['depth']}"
+    if s["family"] == "pruned_em":
+        return f"pruned EM E-step, depth {s['depth']}"
     if s["family"] == "tel":
         return f"TEL fwd+bwd, depth {s['depth']}, {s['state']}"
     if s["family"] == "hinge":
@@ -122,7 +135,7 @@ def label(s):
 
 
 def published(s):
-    if s["family"] == "tel":
+    if s["family"] in ("tel", "pruned", "pruned_em"):
         return None
     if s["family"] == "hinge":
         return PUBLISHED_KERAS_OPS_MS.get(("hinge", s["fern"], s["batch"]))
@@ -236,6 +249,54 @@ def tel_step(gamma):
     return jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3)))
 
 
+def pruned_inputs(s, rng):
+    """Pruned routing (#33), oblique splits, every node split: input sets
+    ``(x, split_weights, split_bias, gamma, leaf_values)`` (leaf values: class
+    distributions for the E-step) and the shared ``(is_split, cotangent)`` or
+    ``(is_split, labels)``."""
+    import jax.numpy as jnp
+
+    n, d, trees, units = 2 ** s["depth"] - 1, s["features"], s["trees"], s["units"]
+    sets = []
+    for _ in range(INPUT_SETS):
+        x = rng.standard_normal((s["batch"], d), dtype=np.float32)
+        w = rng.standard_normal((trees, n, d), dtype=np.float32) / np.float32(np.sqrt(d))
+        b = (0.1 * rng.standard_normal((trees, n), dtype=np.float32)).astype(np.float32)
+        g = np.full((trees, n), s["gamma"], np.float32)
+        v = rng.uniform(0.05, 1.0, size=(trees, 2 * n + 1, units)).astype(np.float32)
+        v /= v.sum(-1, keepdims=True)
+        sets.append(tuple(jnp.asarray(a) for a in (x, w, b, g, v)))
+    is_split = jnp.asarray(np.ones((trees, n), bool))
+    if s["family"] == "pruned_em":
+        return sets, (is_split, jnp.asarray(rng.integers(0, units, s["batch"]).astype(np.int32)))
+    cot = jnp.asarray(rng.standard_normal((s["batch"], trees, units), dtype=np.float32))
+    return sets, (is_split, cot)
+
+
+def pruned_step(threshold):
+    """Forward and the gradients of the parameters (x is data, as in training)."""
+    import jax
+    import jax.numpy as jnp
+
+    from keras_trees import ops as tree_ops
+
+    def loss(x, w, b, g, v, is_split, cot):
+        return jnp.sum(tree_ops.pruned_route(x, w, b, g, is_split, v, threshold) * cot)
+
+    return jax.jit(jax.value_and_grad(loss, argnums=(1, 2, 3, 4)))
+
+
+def pruned_em_step(threshold):
+    import jax
+
+    from keras_trees import ops as tree_ops
+
+    def em(x, w, b, g, v, is_split, labels):
+        return tree_ops.pruned_em_statistics(x, w, b, g, is_split, v, labels, None, threshold)
+
+    return jax.jit(em)
+
+
 def routing_step():
     import jax
 
@@ -283,7 +344,7 @@ def rel_diff(a, b):
 
 def compare(family, kernel_out, reference_out):
     """(agrees, max rel diff, differing leaf nodes)."""
-    if family in ("hinge", "tel"):
+    if family in ("hinge", "tel", "pruned", "pruned_em"):
         diff = rel_diff(kernel_out, reference_out)
         return diff <= AGREE_RTOL, diff, 0
     (node_k, path_k), (node_r, path_r) = kernel_out, reference_out
@@ -331,6 +392,9 @@ def bench(s, reps, warmup, smoke, rng):
     if s["family"] == "hinge":
         sets, shared = hinge_inputs(s, rng)
         step = lambda: hinge_step(s["fern"])  # noqa: E731
+    elif s["family"] in ("pruned", "pruned_em"):
+        sets, shared = pruned_inputs(s, rng)
+        step = lambda: (pruned_step if s["family"] == "pruned" else pruned_em_step)(s["threshold"])  # noqa: E731
     elif s["family"] == "tel":
         sets, shared = tel_inputs(s, rng, smoke)
         step = lambda: tel_step(s["gamma"])  # noqa: E731
@@ -442,7 +506,8 @@ def main(argv=None):
     reps = args.reps or (2 if args.smoke else 50 if args.quick else 200)
     warmup = 1 if args.smoke else 3
     device = jax.devices()[0]
-    available = {family: kernels_available(family) for family in ("hinge", "hard_routing", "soft_tree")}
+    available = {family: kernels_available(family)
+                 for family in ("hinge", "hard_routing", "soft_tree", "pruned_routing")}
     summary = tree_ops.execution_report()["summary"]
     print(f"device: {device.device_kind} ({device.platform}, {device}); jax {jax.__version__}, "
           f"keras {keras.__version__}", flush=True)

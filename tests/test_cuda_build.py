@@ -38,7 +38,8 @@ GPU_OPS = ("KerasTrees>HingeForest", "KerasTrees>HingeForestGrad", "KerasTrees>H
 # The handlers of the JAX CUDA library (Python registers symbol X + "Cuda" as target X).
 CUDA_SYMBOLS = ("KerasTreesHingeForestCuda", "KerasTreesHingeForestGradCuda", "KerasTreesHardRoutingCuda",
                 "KerasTreesHardRoutingExpertsCuda", "KerasTreesCheckCuda", "KerasTreesSoftTreeEnsembleCuda",
-                "KerasTreesSoftTreeEnsembleGradCuda")
+                "KerasTreesSoftTreeEnsembleGradCuda", "KerasTreesPrunedRoutingCuda", "KerasTreesPrunedRoutingGradCuda",
+                "KerasTreesPrunedLeafStatisticsCuda", "KerasTreesPrunedEmStatisticsCuda")
 
 
 def _build_into(cache, **kwargs):
@@ -109,7 +110,7 @@ def test_cpu_builds_leave_out_the_cuda_sources():
         names = [p.relative_to(src).as_posix() for p in _build._sources(framework)]
         assert not [n for n in names if n.startswith("cuda/") or "gpu" in n.split("/")[-1]], names
     cuda_jax = {p.relative_to(src).as_posix() for p in _build._units("jax", cuda=True)}
-    assert cuda_jax == {"cuda/xla_handlers.cu"}
+    assert cuda_jax == {"cuda/xla_handlers.cu", "cuda/xla_pruned_routing.cu"}
     cuda_tf = {p.relative_to(src).as_posix() for p in _build._units("tensorflow", cuda=True)}
     cpu_tf = {p.relative_to(src).as_posix() for p in _build._units("tensorflow")}
     assert cuda_tf - cpu_tf == {"cuda/tf_entry.cu", "tensorflow/hinge_gpu_kernels.cc",

@@ -49,9 +49,11 @@ namespace ffi = ::xla::ffi;
 XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesPrunedRoutingPortable, keras_trees::Guard<keras_trees::Forward>::Call,
                               keras_trees::pruned_handlers::ForwardSignature(ffi::Ffi::Bind().Ctx<ffi::ThreadPool>()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesPrunedRoutingGradPortable, keras_trees::Guard<keras_trees::Backward>::Call,
-                              keras_trees::pruned_handlers::BackwardSignature(ffi::Ffi::Bind().Ctx<ffi::ThreadPool>()));
+                              keras_trees::pruned_handlers::BackwardSignature(
+                                  ffi::Ffi::Bind().Ctx<ffi::ThreadPool>()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesPrunedLeafStatisticsPortable,
                               keras_trees::Guard<keras_trees::Statistics>::Call,
-                              keras_trees::pruned_handlers::StatisticsSignature(ffi::Ffi::Bind().Ctx<ffi::ThreadPool>()));
+                              keras_trees::pruned_handlers::StatisticsSignature(
+                                  ffi::Ffi::Bind().Ctx<ffi::ThreadPool>()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(KerasTreesPrunedEmStatisticsPortable, keras_trees::Guard<keras_trees::EmStatistics>::Call,
                               keras_trees::pruned_handlers::EmSignature(ffi::Ffi::Bind().Ctx<ffi::ThreadPool>()));

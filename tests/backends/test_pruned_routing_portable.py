@@ -141,10 +141,11 @@ def test_forward_matches_the_cpu_engine_and_the_reference(rng, dtype, form):
         rtol, atol = tol(dtype)
         for threshold in (0.0, 0.02):
             out = forward(TARGET, args, threshold)
-            core = forward("core", args, threshold)
-            ref = forward("reference", args, threshold)
+            others = [forward("core", args, threshold)]
+            if dtype == "float64" and threshold > 0:  # the reference is slow: one case
+                others.append(forward("reference", args, threshold))
             assert out[0].dtype == np.dtype(dtype) and out[1].dtype == np.int32
-            for other in (core, ref):
+            for other in others:
                 np.testing.assert_allclose(out[0], other[0], rtol=rtol, atol=atol)
                 np.testing.assert_array_equal(out[1], other[1])  # kept leaves
                 np.testing.assert_array_equal(out[2], other[2])  # visited splits
@@ -168,7 +169,8 @@ def test_gradients_match_the_cpu_engine_and_the_reference(rng, dtype, form):
         rtol, atol = (2e-4, 1e-5) if dtype == "float32" else (1e-9, 1e-12)
         for threshold in (0.0, 0.03):
             value, grads = gradients(TARGET, args, threshold, names, probe)
-            for other in ("core", "reference"):
+            others = ["core"] + (["reference"] if dtype == "float64" and threshold > 0 else [])
+            for other in others:
                 v2, g2 = gradients(other, args, threshold, names, probe)
                 np.testing.assert_allclose(value, v2, rtol=rtol)
                 for name, a, b in zip(names, grads, g2):
@@ -255,11 +257,12 @@ def test_leaf_statistics_and_em_match_the_cpu_engine_and_the_reference(rng, dtyp
             weights = rng.normal(size=(17, 2, 3)).astype(dtype)
             for threshold in (0.0, 0.02):
                 got = []
-                for name in (TARGET, "core", "reference"):
+                reference = dtype == "float64" and threshold > 0 and form == "experts"
+                for name in (TARGET, "core") + (("reference",) if reference else ()):
                     with engine(name):
                         got.append(np.asarray(statistics(args, weights, threshold)))
-                np.testing.assert_allclose(got[0], got[1], rtol=rtol, atol=atol)
-                np.testing.assert_allclose(got[0], got[2], rtol=rtol, atol=atol)
+                for other in got[1:]:
+                    np.testing.assert_allclose(got[0], other, rtol=rtol, atol=atol)
         args, labels, w = em_args(rng, 31, dtype)
         for threshold in (0.0, 0.01):
             for weights in (None, w):
@@ -267,8 +270,9 @@ def test_leaf_statistics_and_em_match_the_cpu_engine_and_the_reference(rng, dtyp
                 assert counts.dtype == np.dtype(dtype) and counts.shape == (2, 31, 3)
                 np.testing.assert_allclose(counts, em("core", args, labels, weights, threshold), rtol=rtol * 10,
                                            atol=atol)
-                np.testing.assert_allclose(counts, em("reference", args, labels, weights, threshold),
-                                           rtol=rtol * 10, atol=atol)
+                if dtype == "float64" and threshold > 0 and weights is not None:
+                    np.testing.assert_allclose(counts, em("reference", args, labels, weights, threshold),
+                                               rtol=rtol * 10, atol=atol)
                 total = 31 if weights is None else float(np.sum(w, dtype=np.float64))
                 np.testing.assert_allclose(counts.sum(), total, rtol=rtol * 10)
 

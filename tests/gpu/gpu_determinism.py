@@ -5,7 +5,10 @@ leaf, margin and vertex; backward: gradients with respect to the inputs, the
 thresholds and the leaf weights) and hard routing (oblique and noisy-OR
 "experts" splits, some nodes not split: leaf node and path values) and the
 Tree Ensemble Layer ("tel": output and the gradients with respect to x, the
-node weights and biases and the leaf weights, #32), in float32
+node weights and biases and the leaf weights, #32) and pruned probabilistic
+routing ("pruned": output, kept leaves, visited splits, every gradient and the
+EM E-step's counts, #33; integers compared exactly with the CPU engine's, which
+random inputs keep away from the threshold's rounding), in float32
 and float64 (JAX's x64 mode), each jitted computation runs ``--runs`` times on
 the same inputs on ``jax.devices()[0]`` (the GPU on the lent machine) and
 every output must be bit-identical to the first run's. The same computation
@@ -35,7 +38,7 @@ os.environ.setdefault("KERAS_BACKEND", "jax")
 
 TOLERANCE = {"float32": 1e-5, "float64": 1e-12}
 MARGIN = 1e-4  # smallest |split value| kept in the routing inputs
-CASES = ("hinge tree", "hinge fern", "routing oblique", "routing experts", "tel")
+CASES = ("hinge tree", "hinge fern", "routing oblique", "routing experts", "tel", "pruned")
 TEL_GAMMA = 1.0
 
 
@@ -141,7 +144,49 @@ def tel_fn(x, w, b, o, cot):
     return {"output": out, "grad_x": gx, "grad_node_weights": gw, "grad_node_bias": gb, "grad_leaf_weights": go}
 
 
+PRUNE_THRESHOLD = 1e-3
+
+
+def pruned_inputs(rng, dtype, size):
+    """Pruned probabilistic routing (#33), oblique splits, some nodes not split;
+    leaf values also as class distributions with labels for the EM E-step."""
+    batch, trees, depth, dim, units = size["batch"], size["trees"], size["depth"], size["dim"], size["units"]
+    n = 2**depth - 1
+    x = rng.normal(size=(batch, dim))
+    w = rng.normal(size=(trees, n, dim)) / np.sqrt(dim)
+    b = rng.normal(scale=0.3, size=(trees, n))
+    g = rng.uniform(1.0, 3.0, size=(trees, n))
+    is_split = rng.random((trees, n)) < 0.85
+    is_split[:, 0] = True
+    pi = rng.uniform(0.05, 1.0, size=(trees, 2 * n + 1, units))
+    pi /= pi.sum(-1, keepdims=True)
+    labels = rng.integers(0, units, batch).astype(np.int32)
+    cot = rng.normal(size=(batch, trees, units))
+    floats = [a.astype(dtype) for a in (x, w, b, g)]
+    return [*floats, is_split, pi.astype(dtype), labels, cot.astype(dtype)]
+
+
+def pruned_fn(x, w, b, g, is_split, pi, labels, cot):
+    """Forward (output, kept leaves, visited splits), the gradients of
+    <output, cot> and the E-step's counts."""
+    import jax
+
+    from keras_trees import ops as tree_ops
+
+    def route(x, w, b, g, v):
+        return tree_ops.pruned_route(x, w, b, g, is_split, v, PRUNE_THRESHOLD, with_statistics=True)
+
+    out, vjp = jax.vjp(lambda *a: route(*a)[0], x, w, b, g, pi)
+    _, kept, evals, _ = route(x, w, b, g, pi)
+    gx, gw, gb, gg, gv = vjp(cot)
+    counts = tree_ops.pruned_em_statistics(x, w, b, g, is_split, pi, labels, None, PRUNE_THRESHOLD)
+    return {"output": out, "kept_leaves": kept, "split_evaluations": evals, "grad_x": gx, "grad_split_weights": gw,
+            "grad_split_bias": gb, "grad_gamma": gg, "grad_leaf_values": gv, "em_counts": counts}
+
+
 def case_inputs_and_fn(case, dtype, rng, size):
+    if case == "pruned":
+        return pruned_inputs(rng, dtype, size), pruned_fn
     if case == "tel":
         return tel_inputs(rng, dtype, size), tel_fn
     if case.startswith("hinge"):

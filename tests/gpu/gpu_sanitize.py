@@ -74,7 +74,30 @@ def main():
             outs.append((out, vjp(tel_cot)))
         return outs
 
+    prune_leaves = rng.normal(size=(trees, 2 * n + 1, units)).astype(np.float32)
+    gamma = rng.uniform(0.5, 2.0, size=(trees, n)).astype(np.float32)
+    labels = rng.integers(0, units, size=batch).astype(np.int32)
+    pi = np.abs(prune_leaves) + 0.1
+    pi /= pi.sum(-1, keepdims=True)
+
+    def pruned(x, w, b, w4, b3, r, c):
+        """Pruned probabilistic routing (#33): both split forms, forward and
+        backward, leaf statistics and the EM E-step."""
+        outs = []
+        for threshold in (0.0, 0.05):
+            out, vjp = jax.vjp(lambda x, w, b: tree_ops.pruned_route(x, w, b, gamma, is_split, prune_leaves, threshold),
+                               x, w, b)
+            outs.append((out, vjp(cot)))
+            out, vjp = jax.vjp(lambda x, w4, r: tree_ops.pruned_route(x, w4, b3, gamma, is_split, prune_leaves,
+                                                                      threshold, expert_weights=r, rate0=c),
+                               x, w4, r)
+            outs.append((out, vjp(cot)))
+            outs.append(tree_ops.pruned_leaf_statistics(x, w, b, gamma, is_split, cot, threshold))
+            outs.append(tree_ops.pruned_em_statistics(x, w, b, gamma, is_split, pi, labels, None, threshold))
+        return outs
+
     workloads = {"hinge tree": hinge(False), "hinge fern": hinge(True),
+                 "pruned routing": (pruned, (x, w, b, w4, b3, r, c)),
                  "tree ensemble layer": (tel, (x, w, b, tel_leaves)),
                  "hard routing oblique": (oblique, (x, w, b)),
                  "hard routing experts": (experts, (x, w4, b3, r, c))}
@@ -103,6 +126,10 @@ def main():
         "routing: NaN input (jit)": lambda: jax.jit(lambda x: tree_ops.hard_route(x, w, b, is_split)[0])(x_nan),
         "tel: NaN input (jit)": lambda: jax.jit(lambda x: tree_ops.soft_tree_ensemble(x, w, b, tel_leaves, 1.0))(x_nan),
         "tel: gamma 0": lambda: tree_ops.soft_tree_ensemble(x, w, b, tel_leaves, 0.0),
+        "pruned: NaN input (jit)": lambda: jax.jit(
+            lambda x: tree_ops.pruned_route(x, w, b, gamma, is_split, prune_leaves, 0.01))(x_nan),
+        "pruned EM: label out of range": lambda: tree_ops.pruned_em_statistics(
+            x, w, b, gamma, is_split, pi, labels + units, None, 0.01),
         "routing: negative rate": lambda: tree_ops.hard_route(x, w4, b3, is_split, expert_weights=rates, threshold=c)[0],
     }
     for name, call in cases.items():

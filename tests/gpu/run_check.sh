@@ -15,7 +15,8 @@
 #   benchmark     benchmarks/gpu_speed.py --json $OUT/gpu_speed.json (first: the figures
 #                 come back even if a later step runs out of time)
 #   kernel-tests  pytest -x -n 8 tests/backends/test_compiled_kernels.py
-#                 -k "(hinge or hard_route or gpu_kernels) and not portable", every depth of the sweeps
+#                 -k "(hinge or hard_route or gpu_kernels) and not portable", every depth of the sweeps;
+#                 then tests/backends/test_pruned_routing_portable.py (CUDA handlers vs the CPU engine)
 #   determinism   gpu_determinism.py: 20 runs bit-identical, float32 and float64; GPU vs CPU kernels
 #   training      gpu_train.py: a hinge forest on digits, GPU and CPU, test accuracy > 0.9
 #   sanitizers    compute-sanitizer --tool memcheck and --tool racecheck (at the same time)
@@ -178,10 +179,13 @@ fi
 # XLA's default is TF32, ~1e-3 off: hard_route_reference's split values).
 # (The "portable" engine, the CPU emulation, is CI's: deselected on the GPU.)
 TESTS='tests/backends/test_compiled_kernels.py -k "(hinge or hard_route or soft_tree or gpu_kernels) and not portable"'
+# Pruned routing (#33): its contract tests run the CUDA handlers on a GPU
+# (the CPU emulation in CI), against the CPU engine.
+PRUNED_TESTS='tests/backends/test_pruned_routing_portable.py'
 if [ -n "$DRY" ]; then
-    step kernel-tests 600 "JAX_DEFAULT_MATMUL_PRECISION=highest \$PY -m pytest -x -q -p no:cacheprovider -n 2 $TESTS"
+    step kernel-tests 600 "JAX_DEFAULT_MATMUL_PRECISION=highest \$PY -m pytest -x -q -p no:cacheprovider -n 2 $TESTS && JAX_DEFAULT_MATMUL_PRECISION=highest \$PY -m pytest -x -q -p no:cacheprovider -n 2 $PRUNED_TESTS"
 else
-    step kernel-tests 150 "XLA_PYTHON_CLIENT_PREALLOCATE=false KERAS_TREES_ALL_DEPTHS=1 JAX_DEFAULT_MATMUL_PRECISION=highest \$PY -m pytest -x -q -p no:cacheprovider -n 8 $TESTS"
+    step kernel-tests 150 "XLA_PYTHON_CLIENT_PREALLOCATE=false KERAS_TREES_ALL_DEPTHS=1 JAX_DEFAULT_MATMUL_PRECISION=highest \$PY -m pytest -x -q -p no:cacheprovider -n 8 $TESTS && XLA_PYTHON_CLIENT_PREALLOCATE=false JAX_DEFAULT_MATMUL_PRECISION=highest \$PY -m pytest -x -q -p no:cacheprovider -n 8 $PRUNED_TESTS"
 fi
 
 # ---------------------------------------------------------------- determinism and agreement with the CPU
