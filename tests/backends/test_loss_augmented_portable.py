@@ -267,3 +267,22 @@ def test_bad_values_give_the_cpu_engines_errors(engine):
         for where in ("cpu", engine):
             with pytest.raises(Exception, match=message):
                 run(where, args, loss, False)
+
+
+def test_gpu_equals_its_cpu_emulation_bitwise():
+    """On a GPU (JAX): the CUDA kernels' leaves and bounds equal, bit for bit,
+    those of their CPU emulation (the same bodies on the CPU launcher), fast
+    and exact, both losses and dtypes, at depths on both sides of the exact
+    search's shared-memory levels."""
+    if BACKEND != "jax" or not _has_gpu():
+        pytest.skip("needs JAX on a GPU")
+    rng = np.random.default_rng(11)
+    for depth in (4, 12):
+        for loss in ("log", "squared"):
+            for dtype in ("float32", "float64"):
+                args = problem(rng, depth, loss, 129, p=7, dtype=dtype)
+                for fast in (True, False):
+                    got = run("gpu", args, loss, fast)
+                    want = run("portable", args, loss, fast)
+                    for a, b in zip(got, want):
+                        assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), (depth, loss, dtype, fast)
