@@ -34,12 +34,17 @@ needs_nvcc = pytest.mark.skipif(
 # Layer: its trace-free ops; the traced op keeps its CPU kernel only).
 GPU_OPS = ("KerasTrees>HingeForest", "KerasTrees>HingeForestGrad", "KerasTrees>HardRouting",
            "KerasTrees>HardRoutingExperts", "KerasTrees>SoftTreeEnsembleTraceFree",
-           "KerasTrees>SoftTreeEnsembleTraceFreeGrad")
+           "KerasTrees>SoftTreeEnsembleTraceFreeGrad", "KerasTrees>PrunedRouting", "KerasTrees>PrunedRoutingGrad",
+           "KerasTrees>PrunedLeafStatistics", "KerasTrees>PrunedRoutingExperts", "KerasTrees>PrunedRoutingExpertsGrad",
+           "KerasTrees>PrunedLeafStatisticsExperts", "KerasTrees>PrunedEmStatistics")
+# Ops with GPU kernels for two label dtypes per T (int32 labels, T targets).
+GPU_LABELLED_OPS = ("KerasTrees>LossAugmentedInference",)
 # The handlers of the JAX CUDA library (Python registers symbol X + "Cuda" as target X).
 CUDA_SYMBOLS = ("KerasTreesHingeForestCuda", "KerasTreesHingeForestGradCuda", "KerasTreesHardRoutingCuda",
                 "KerasTreesHardRoutingExpertsCuda", "KerasTreesCheckCuda", "KerasTreesSoftTreeEnsembleCuda",
                 "KerasTreesSoftTreeEnsembleGradCuda", "KerasTreesPrunedRoutingCuda", "KerasTreesPrunedRoutingGradCuda",
-                "KerasTreesPrunedLeafStatisticsCuda", "KerasTreesPrunedEmStatisticsCuda")
+                "KerasTreesPrunedLeafStatisticsCuda", "KerasTreesPrunedEmStatisticsCuda",
+                "KerasTreesLossAugmentedInferenceCuda")
 
 
 def _build_into(cache, **kwargs):
@@ -110,11 +115,13 @@ def test_cpu_builds_leave_out_the_cuda_sources():
         names = [p.relative_to(src).as_posix() for p in _build._sources(framework)]
         assert not [n for n in names if n.startswith("cuda/") or "gpu" in n.split("/")[-1]], names
     cuda_jax = {p.relative_to(src).as_posix() for p in _build._units("jax", cuda=True)}
-    assert cuda_jax == {"cuda/xla_handlers.cu", "cuda/xla_pruned_routing.cu"}
+    assert cuda_jax == {"cuda/xla_handlers.cu", "cuda/xla_pruned_routing.cu", "cuda/xla_loss_augmented.cu"}
     cuda_tf = {p.relative_to(src).as_posix() for p in _build._units("tensorflow", cuda=True)}
     cpu_tf = {p.relative_to(src).as_posix() for p in _build._units("tensorflow")}
     assert cuda_tf - cpu_tf == {"cuda/tf_entry.cu", "tensorflow/hinge_gpu_kernels.cc",
-                                "tensorflow/hard_routing_gpu_kernels.cc", "tensorflow/tree_ensemble_gpu_kernels.cc"}
+                                "tensorflow/hard_routing_gpu_kernels.cc", "tensorflow/tree_ensemble_gpu_kernels.cc",
+                                "cuda/tf_loss_augmented.cu", "tensorflow/loss_augmented_gpu_kernels.cc",
+                                "cuda/tf_pruned_routing.cu", "tensorflow/pruned_routing_gpu_kernels.cc"}
 
 
 def test_cuda_build_without_nvcc_says_so(monkeypatch):
@@ -209,7 +216,7 @@ def test_tensorflow_cuda_library_registers_gpu_kernels(tf_cuda_library, tmp_path
 
         tf.load_op_library({str(tf_cuda_library)!r})
         found = {{}}
-        for op in {GPU_OPS!r} + ("KerasTrees>SoftTreeEnsemble", "KerasTrees>SoftTreeEnsembleGrad"):
+        for op in {GPU_OPS + GPU_LABELLED_OPS!r} + ("KerasTrees>SoftTreeEnsemble", "KerasTrees>SoftTreeEnsembleGrad"):
             found[op] = sorted(
                 [kernel.device_type, tf.dtypes.as_dtype(c.allowed_values.list.type[0]).name]
                 for kernel in kernels.get_registered_kernels_for_op(op).kernel
@@ -222,6 +229,10 @@ def test_tensorflow_cuda_library_registers_gpu_kernels(tf_cuda_library, tmp_path
     found = json.loads(out.strip().splitlines()[-1])
     for op in GPU_OPS:
         assert found[op] == [["CPU", "float32"], ["CPU", "float64"], ["GPU", "float32"], ["GPU", "float64"]], (
+            op, found[op])
+    for op in GPU_LABELLED_OPS:
+        assert found[op] == [[device, dtype] for device in ("CPU", "GPU") for dtype in ("float32", "float32",
+                                                                                       "float64", "float64")], (
             op, found[op])
     # The traced Tree Ensemble Layer ops (a data-dependent trace) keep their CPU kernels only.
     for op in ("KerasTrees>SoftTreeEnsemble", "KerasTrees>SoftTreeEnsembleGrad"):
