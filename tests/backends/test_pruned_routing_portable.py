@@ -142,8 +142,11 @@ def test_forward_matches_the_cpu_engine_and_the_reference(rng, dtype, form):
         for threshold in (0.0, 0.02):
             out = forward(TARGET, args, threshold)
             others = [forward("core", args, threshold)]
-            if dtype == "float64" and threshold > 0:  # the reference is slow: one case
-                others.append(forward("reference", args, threshold))
+            if dtype == "float64" and threshold > 0:  # the reference is slow: a small case
+                small = make(rng, form, batch=5, depth=3, dtype=dtype)
+                out_small, ref_small = forward(TARGET, small, threshold), forward("reference", small, threshold)
+                for a, b in zip(out_small, ref_small):
+                    np.testing.assert_allclose(a, b, rtol=rtol, atol=atol)
             assert out[0].dtype == np.dtype(dtype) and out[1].dtype == np.int32
             for other in others:
                 np.testing.assert_allclose(out[0], other[0], rtol=rtol, atol=atol)
@@ -169,8 +172,7 @@ def test_gradients_match_the_cpu_engine_and_the_reference(rng, dtype, form):
         rtol, atol = (2e-4, 1e-5) if dtype == "float32" else (1e-9, 1e-12)
         for threshold in (0.0, 0.03):
             value, grads = gradients(TARGET, args, threshold, names, probe)
-            others = ["core"] + (["reference"] if dtype == "float64" and threshold > 0 else [])
-            for other in others:
+            for other in ["core"]:
                 v2, g2 = gradients(other, args, threshold, names, probe)
                 np.testing.assert_allclose(value, v2, rtol=rtol)
                 for name, a, b in zip(names, grads, g2):
@@ -178,6 +180,14 @@ def test_gradients_match_the_cpu_engine_and_the_reference(rng, dtype, form):
             for name, g in zip(names, grads):
                 if name in ("x", "split_weights", "leaf_values"):
                     assert np.abs(g).max() > 0, name
+        if dtype == "float64":  # the keras.ops reference (eager autodiff is slow: a small case)
+            small = make(rng, form, batch=5, depth=3, dtype=dtype)
+            cot = rng.normal(size=(5, 2, 2))
+            value, grads = gradients(TARGET, small, 0.03, names, cot)
+            v2, g2 = gradients("reference", small, 0.03, names, cot)
+            np.testing.assert_allclose(value, v2, rtol=rtol)
+            for name, a, b in zip(names, grads, g2):
+                np.testing.assert_allclose(a, b, rtol=rtol, atol=atol, err_msg=f"reference {name}")
 
 
 @pytest.mark.parametrize("form", FORMS)
@@ -249,7 +259,7 @@ def em(name, args, labels, weights, threshold):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_leaf_statistics_and_em_match_the_cpu_engine_and_the_reference(rng, dtype):
+def test_leaf_statistics_and_em_match_the_cpu_engine(rng, dtype):
     with precision(dtype):
         rtol, atol = (2e-5, 2e-6) if dtype == "float32" else (1e-11, 1e-13)
         for form in FORMS:
@@ -257,8 +267,7 @@ def test_leaf_statistics_and_em_match_the_cpu_engine_and_the_reference(rng, dtyp
             weights = rng.normal(size=(17, 2, 3)).astype(dtype)
             for threshold in (0.0, 0.02):
                 got = []
-                reference = dtype == "float64" and threshold > 0 and form == "experts"
-                for name in (TARGET, "core") + (("reference",) if reference else ()):
+                for name in (TARGET, "core"):  # the CPU engine's own tests compare it with the reference
                     with engine(name):
                         got.append(np.asarray(statistics(args, weights, threshold)))
                 for other in got[1:]:
@@ -270,9 +279,6 @@ def test_leaf_statistics_and_em_match_the_cpu_engine_and_the_reference(rng, dtyp
                 assert counts.dtype == np.dtype(dtype) and counts.shape == (2, 31, 3)
                 np.testing.assert_allclose(counts, em("core", args, labels, weights, threshold), rtol=rtol * 10,
                                            atol=atol)
-                if dtype == "float64" and threshold > 0 and weights is not None:
-                    np.testing.assert_allclose(counts, em("reference", args, labels, weights, threshold),
-                                               rtol=rtol * 10, atol=atol)
                 total = 31 if weights is None else float(np.sum(w, dtype=np.float64))
                 np.testing.assert_allclose(counts.sum(), total, rtol=rtol * 10)
 
