@@ -44,7 +44,7 @@ DISPATCH = {
     # The Tree Ensemble Layer (#32) on a GPU: TensorFlow GPU kernels of its
     # trace-free ops (the wrapper picks them there, _tf_soft_tree.py), XLA FFI
     # CUDA handlers under JAX. Built with nvcc, not yet run on a GPU.
-    ("tensorflow", "gpu"): {f: f"_tf_{f}" for f in (*_GPU_FAMILIES, "soft_tree")},
+    ("tensorflow", "gpu"): {f: f"_tf_{f}" for f in (*_GPU_FAMILIES, "soft_tree", "pruned_routing")},
     ("jax", "cpu"): {f: f"_jax_{f}" for f in FAMILIES},
     ("jax", "gpu"): {f: f"_jax_{f}" for f in (*_GPU_FAMILIES, "soft_tree", "pruned_routing", "check")},
     ("torch", "cpu"): {f: f"_torch_{f}" for f in _TORCH_FAMILIES},
