@@ -447,8 +447,8 @@ def custom_ops_available(family=None):
     kernels of the family for the device the call runs on (:data:`DISPATCH`):
     every family on the CPU (PyTorch: CPU tensors); hinge forests and ferns,
     hard routing and the Tree Ensemble Layer (``"soft_tree"``) also on CUDA
-    GPUs under TensorFlow and JAX, pruned routing (``"pruned_routing"``) under
-    JAX, when nvcc built them. The device is
+    GPUs under TensorFlow and JAX, and so does pruned routing
+    (``"pruned_routing"``), when nvcc built them. The device is
     TensorFlow's placement (the innermost device scope, else the GPU when one
     is visible), JAX's default device or the device Keras puts PyTorch
     tensors on. On TensorFlow
