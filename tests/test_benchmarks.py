@@ -339,3 +339,13 @@ def test_export_formats_smoke(tmp_path, capfd):
     assert [row["format"] for row in payload["rows"]] == ["tf_saved_model", "onnx", "litert"]
     for row in payload["rows"]:
         assert row["bytes"] > 0 and row["median_us"] > 0 and row["max_abs_diff"] < 1e-5
+
+
+def test_ordered_categoricals_smoke(tmp_path, capfd):
+    out, payload = smoke("benchmarks/ordered_categoricals.py", tmp_path, capfd)
+    assert "five classes, 6 numeric + 2 ordered categorical columns, 400 rows" in out
+    line_with(out, "model", "accuracy", "AUC")
+    for label in ("hinge ranks", "hinge one-hot", "tel ranks", "tel one-hot"):
+        (run,) = payload["results"][label]
+        assert 0 <= run["accuracy"] <= 1 and 0 <= run["auc"] <= 1 and run["seconds"] > 0
+        line_with(out, label)

@@ -488,7 +488,8 @@ class TreeEstimator(BaseEstimator):
     def forest_features(self, X):
         """The design rows of ``X`` that the splits of :attr:`forest_` read:
         ``(n_samples, n_design_columns)`` float64, the preprocessed features
-        with scaling undone (missing values imputed, categoricals one-hot)."""
+        with scaling undone (missing values imputed, categoricals one-hot,
+        ordered categoricals as ranks)."""
         check_is_fitted(self, "model_")
         X = self._check_X(X, reset=False)
         return _explain.to_design(self, self.preprocessor_.transform(X))

@@ -16,7 +16,10 @@ input:
   values: ``age=missing``;
 * one 0/1 column per category of a categorical column: ``colour=red``
   (``colour=missing`` for its missing values, ``colour=infrequent_sklearn``
-  for the grouped rare categories of ``min_frequency``).
+  for the grouped rare categories of ``min_frequency``);
+* the rank of an ordered categorical column's category (0 for the first of
+  its categories), missing ranks replaced by the training median, with an
+  indicator like a numeric column's: ``size``, ``size=missing``.
 
 Folding an affine map into a split is exact: an oblique split reads
 ``<w, A d + c> + b = <A^T w, d> + (<w, c> + b)``; an axis-aligned split stays
@@ -112,7 +115,8 @@ def design(estimator, names=None):
         for key, transformer, positions in preprocessor.transformers_:
             if key == "remainder" or isinstance(transformer, str):
                 continue
-            part = _numeric_part if key == "numeric" else _categorical_part
+            # numeric and ordered columns both end in an imputer and a scaler
+            part = _categorical_part if key == "categorical" else _numeric_part
             result = part(transformer, positions, names)
             where = preprocessor.output_indices_[key]
             if len(result[0]) != where.stop - where.start:  # pragma: no cover - a scikit-learn change

@@ -10,6 +10,12 @@ tabular data (NumPy arrays or pandas frames) to dense float32 features.
   ``handle_unknown="infrequent_if_exist"`` (categories not seen in training
   encode as all zeros, or as the infrequent category when there is one) and
   ``min_frequency``.
+* Ordered categorical columns (``pd.CategoricalDtype(ordered=True)``: the
+  frame declares the order of the categories): the rank of the category in
+  that order (``OrdinalEncoder``; missing and unseen values are missing
+  ranks), then as numeric columns (median imputation with an indicator,
+  scaling). A split on the rank is one threshold on the order, which one-hot
+  columns can only approximate with a weight per category.
 
 Plain arrays are all numeric (NaN allowed). Columns are selected by position,
 so a model fitted on a frame also predicts on the frame's ``to_numpy()``.
@@ -19,7 +25,7 @@ import numpy as np
 from sklearn.compose import ColumnTransformer
 from sklearn.impute import SimpleImputer
 from sklearn.pipeline import Pipeline
-from sklearn.preprocessing import FunctionTransformer, OneHotEncoder, StandardScaler
+from sklearn.preprocessing import FunctionTransformer, OneHotEncoder, OrdinalEncoder, StandardScaler
 
 
 def is_frame(x):
@@ -61,14 +67,32 @@ def categorical_pipeline(min_frequency):
     ])
 
 
+def ordered_pipeline(categories):
+    """Ordered categoricals (``categories``: each column's categories in their
+    order) as the rank of their category, then as numeric columns."""
+    return Pipeline([
+        ("as_object", FunctionTransformer(as_object, feature_names_out="one-to-one")),
+        ("rank", OrdinalEncoder(categories=categories, handle_unknown="use_encoded_value",
+                                unknown_value=np.nan, encoded_missing_value=np.nan, dtype=np.float64)),
+        *numeric_pipeline().steps,
+    ])
+
+
+def _is_ordered(dtype):
+    return str(dtype) == "category" and bool(getattr(dtype, "ordered", False))
+
+
 def column_kinds(frame):
-    """Positions of the numeric and of the categorical columns of ``frame``;
-    ``TypeError`` naming a column of any other dtype (dates, intervals, ...)."""
-    numeric, categorical = [], []
+    """Positions of the numeric, the (unordered) categorical and the ordered
+    categorical columns of ``frame``; ``TypeError`` naming a column of any
+    other dtype (dates, intervals, ...)."""
+    numeric, categorical, ordered = [], [], []
     for i, (name, dtype) in enumerate(zip(frame.columns, frame.dtypes)):
         kind = getattr(dtype, "kind", "O")
         if kind in "iuf":
             numeric.append(i)
+        elif _is_ordered(dtype):
+            ordered.append(i)
         elif kind in "bO" or str(dtype) in ("category", "string", "str"):
             categorical.append(i)
         else:
@@ -76,7 +100,7 @@ def column_kinds(frame):
                 f"X: column {name!r} has dtype {dtype}; the estimators take numeric columns and "
                 "categorical ones (category, object, string, bool): convert it first"
             )
-    return numeric, categorical
+    return numeric, categorical, ordered
 
 
 def make_preprocessor(x, min_frequency=None):
@@ -84,10 +108,13 @@ def make_preprocessor(x, min_frequency=None):
     by dtype; otherwise every column numeric). Its output is dense."""
     if not is_frame(x):
         return numeric_pipeline()
-    numeric, categorical = column_kinds(x)
+    numeric, categorical, ordered = column_kinds(x)
     parts = []
     if numeric:
         parts.append(("numeric", numeric_pipeline(), numeric))
     if categorical:
         parts.append(("categorical", categorical_pipeline(min_frequency), categorical))
+    if ordered:
+        categories = [list(x.dtypes.iloc[i].categories) for i in ordered]
+        parts.append(("ordered", ordered_pipeline(categories), ordered))
     return ColumnTransformer(parts, sparse_threshold=0.0, verbose_feature_names_out=False)

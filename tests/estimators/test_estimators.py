@@ -329,3 +329,48 @@ def test_end_to_end_depth_is_cut_back_on_validation(cls, monkeypatch, eager):
         else:
             expected = np.average(yt[at], weights=wt[at], axis=0)
         np.testing.assert_allclose(leaves[n], expected, rtol=1e-4, atol=1e-6)
+
+
+def test_ordered_categoricals_are_ranks():
+    """An ordered categorical column becomes one rank column (its categories'
+    order, not the order of appearance), median-imputed with an indicator and
+    scaled like a numeric column; unseen values are missing ranks; the frame's
+    ``to_numpy()`` transforms identically; unordered ones stay one-hot."""
+    from keras_trees.estimators._preprocessing import make_preprocessor
+
+    sizes = ["small", "medium", "large", "huge"]
+    values = ["large", "small", None, "huge", "medium", "small", "large", "large"]
+    df = pd.DataFrame({
+        "a": np.arange(8.0),
+        "size": pd.Categorical(values, categories=sizes, ordered=True),
+        "colour": pd.Categorical(["red", "blue"] * 4),
+    })
+    pre = make_preprocessor(df).fit(df)
+    out = pre.transform(df)
+    assert out.shape == (8, 1 + 2 + 2)  # a; size's rank and missing indicator; colour one-hot
+    assert list(pre.get_feature_names_out()) == ["a", "colour_blue", "colour_red", "size", "missingindicator_size"]
+    ranks = np.array([2, 0, np.nan, 3, 1, 0, 2, 2])
+    median = np.nanmedian(ranks)
+    filled = np.where(np.isnan(ranks), median, ranks)
+    np.testing.assert_allclose(out[:, 3], (filled - filled.mean()) / filled.std(), rtol=1e-6)
+    np.testing.assert_array_equal(out[:, 4] > 0, np.isnan(ranks))
+    np.testing.assert_array_equal(pre.transform(df.to_numpy()), out)
+    unseen = df.head(2).astype({"size": object})
+    unseen["size"] = ["gigantic", "small"]
+    np.testing.assert_array_equal(pre.transform(unseen)[:, 4] > 0, [True, False])
+    assert pre.transform(unseen)[0, 3] == out[2, 3]  # the missing rank's imputed value
+
+
+def test_explained_design_of_an_ordered_categorical_is_its_rank(eager):
+    from keras_trees.estimators._explain import design
+
+    rng = np.random.default_rng(0)
+    grade = rng.integers(0, 5, 120)
+    df = pd.DataFrame({"x": rng.normal(size=120),
+                       "grade": pd.Categorical.from_codes(grade, list("ABCDE"), ordered=True)})
+    est = tiny(E.HingeForestClassifier, random_state=0).fit(df, grade >= 3)
+    d = design(est)
+    assert d.names == ["x", "grade"] and d.binary == [None, None] and list(d.columns) == [0, 1]
+    rows = est.preprocessor_.transform(df) * d.scale + d.shift
+    np.testing.assert_allclose(rows[:, 1], grade, atol=1e-5)
+    assert set(est.feature_importances_.round(6) >= 0) == {True} and est.score(df, grade >= 3) > 0.8
