@@ -83,6 +83,11 @@ HINGE_GOAL = {"max_ms": 0.15, "min_ratio": 9.0}
 ROUTING_GOAL = {"min_ratio": 10.0}
 PRUNED_GOAL = {"min_ratio": 5.0}  # #33: pruned routing fwd+bwd at batch 4096, vs the dense keras.ops path
 TEL_TRAIN_STEPS = {"smoke": 5, "full": 200}
+LAI_GOAL = {"min_ratio": 10.0}  # #33: loss-augmented inference, fast and exact, depth 14, vs the dense keras.ops path
+# Loss-augmented inference: samples whose chosen leaves may differ from the
+# keras.ops path's (float32 near-ties among 2**14 leaf scores: the two paths
+# round the split values and log-sum-exps differently).
+LAI_MISMATCH_FRACTION = 1e-2
 AGREE_RTOL = 1e-4  # kernels vs keras.ops, relative to each output's largest magnitude
 NODE_MISMATCH_FRACTION = 1e-4  # routing: leaf nodes that may differ (split values within rounding of 0)
 
@@ -93,6 +98,9 @@ def settings(smoke):
     # trees, depth 10, 16 features, 26 classes), default prune threshold.
     pruned_smoke = dict(trees=3, depth=3, features=5, units=2, gamma=2.0, threshold=1e-3)
     pruned = dict(trees=70, depth=10, features=16, units=26, gamma=2.0, threshold=1e-4)
+    # Loss-augmented inference (#33), log loss: a non-greedy tree of depth 14.
+    lai_smoke = dict(depth=3, features=5, classes=3)
+    lai = dict(depth=14, features=16, classes=26)
     if smoke:
         hinge = dict(trees=3, depth=3, features=5, units=2)
         routing = dict(trees=3, dim=4)
@@ -106,6 +114,8 @@ def settings(smoke):
             dict(family="tel", state="trained", batch=16, trees=3, depth=3, features=5, units=2, gamma=1.0),
             dict(family="pruned", batch=16, goal=PRUNED_GOAL, **pruned_smoke),
             dict(family="pruned_em", batch=16, **pruned_smoke),
+            dict(family="lai", fast=True, batch=16, goal=LAI_GOAL, **lai_smoke),
+            dict(family="lai", fast=False, batch=16, goal=LAI_GOAL, **lai_smoke),
         ]
     hinge = dict(trees=100, depth=10, features=100, units=26)
     routing = dict(trees=100, dim=64)
@@ -119,10 +129,14 @@ def settings(smoke):
         dict(family="tel", state="trained", batch=4096, trees=20, depth=8, features=64, units=10, gamma=1.0),
         dict(family="pruned", batch=4096, goal=PRUNED_GOAL, **pruned),
         dict(family="pruned_em", batch=4096, **pruned),
+        dict(family="lai", fast=True, batch=1024, goal=LAI_GOAL, **lai),
+        dict(family="lai", fast=False, batch=1024, goal=LAI_GOAL, **lai),
     ]
 
 
 def label(s):
+    if s["family"] == "lai":
+        return f"loss-augmented inf. {'fast' if s['fast'] else 'exact'}, depth {s['depth']}"
     if s["family"] == "pruned":
         return f"pruned routing fwd+bwd, depth {s['depth']}"
     if s["family"] == "pruned_em":
@@ -135,7 +149,7 @@ def label(s):
 
 
 def published(s):
-    if s["family"] in ("tel", "pruned", "pruned_em"):
+    if s["family"] in ("tel", "pruned", "pruned_em", "lai"):
         return None
     if s["family"] == "hinge":
         return PUBLISHED_KERAS_OPS_MS.get(("hinge", s["fern"], s["batch"]))
@@ -297,6 +311,34 @@ def pruned_em_step(threshold):
     return jax.jit(em)
 
 
+def lai_inputs(s, rng):
+    """Loss-augmented inference (#33), one tree, log loss: input sets ``(x,
+    split_weights, split_bias, leaf_values, labels)``, nothing shared."""
+    import jax.numpy as jnp
+
+    n, d, k = 2 ** s["depth"] - 1, s["features"], s["classes"]
+    sets = []
+    for _ in range(INPUT_SETS):
+        x = rng.standard_normal((s["batch"], d), dtype=np.float32)
+        w = rng.standard_normal((n, d), dtype=np.float32) / np.float32(np.sqrt(d))
+        b = (0.3 * rng.standard_normal(n, dtype=np.float32)).astype(np.float32)
+        theta = (2 * rng.standard_normal((n + 1, k), dtype=np.float32)).astype(np.float32)
+        y = rng.integers(0, k, s["batch"]).astype(np.int32)
+        sets.append(tuple(jnp.asarray(a) for a in (x, w, b, theta, y)))
+    return sets, ()
+
+
+def lai_step(fast):
+    import jax
+
+    from keras_trees.ops.loss_augmented import loss_augmented_inference
+
+    def infer(x, w, b, theta, y):
+        return loss_augmented_inference(x, w, b, theta, y, "log", fast)
+
+    return jax.jit(infer)
+
+
 def routing_step():
     import jax
 
@@ -347,6 +389,11 @@ def compare(family, kernel_out, reference_out):
     if family in ("hinge", "tel", "pruned", "pruned_em"):
         diff = rel_diff(kernel_out, reference_out)
         return diff <= AGREE_RTOL, diff, 0
+    if family == "lai":  # g, h (leaf indices), score
+        same = (kernel_out[0] == reference_out[0]) & (kernel_out[1] == reference_out[1])
+        mismatched = int(same.size - np.count_nonzero(same))
+        diff = rel_diff([kernel_out[2][same]], [reference_out[2][same]]) if np.any(same) else 0.0
+        return mismatched <= LAI_MISMATCH_FRACTION * max(1, same.size) and diff <= AGREE_RTOL, diff, mismatched
     (node_k, path_k), (node_r, path_r) = kernel_out, reference_out
     same = node_k == node_r
     mismatched = int(same.size - np.count_nonzero(same))
@@ -395,6 +442,9 @@ def bench(s, reps, warmup, smoke, rng):
     elif s["family"] in ("pruned", "pruned_em"):
         sets, shared = pruned_inputs(s, rng)
         step = lambda: (pruned_step if s["family"] == "pruned" else pruned_em_step)(s["threshold"])  # noqa: E731
+    elif s["family"] == "lai":
+        sets, shared = lai_inputs(s, rng)
+        step = lambda: lai_step(s["fast"])  # noqa: E731
     elif s["family"] == "tel":
         sets, shared = tel_inputs(s, rng, smoke)
         step = lambda: tel_step(s["gamma"])  # noqa: E731
@@ -507,7 +557,7 @@ def main(argv=None):
     warmup = 1 if args.smoke else 3
     device = jax.devices()[0]
     available = {family: kernels_available(family)
-                 for family in ("hinge", "hard_routing", "soft_tree", "pruned_routing")}
+                 for family in ("hinge", "hard_routing", "soft_tree", "pruned_routing", "loss_augmented")}
     summary = tree_ops.execution_report()["summary"]
     print(f"device: {device.device_kind} ({device.platform}, {device}); jax {jax.__version__}, "
           f"keras {keras.__version__}", flush=True)

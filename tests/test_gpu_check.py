@@ -51,9 +51,13 @@ def test_gpu_speed_smoke_prints_its_table_and_writes_json(tmp_path):
 
     result = json.loads(out_json.read_text())
     assert result["benchmark"] == "gpu_speed" and result["smoke"] is True and result["reps"] == 2
-    assert result["platform"] == "cpu" and set(result["custom_ops_available"]) == {"hinge", "hard_routing", "soft_tree"}
-    assert [r["family"] for r in result["rows"]] == ["hinge"] * 3 + ["routing"] * 2 + ["tel"] * 2
-    assert all(0 < r["reachable_leaves"] <= 8 for r in result["rows"][5:]), result["rows"][5:]
+    assert result["platform"] == "cpu" and set(result["custom_ops_available"]) == {
+        "hinge", "hard_routing", "soft_tree", "pruned_routing", "loss_augmented"}
+    assert [r["family"] for r in result["rows"]] == (["hinge"] * 3 + ["routing"] * 2 + ["tel"] * 2
+                                                     + ["pruned", "pruned_em"] + ["lai"] * 2)
+    assert all(0 < r["reachable_leaves"] <= 8 for r in result["rows"][5:7]), result["rows"][5:7]
+    assert [r["setting"] for r in result["rows"][-2:]] == ["loss-augmented inf. fast, depth 3",
+                                                          "loss-augmented inf. exact, depth 3"]
     for row in result["rows"]:
         assert {"setting", "batch", "path", "kernels_ms", "reference_ms", "ratio", "kernels_pipelined_ms",
                 "reference_pipelined_ms", "bitwise_deterministic", "agrees", "max_rel_diff", "goal",

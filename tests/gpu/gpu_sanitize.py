@@ -96,7 +96,28 @@ def main():
             outs.append(tree_ops.pruned_em_statistics(x, w, b, gamma, is_split, pi, labels, None, threshold))
         return outs
 
+    from keras_trees.ops.loss_augmented import loss_augmented_inference
+
+    lai_trees = {}
+    for lai_depth in (3, 9):  # the exact search's shared-memory levels only, and subtrees below them
+        m = 2**lai_depth - 1
+        lai_trees[lai_depth] = (rng.normal(size=(m, features)).astype(np.float32),
+                                rng.normal(size=m).astype(np.float32),
+                                rng.normal(size=(m + 1, units)).astype(np.float32))
+    targets = rng.normal(size=(batch, units)).astype(np.float32)
+
+    def lai(x, w3, b3_, o3, w9, b9, o9):
+        """Loss-augmented inference (#33): fast (a thread per sample) and exact
+        (a block per sample, shared memory and barriers), both losses."""
+        outs = []
+        for w_, b_, o_ in ((w3, b3_, o3), (w9, b9, o9)):
+            for fast in (True, False):
+                outs.append(loss_augmented_inference(x, w_, b_, o_, labels, "log", fast))
+                outs.append(loss_augmented_inference(x, w_, b_, o_, targets, "squared", fast))
+        return outs
+
     workloads = {"hinge tree": hinge(False), "hinge fern": hinge(True),
+                 "loss-augmented inf.": (lai, (x, *lai_trees[3], *lai_trees[9])),
                  "pruned routing": (pruned, (x, w, b, w4, b3, r, c)),
                  "tree ensemble layer": (tel, (x, w, b, tel_leaves)),
                  "hard routing oblique": (oblique, (x, w, b)),
@@ -130,6 +151,8 @@ def main():
             lambda x: tree_ops.pruned_route(x, w, b, gamma, is_split, prune_leaves, 0.01))(x_nan),
         "pruned EM: label out of range": lambda: tree_ops.pruned_em_statistics(
             x, w, b, gamma, is_split, pi, labels + units, None, 0.01),
+        "lai: label out of range": lambda: loss_augmented_inference(
+            x, *lai_trees[3], labels + units, "log", False),
         "routing: negative rate": lambda: tree_ops.hard_route(x, w4, b3, is_split, expert_weights=rates, threshold=c)[0],
     }
     for name, call in cases.items():

@@ -16,7 +16,7 @@
 #                 come back even if a later step runs out of time)
 #   kernel-tests  pytest -x -n 8 tests/backends/test_compiled_kernels.py
 #                 -k "(hinge or hard_route or gpu_kernels) and not portable", every depth of the sweeps;
-#                 then tests/backends/test_pruned_routing_portable.py (CUDA handlers vs the CPU engine)
+#                 then tests/backends/test_pruned_routing_portable.py and test_loss_augmented_portable.py (CUDA handlers vs the CPU engine)
 #   determinism   gpu_determinism.py: 20 runs bit-identical, float32 and float64; GPU vs CPU kernels
 #   training      gpu_train.py: a hinge forest on digits, GPU and CPU, test accuracy > 0.9
 #   sanitizers    compute-sanitizer --tool memcheck and --tool racecheck (at the same time)
@@ -181,7 +181,7 @@ fi
 TESTS='tests/backends/test_compiled_kernels.py -k "(hinge or hard_route or soft_tree or gpu_kernels) and not portable"'
 # Pruned routing (#33): its contract tests run the CUDA handlers on a GPU
 # (the CPU emulation in CI), against the CPU engine.
-PRUNED_TESTS='tests/backends/test_pruned_routing_portable.py'
+PRUNED_TESTS='tests/backends/test_pruned_routing_portable.py tests/backends/test_loss_augmented_portable.py'
 if [ -n "$DRY" ]; then
     step kernel-tests 600 "JAX_DEFAULT_MATMUL_PRECISION=highest \$PY -m pytest -x -q -p no:cacheprovider -n 2 $TESTS && JAX_DEFAULT_MATMUL_PRECISION=highest \$PY -m pytest -x -q -p no:cacheprovider -n 2 $PRUNED_TESTS"
 else
