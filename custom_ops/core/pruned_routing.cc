@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/logistic8.h"
+#include "core/pruned_routing_bodies.h"  // the scalar logistic shared with the GPU bodies
 #include "core/short_dot.h"
 
 namespace keras_trees {
@@ -63,22 +64,20 @@ inline double Select<double>(bool c, double a, double b) {
   return out;
 }
 
-// right = sigmoid(u) and left = 1 - right = sigmoid(-u), both without cancellation.
+// right = sigmoid(u) and left = 1 - right = sigmoid(-u), both without
+// cancellation: the GPU bodies' scalar function (core/pruned_routing_bodies.h,
+// core/portable.h's exponential), so noisy-OR splits compute the same
+// probabilities from the same split value on both. (Oblique splits keep the
+// 8-wide Logistic8; both engines' split values differ by the dot products'
+// summation orders anyway, see core/pruned_routing_bodies.h.)
 template <typename T>
 inline void Logistic(T u, T* right, T* left) {
-  const T e = std::exp(-std::abs(u));
-  const T big = T(1) / (T(1) + e);
-  const T small = e * big;
-  const bool positive = u >= T(0);
-  *right = Select(positive, big, small);
-  *left = Select(positive, small, big);
+  pruned::LogisticPair(u, right, left);
 }
 
 template <typename T>
 inline T Sigmoid(T z) {
-  T right, left;
-  Logistic(z, &right, &left);
-  return right;
+  return portable::Logistic(z);
 }
 
 // One evaluated split: probabilities of going right and left, the split's
@@ -168,7 +167,7 @@ struct ExpertForm {
     T s = 0;
     for (int64_t k = 0; k < experts; ++k) {
       z[k] = ShortDot(w + k * dim, x, dim) + b[k];
-      s += r[k] * Softplus(z[k]);
+      s = portable::Fma(r[k], portable::Softplus(z[k]), s);  // as the GPU bodies
     }
     v->value = s;
     if (p.annealed) {
@@ -176,8 +175,8 @@ struct ExpertForm {
       Logistic(u, &v->right, &v->left);
       v->favours_right = u > T(0);
     } else {
-      v->left = std::exp(-s);
-      v->right = -std::expm1(-s);
+      v->left = portable::Exp(-s);
+      v->right = pruned::OneMinusExpNeg(s);
       v->favours_right = s > T(kLog2);
     }
   }
@@ -203,7 +202,7 @@ struct ExpertForm {
     const T* r = p.expert_weights + split * experts;
     for (int64_t k = 0; k < experts; ++k) {
       const int64_t e = split * experts + k;
-      g.expert_weights[e] += ds * Softplus(z[k]);
+      g.expert_weights[e] += ds * portable::Softplus(z[k]);
       const T dz = ds * r[k] * Sigmoid(z[k]);
       g.bias[e] += dz;
       Axpy(dz, x, g.weights + e * dim, dim);

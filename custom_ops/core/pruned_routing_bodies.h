@@ -13,10 +13,12 @@
 // again (post order) instead of reading a trace.
 //
 // Kept set versus the CPU engine: the rule is the same (a child is kept iff
-// its mass >= threshold or the split favours it), but the engine's split
-// values come from its SIMD dot products (core/short_dot.h, another summation
-// order than portable::Dot) and, for oblique splits in float32 with AVX2, from
-// a vectorized exponential (core/logistic8.h). A split value therefore may
+// its mass >= threshold or the split favours it), and the engine's noisy-OR
+// splits use this header's scalar functions (LogisticPair, OneMinusExpNeg,
+// portable::Softplus and portable::Logistic, the experts summed by Fma), but
+// the engine's split values come from its SIMD dot products (core/short_dot.h,
+// another summation order than portable::Dot) and, for oblique splits, from
+// its 8-wide logistic (core/logistic8.h). A split value therefore may
 // differ by a few units in the last place, so a kept-set decision can differ
 // only where a child's mass lies within that rounding of `threshold`, or the
 // split's logit u within it of 0. At threshold 0 every child is kept by
