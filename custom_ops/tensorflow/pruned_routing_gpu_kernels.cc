@@ -1,8 +1,8 @@
 // TensorFlow GPU kernels of pruned probabilistic routing (KerasTrees>Pruned*,
 // registered in pruned_routing_ops.cc; CPU kernels in
-// pruned_routing_kernels.cc): the shape and dtype checks and outputs of the
-// CPU kernels, then the pipelines of core/pruned_routing_pipeline.h on the
-// op's CUDA stream (cuda/tf_pruned_routing.h), which check the values on the
+// pruned_routing_kernels.cc): the attributes, shape checks and outputs shared
+// with the CPU kernels (pruned_routing_kernels.h), then the pipelines of
+// core/pruned_routing_pipeline.h on the op's CUDA stream (cuda/tf_pruned_routing.h), which check the values on the
 // device and fail with the CPU kernels' words. The threshold (and annealed,
 // x_grad) are attributes: host scalars. Compiled only in the CUDA build
 // (KERAS_TREES_CUDA=1); built, not yet run on a GPU.
@@ -16,6 +16,7 @@
 #include "cuda/tf_pruned_routing.h"
 #include "gpu_kernel_utils.h"
 #include "kernel_utils.h"
+#include "pruned_routing_kernels.h"
 
 namespace keras_trees {
 
@@ -28,38 +29,13 @@ using ::tensorflow::errors::InvalidArgument;
 
 namespace {
 
-// The CPU kernels' attributes and their check.
-class PrunedGpuAttrs {
- public:
-  explicit PrunedGpuAttrs(OpKernelConstruction* ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("threshold", &threshold_));
-    OP_REQUIRES(ctx, std::isfinite(threshold_) && threshold_ >= 0.0f && threshold_ < 1.0f,
-                InvalidArgument("threshold must be in [0, 1), got ", threshold_));
-    if (ctx->HasAttr("annealed")) OP_REQUIRES_OK(ctx, ctx->GetAttr("annealed", &annealed_));
-    if (ctx->HasAttr("x_grad")) OP_REQUIRES_OK(ctx, ctx->GetAttr("x_grad", &x_grad_));
-  }
-
- protected:
-  float threshold_ = 0.0f;
-  bool annealed_ = true;
-  bool x_grad_ = true;
-};
-
 // x, the split inputs and is_split from input `first` on: shapes (the values
 // are checked on the device by the pipelines) and device pointers. Returns
 // false with the error set on ctx.
 template <typename T>
 bool ReadSplits(OpKernelContext* ctx, int first, bool experts, bool annealed, PrunedRoutingDims* d,
                 pruned::Splits<T>* sp) {
-  const int splits = experts ? 5 : 3;
-  std::vector<Shape> shapes;
-  for (int i = 1; i <= splits; ++i) shapes.push_back(ShapeOf(ctx->input(first + i)));
-  const std::string message = CheckPrunedRoutingShapes(experts, ShapeOf(ctx->input(first)), shapes,
-                                                       ShapeOf(ctx->input(first + splits + 1)), d);
-  if (!message.empty()) {
-    ctx->CtxFailure(InvalidArgument(message));
-    return false;
-  }
+  if (!CheckPrunedSplitShapes(ctx, first, experts, d)) return false;
   sp->weights = ctx->input(first + 1).flat<T>().data();
   sp->bias = ctx->input(first + 2).flat<T>().data();
   if (experts) {
@@ -73,20 +49,15 @@ bool ReadSplits(OpKernelContext* ctx, int first, bool experts, bool annealed, Pr
   return true;
 }
 
-bool Fail(OpKernelContext* ctx, const std::string& message) {
-  if (!message.empty()) ctx->CtxFailure(InvalidArgument(message));
-  return message.empty();
-}
-
 }  // namespace
 
 // Inputs: x, the split inputs, is_split, leaf_values. Outputs: output
 // [batch, trees, units], kept_leaves and split_evaluations [batch, trees]
 // (int32), dropped_mass [batch, trees].
 template <typename T, bool kExperts>
-class PrunedRoutingGpuOp : public OpKernel, PrunedGpuAttrs {
+class PrunedRoutingGpuOp : public OpKernel, PrunedRoutingAttrs {
  public:
-  explicit PrunedRoutingGpuOp(OpKernelConstruction* ctx) : OpKernel(ctx), PrunedGpuAttrs(ctx) {}
+  explicit PrunedRoutingGpuOp(OpKernelConstruction* ctx) : OpKernel(ctx), PrunedRoutingAttrs(ctx) {}
 
   void Compute(OpKernelContext* ctx) override {
     constexpr int kSplits = kExperts ? 5 : 3;
@@ -94,12 +65,9 @@ class PrunedRoutingGpuOp : public OpKernel, PrunedGpuAttrs {
     pruned::Splits<T> sp;
     if (!ReadSplits<T>(ctx, 0, kExperts, annealed_, &d, &sp)) return;
     const Tensor& leaf_values = ctx->input(kSplits + 2);
-    if (!Fail(ctx, CheckPrunedLeafValues(ShapeOf(leaf_values), &d))) return;
+    if (!PrunedRequire(ctx, CheckPrunedLeafValues(ShapeOf(leaf_values), &d))) return;
     Tensor *out = nullptr, *kept = nullptr, *evals = nullptr, *dropped = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({d.batch, d.trees, d.units}), &out));
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({d.batch, d.trees}), &kept));
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, TensorShape({d.batch, d.trees}), &evals));
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(3, TensorShape({d.batch, d.trees}), &dropped));
+    if (!AllocatePrunedForwardOutputs(ctx, d, &out, &kept, &evals, &dropped)) return;
     GpuScratch scratch(ctx);
     KT_OP_REQUIRES_CHECK(ctx, gpu::PrunedRoutingForward<T>(
                                   GpuStream(ctx), scratch.Allocator(), d, ctx->input(0).flat<T>().data(), sp,
@@ -112,9 +80,9 @@ class PrunedRoutingGpuOp : public OpKernel, PrunedGpuAttrs {
 // Inputs: grad_output, then the forward op's inputs. Outputs: the gradients of
 // x, of each split input (same shapes) and of leaf_values.
 template <typename T, bool kExperts>
-class PrunedRoutingGradGpuOp : public OpKernel, PrunedGpuAttrs {
+class PrunedRoutingGradGpuOp : public OpKernel, PrunedRoutingAttrs {
  public:
-  explicit PrunedRoutingGradGpuOp(OpKernelConstruction* ctx) : OpKernel(ctx), PrunedGpuAttrs(ctx) {}
+  explicit PrunedRoutingGradGpuOp(OpKernelConstruction* ctx) : OpKernel(ctx), PrunedRoutingAttrs(ctx) {}
 
   void Compute(OpKernelContext* ctx) override {
     constexpr int kSplits = kExperts ? 5 : 3;
@@ -122,8 +90,8 @@ class PrunedRoutingGradGpuOp : public OpKernel, PrunedGpuAttrs {
     pruned::Splits<T> sp;
     if (!ReadSplits<T>(ctx, 1, kExperts, annealed_, &d, &sp)) return;
     const Tensor& leaf_values = ctx->input(kSplits + 3);
-    if (!Fail(ctx, CheckPrunedLeafValues(ShapeOf(leaf_values), &d))) return;
-    if (!Fail(ctx, CheckPerPair(ShapeOf(ctx->input(0)), "grad_output", &d))) return;
+    if (!PrunedRequire(ctx, CheckPrunedLeafValues(ShapeOf(leaf_values), &d))) return;
+    if (!PrunedRequire(ctx, CheckPerPair(ShapeOf(ctx->input(0)), "grad_output", &d))) return;
     // grad_x, the split inputs' gradients, then grad_leaf_values.
     T* grads[kSplits + 2];
     for (int i = 0; i < kSplits + 2; ++i) {
@@ -154,9 +122,9 @@ class PrunedRoutingGradGpuOp : public OpKernel, PrunedGpuAttrs {
 // Inputs: weights [batch, trees, units], then x and the split inputs. Output:
 // statistics [trees, 2 * num_internal + 1, units].
 template <typename T, bool kExperts>
-class PrunedLeafStatisticsGpuOp : public OpKernel, PrunedGpuAttrs {
+class PrunedLeafStatisticsGpuOp : public OpKernel, PrunedRoutingAttrs {
  public:
-  explicit PrunedLeafStatisticsGpuOp(OpKernelConstruction* ctx) : OpKernel(ctx), PrunedGpuAttrs(ctx) {}
+  explicit PrunedLeafStatisticsGpuOp(OpKernelConstruction* ctx) : OpKernel(ctx), PrunedRoutingAttrs(ctx) {}
 
   void Compute(OpKernelContext* ctx) override {
     constexpr int kSplits = kExperts ? 5 : 3;
@@ -164,7 +132,7 @@ class PrunedLeafStatisticsGpuOp : public OpKernel, PrunedGpuAttrs {
     pruned::Splits<T> sp;
     if (!ReadSplits<T>(ctx, 1, kExperts, annealed_, &d, &sp)) return;
     d.units = -1;
-    if (!Fail(ctx, CheckPerPair(ShapeOf(ctx->input(0)), "weights", &d))) return;
+    if (!PrunedRequire(ctx, CheckPerPair(ShapeOf(ctx->input(0)), "weights", &d))) return;
     Tensor* out = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({d.trees, 2 * d.num_internal + 1, d.units}), &out));
     GpuScratch scratch(ctx);
@@ -179,9 +147,9 @@ class PrunedLeafStatisticsGpuOp : public OpKernel, PrunedGpuAttrs {
 // sample_weight. Output: counts [trees, 2 * num_internal + 1, classes]. The
 // shape checks of CheckEmInputs here, its value checks on the device.
 template <typename T>
-class PrunedEmStatisticsGpuOp : public OpKernel, PrunedGpuAttrs {
+class PrunedEmStatisticsGpuOp : public OpKernel, PrunedRoutingAttrs {
  public:
-  explicit PrunedEmStatisticsGpuOp(OpKernelConstruction* ctx) : OpKernel(ctx), PrunedGpuAttrs(ctx) {}
+  explicit PrunedEmStatisticsGpuOp(OpKernelConstruction* ctx) : OpKernel(ctx), PrunedRoutingAttrs(ctx) {}
 
   void Compute(OpKernelContext* ctx) override {
     using checks_internal::Exact;
@@ -191,11 +159,11 @@ class PrunedEmStatisticsGpuOp : public OpKernel, PrunedGpuAttrs {
     const Tensor& leaf_values = ctx->input(5);
     const Tensor& labels = ctx->input(6);
     const Tensor& weights = ctx->input(7);
-    if (!Fail(ctx, CheckPrunedLeafValues(ShapeOf(leaf_values), &d))) return;
+    if (!PrunedRequire(ctx, CheckPrunedLeafValues(ShapeOf(leaf_values), &d))) return;
     OP_REQUIRES(ctx, d.units >= 1,
                 InvalidArgument("leaf_values must have at least one class (leaf_values.shape[2] >= 1)"));
-    if (!Fail(ctx, Exact(ShapeOf(labels), {d.batch}, "labels"))) return;
-    if (!Fail(ctx, Exact(ShapeOf(weights), {d.batch}, "sample_weight"))) return;
+    if (!PrunedRequire(ctx, Exact(ShapeOf(labels), {d.batch}, "labels"))) return;
+    if (!PrunedRequire(ctx, Exact(ShapeOf(weights), {d.batch}, "sample_weight"))) return;
     Tensor* out = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({d.trees, 2 * d.num_internal + 1, d.units}), &out));
     GpuScratch scratch(ctx);

@@ -1,6 +1,8 @@
 // TensorFlow CPU kernels of pruned probabilistic routing (KerasTrees>PrunedRouting*,
 // registered in pruned_routing_ops.cc): validate the inputs, allocate the
-// outputs and run the core (core/pruned_routing.h) on TensorFlow's thread pool.
+// outputs and run the core (core/pruned_routing.h) on TensorFlow's thread pool
+// (the attributes, shape checks and forward outputs shared with the GPU
+// kernels: pruned_routing_kernels.h).
 // One kernel template per pass (forward, backward, leaf statistics) over the
 // two split forms (oblique, noisy-OR experts).
 #include <algorithm>
@@ -10,6 +12,7 @@
 
 #include "core/pruned_routing.h"
 #include "kernel_utils.h"
+#include "pruned_routing_kernels.h"
 
 namespace keras_trees {
 
@@ -27,19 +30,13 @@ namespace {
 // (units excepted). Returns false with the error set on ctx.
 template <typename T>
 bool CheckInputs(OpKernelContext* ctx, int first, bool experts, PrunedRoutingDims* d) {
+  if (!CheckPrunedSplitShapes(ctx, first, experts, d)) return false;
+  // The threshold attribute is checked at construction.
   const int splits = experts ? 5 : 3;
-  std::vector<Shape> shapes;
-  for (int i = 1; i <= splits; ++i) shapes.push_back(ShapeOf(ctx->input(first + i)));
-  std::string message = CheckPrunedRoutingShapes(experts, ShapeOf(ctx->input(first)), shapes,
-                                                 ShapeOf(ctx->input(first + splits + 1)), d);
-  if (message.empty()) {
-    // The threshold attribute is checked at construction.
-    const T* split_data[5] = {};
-    for (int i = 0; i < splits; ++i) split_data[i] = ctx->input(first + 1 + i).flat<T>().data();
-    message = CheckPrunedRoutingValues<T>(*d, ctx->input(first).flat<T>().data(), experts, split_data, 0.0);
-  }
-  if (!message.empty()) ctx->CtxFailure(InvalidArgument(message));
-  return message.empty();
+  const T* split_data[5] = {};
+  for (int i = 0; i < splits; ++i) split_data[i] = ctx->input(first + 1 + i).flat<T>().data();
+  return PrunedRequire(ctx, CheckPrunedRoutingValues<T>(*d, ctx->input(first).flat<T>().data(), experts,
+                                                        split_data, 0.0));
 }
 
 // The split inputs of each form, read after CheckInputs.
@@ -88,37 +85,6 @@ struct ExpertInputs {
   }
 };
 
-// The threshold attribute (and `annealed` for the experts form).
-class PrunedRoutingAttrs {
- public:
-  explicit PrunedRoutingAttrs(OpKernelConstruction* ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("threshold", &threshold_));
-    OP_REQUIRES(ctx, std::isfinite(threshold_) && threshold_ >= 0.0f && threshold_ < 1.0f,
-                InvalidArgument("threshold must be in [0, 1), got ", threshold_));
-    if (ctx->HasAttr("annealed")) OP_REQUIRES_OK(ctx, ctx->GetAttr("annealed", &annealed_));
-    if (ctx->HasAttr("x_grad")) OP_REQUIRES_OK(ctx, ctx->GetAttr("x_grad", &x_grad_));
-  }
-
- protected:
-  float threshold_ = 0.0f;
-  bool annealed_ = true;
-  bool x_grad_ = true;
-};
-
-// leaf_values [trees, 2 * num_internal + 1, units]; sets d->units.
-bool ReadLeafValues(OpKernelContext* ctx, const Tensor& v, PrunedRoutingDims* d) {
-  const std::string message = CheckPrunedLeafValues(ShapeOf(v), d);
-  if (!message.empty()) ctx->CtxFailure(InvalidArgument(message));
-  return message.empty();
-}
-
-// A [batch, trees, units] tensor (grad_output, weights); units < 0: any.
-bool ReadPerPair(OpKernelContext* ctx, const Tensor& t, const char* name, PrunedRoutingDims* d) {
-  const std::string message = CheckPerPair(ShapeOf(t), name, d);
-  if (!message.empty()) ctx->CtxFailure(InvalidArgument(message));
-  return message.empty();
-}
-
 }  // namespace
 
 // Inputs: x, the split inputs, is_split, leaf_values. Outputs: output
@@ -133,14 +99,11 @@ class PrunedRoutingOp : public OpKernel, PrunedRoutingAttrs {
     PrunedRoutingDims d;
     typename Inputs::Splits splits;
     if (!Inputs::Read(ctx, 0, annealed_, &d, &splits)) return;
-    if (!ReadLeafValues(ctx, ctx->input(Inputs::kInputs), &d)) return;
+    if (!PrunedRequire(ctx, CheckPrunedLeafValues(ShapeOf(ctx->input(Inputs::kInputs)), &d))) return;
     const Tensor& values = ctx->input(Inputs::kInputs);
     KT_OP_REQUIRES_CHECK(ctx, CheckPrunedLeafValueData<T>(d, values.flat<T>().data()));
     Tensor *out = nullptr, *kept = nullptr, *evals = nullptr, *dropped = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({d.batch, d.trees, d.units}), &out));
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({d.batch, d.trees}), &kept));
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, TensorShape({d.batch, d.trees}), &evals));
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(3, TensorShape({d.batch, d.trees}), &dropped));
+    if (!AllocatePrunedForwardOutputs(ctx, d, &out, &kept, &evals, &dropped)) return;
     const Tensor& is_split = ctx->input(Inputs::kInputs - 1);
     const Tensor& leaf_values = ctx->input(Inputs::kInputs);
     PrunedRoutingForward<T>(d, ctx->input(0).flat<T>().data(), splits,
@@ -165,8 +128,8 @@ class PrunedRoutingGradOp : public OpKernel, PrunedRoutingAttrs {
     typename Inputs::Splits splits;
     if (!Inputs::Read(ctx, 1, annealed_, &d, &splits)) return;
     const Tensor& leaf_values = ctx->input(1 + Inputs::kInputs);
-    if (!ReadLeafValues(ctx, leaf_values, &d)) return;
-    if (!ReadPerPair(ctx, ctx->input(0), "grad_output", &d)) return;
+    if (!PrunedRequire(ctx, CheckPrunedLeafValues(ShapeOf(leaf_values), &d))) return;
+    if (!PrunedRequire(ctx, CheckPerPair(ShapeOf(ctx->input(0)), "grad_output", &d))) return;
     T* grads[Inputs::kGradOutputs + 2];
     for (int i = 0; i < Inputs::kGradOutputs + 2; ++i) {
       // grad_x, the split inputs' gradients, then grad_leaf_values.
@@ -199,7 +162,7 @@ class PrunedLeafStatisticsOp : public OpKernel, PrunedRoutingAttrs {
     typename Inputs::Splits splits;
     if (!Inputs::Read(ctx, 1, annealed_, &d, &splits)) return;
     d.units = -1;
-    if (!ReadPerPair(ctx, ctx->input(0), "weights", &d)) return;
+    if (!PrunedRequire(ctx, CheckPerPair(ShapeOf(ctx->input(0)), "weights", &d))) return;
     Tensor* out = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(
                             0, TensorShape({d.trees, 2 * d.num_internal + 1, d.units}), &out));
