@@ -18,8 +18,8 @@ splits evaluated and leaves kept per sample and tree, and the ratios to the
 dense path. On a GPU (JAX: ``jax.devices()[0]``) the same comparison runs
 there: the pruned CUDA kernels against the dense ``keras.ops`` path; each
 epoch's time waits for the device (the model's variables are fetched at its
-end) and the device's peak memory is printed beside the host's. ``--grown PATH`` keeps the grown forest (grown there once, loaded
-by later runs). No accuracy is asserted: see end_to_end_forest.py for the
+end) and the device's peak memory is printed beside the host's. ``--grown
+PATH`` keeps the grown forest (grown there once, loaded by later runs). No accuracy is asserted: see end_to_end_forest.py for the
 schedule.
 
     python benchmarks/end_to_end_finetune_speed.py [--quick | --smoke] [--trees 70] [--epochs 3]

@@ -182,7 +182,8 @@ def start_on_cpu(epochs, seed, model_name, smoke=False):
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     output = tempfile.TemporaryFile("w+")
     proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--epochs", str(epochs), "--seed", str(seed),
-                             "--model", model_name, "--child"] + (["--smoke"] if smoke else []), env=env, stdout=output, stderr=subprocess.STDOUT, text=True)
+                             "--model", model_name, "--child"] + (["--smoke"] if smoke else []),
+                            env=env, stdout=output, stderr=subprocess.STDOUT, text=True)
     return proc, output
 
 
