@@ -123,6 +123,10 @@ def test_end_to_end_finetune_speed_smoke(tmp_path, capfd):
         assert row["peak_rss_gb"] > 0 and 0.0 <= row["accuracy"] <= 1.0 and np.isfinite(row["loss"]).all()
         assert 1 <= row["kept_leaves"] <= 8 and row["split_evaluations"] >= 1
     assert dense["max_dropped_mass"] == 0.0  # the dense path drops nothing
+    # Which path each row timed, and on which device (a GPU's peak memory; None on the CPU).
+    assert dense["path"] == "dense keras.ops" and pruned["path"] in ("pruned kernels", "pruned keras.ops reference")
+    assert payload["device"] == dense["device"] == pruned["device"] and dense["device"].startswith("cpu")
+    assert dense["peak_device_memory_gb"] is None and "(dense keras.ops): epochs" in out
 
 
 def test_em_estep_speed_smoke(tmp_path, capfd):
