@@ -23,6 +23,7 @@ import pytest
 from keras_trees.ops import _library
 from keras_trees.ops.loss_augmented import loss_augmented_inference
 from tests._backend import precision
+from tests.ops.random_inputs import lai_problem
 from tests.backends.conftest import BACKEND
 
 pytestmark = pytest.mark.skipif(BACKEND not in ("tensorflow", "jax"),
@@ -80,16 +81,7 @@ def run(engine, args, loss, fast):
 
 
 def problem(rng, depth, loss, batch, p=3, k=4, dtype="float64", scale=1.0):
-    internal = 2**depth - 1
-    x = rng.normal(size=(batch, p)).astype(dtype)
-    w = (rng.normal(size=(internal, p)) * scale).astype(dtype)
-    b = (rng.normal(size=internal) * 0.3 * scale).astype(dtype)
-    theta = (rng.normal(size=(internal + 1, k)) * 2).astype(dtype)
-    if loss == "log":
-        y = rng.integers(0, k, size=batch).astype("int32")
-    else:
-        y = rng.normal(size=(batch, k)).astype(dtype)
-    return x, w, b, theta, y
+    return lai_problem(rng, depth, loss, batch, p, k, dtype, scale)
 
 
 def assert_same_choices(got, want, dtype, score_exact=False):

@@ -27,10 +27,9 @@ if BACKEND == "jax":
     import jax.numpy as jnp
 
     from keras_trees import ops as tree_ops
-    from keras_trees import topology
     from keras_trees.ops import _library
     from keras_trees.ops import pruned_routing as pr
-    from tests.test_topology import random_tree
+    from tests.ops.random_inputs import pruned_inputs
 
     ON_GPU = jax.default_backend() in ("gpu", "cuda")
 else:  # pragma: no cover
@@ -68,27 +67,7 @@ def engine(name):
 
 
 def make(rng, form="oblique", batch=9, dim=3, trees=2, depth=4, units=2, dtype="float64", experts=2, p_split=0.75):
-    n = 2**depth - 1
-    state = random_tree(rng, depth, p_split=p_split, num_trees=trees)
-    args = {
-        "x": rng.normal(size=(batch, dim)),
-        "gamma": rng.uniform(0.5, 3.0, size=(trees, n)),
-        "is_split": state[:, :n] == topology.SPLIT,
-        "leaf_values": rng.uniform(-1, 1, size=(trees, 2 * n + 1, units)),
-    }
-    if form == "oblique":
-        args["split_weights"] = rng.normal(size=(trees, n, dim))
-        args["split_bias"] = rng.normal(size=(trees, n))
-    else:
-        args["split_weights"] = rng.normal(size=(trees, n, experts, dim))
-        args["split_bias"] = rng.normal(size=(trees, n, experts))
-        args["expert_weights"] = rng.uniform(0.05, 1.0, size=(trees, n, experts))
-        args["rate0"] = rng.uniform(0.2, 1.5, size=(trees, n))
-        args["annealed"] = form == "experts"
-    for k, v in args.items():
-        if isinstance(v, np.ndarray) and v.dtype == np.float64:
-            args[k] = v.astype(dtype)
-    return args
+    return pruned_inputs(rng, form, batch, dim, trees, depth, units, dtype, experts, p_split)[0]
 
 
 def route(args, threshold, **values):

@@ -17,21 +17,12 @@ from keras_trees.ops.loss_augmented import (
     path_margin,
     surrogate,
 )
+from tests.ops.random_inputs import lai_problem
 
 needs_op = pytest.mark.skipif(not _library.custom_ops_available(), reason="custom ops unavailable")
 
 
-def random_problem(rng, depth, loss, batch=64, p=5, k=4, dtype="float64", scale=1.0):
-    internal = 2**depth - 1
-    x = rng.normal(size=(batch, p)).astype(dtype)
-    w = (rng.normal(size=(internal, p)) * scale).astype(dtype)
-    b = (rng.normal(size=internal) * 0.3 * scale).astype(dtype)
-    theta = (rng.normal(size=(internal + 1, k)) * 2).astype(dtype)
-    if loss == "log":
-        y = rng.integers(0, k, size=batch).astype("int32")
-    else:
-        y = rng.normal(size=(batch, k)).astype(dtype)
-    return x, w, b, theta, y
+random_problem = lai_problem
 
 
 def np_loss(theta_row, y, loss):

@@ -14,39 +14,13 @@ from keras_trees.validation.arguments import prune_threshold
 from tests.conftest import finite_difference_check, run_python
 from tests.ops import pruned_oracle
 from tests.ops.pruned_oracle import pruned_outputs
-from tests.test_topology import random_tree
+from tests.ops.random_inputs import pruned_inputs as make
 
 pytestmark = pytest.mark.skipif(
     not tree_ops.custom_ops_available(), reason=f"custom ops not loaded: {tree_ops.load_error()}"
 )
 
 FORMS = ("oblique", "experts", "experts_raw")
-
-
-def make(rng, form="oblique", batch=23, dim=4, trees=3, depth=5, units=3, dtype="float64", experts=3,
-         p_split=0.7, scale=1.0):
-    """Inputs of pruned_routing as a dict (unbalanced random trees)."""
-    n = 2**depth - 1
-    state = random_tree(rng, depth, p_split=p_split, num_trees=trees)
-    args = {
-        "x": rng.normal(size=(batch, dim)),
-        "gamma": rng.uniform(0.5, 3.0, size=(trees, n)),
-        "is_split": state[:, :n] == topology.SPLIT,
-        "leaf_values": rng.uniform(-1, 1, size=(trees, 2 * n + 1, units)),
-    }
-    if form == "oblique":
-        args["split_weights"] = scale * rng.normal(size=(trees, n, dim))
-        args["split_bias"] = scale * rng.normal(size=(trees, n))
-    else:
-        args["split_weights"] = scale * rng.normal(size=(trees, n, experts, dim))
-        args["split_bias"] = scale * rng.normal(size=(trees, n, experts))
-        args["expert_weights"] = rng.uniform(0.05, 1.0, size=(trees, n, experts))
-        args["rate0"] = rng.uniform(0.2, 1.5, size=(trees, n))
-        args["annealed"] = form == "experts"
-    for k, v in args.items():
-        if isinstance(v, np.ndarray) and v.dtype == np.float64:
-            args[k] = v.astype(dtype)
-    return args, state
 
 
 def run(fn, args, threshold, **kwargs):
