@@ -80,15 +80,9 @@ inline T Sigmoid(T z) {
   return portable::Logistic(z);
 }
 
-// One evaluated split: probabilities of going right and left, the split's
-// value (oblique: <w, x> + b; experts: the rate S) and its favoured side.
-template <typename T>
-struct SplitValue {
-  T right;
-  T left;
-  T value;
-  bool favours_right;
-};
+// One evaluated split (right/left probabilities, value, favoured side): the
+// GPU bodies' struct.
+using pruned::SplitValue;
 
 // A (pointer, length) segment of a gradient buffer.
 template <typename T>
