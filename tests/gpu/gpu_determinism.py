@@ -14,7 +14,13 @@ the same inputs on ``jax.devices()[0]`` (the GPU on the lent machine) and
 every output must be bit-identical to the first run's. The same computation
 then runs on the CPU (inputs placed on ``jax.devices("cpu")[0]``, under
 ``jax.default_device``) and must agree within ``1e-5`` (float32) / ``1e-12``
-(float64) of each output's largest magnitude; leaf nodes must be equal (the
+(float64) of each output's largest magnitude; a float32 output further apart
+passes only if it is no less accurate than the CPU kernels' own float32 result:
+both against the CPU kernels in float64 on the same inputs, its error at most
+``max(1e-5, 2 x`` the CPU's) (a sum with cancellation, such as the Tree
+Ensemble Layer's input gradient, rounds differently in each summation order:
+there the CPU engine itself is 5.8e-5 from float64 and the portable bodies
+2.9e-5); leaf nodes must be equal (the
 routing inputs keep every split value at least ``1e-4`` from 0, so rounding
 cannot flip a decision). The table prints the largest run-to-run and GPU-CPU
 differences and which path ran on each device (``kernels``: keras-trees custom
@@ -241,6 +247,12 @@ def check(case, dtype, runs, size, seed):
             cpu_lowered = jax.jit(fn).lower(*cpu_args)
             on_cpu, raw = run(cpu_lowered.compile(), cpu_args)
         placed = {d.platform for leaf in jax.tree_util.tree_leaves(raw) for d in leaf.devices()}
+    truth = None
+    if dtype == "float32":  # the CPU kernels in float64 on the same inputs, to judge a float32 difference
+        with x64(True), jax.default_device(cpu):
+            wide = [a.astype(np.float64) if np.issubdtype(a.dtype, np.floating) else a for a in inputs]
+            truth, _ = run(jax.jit(lambda *a: fn(*a)).lower(*jax.device_put(wide, cpu)).compile(),
+                           jax.device_put(wide, cpu))
 
     problems = []
     if differing_runs:
@@ -259,7 +271,15 @@ def check(case, dtype, runs, size, seed):
             continue
         diff = max_rel(first[key], on_cpu[key])
         device_diff = max(device_diff, diff)
-        if not diff <= TOLERANCE[dtype]:
+        if diff <= TOLERANCE[dtype]:
+            continue
+        if truth is not None:  # float32: no less accurate than the CPU kernels, both against float64
+            error, cpu_error = max_rel(first[key], truth[key]), max_rel(on_cpu[key], truth[key])
+            if error <= max(TOLERANCE[dtype], 2 * cpu_error):
+                continue
+            problems.append(f"{key}: {diff:.2e} from the CPU's (tolerance {TOLERANCE[dtype]:g}), {error:.2e} from "
+                            f"float64 against the CPU's {cpu_error:.2e} (allowed: at most twice that)")
+        else:
             problems.append(f"{key}: {diff:.2e} from the CPU's (tolerance {TOLERANCE[dtype]:g})")
     return {"case": case, "dtype": dtype, "device": str(device), "path": path_of(lowered),
             "cpu_path": path_of(cpu_lowered), "rows": int(inputs[0].shape[0]), "runs": runs,
