@@ -29,7 +29,8 @@ Rows (float32):
   The setting names the mean reachable leaves per (sample, tree)
   (``mean_reachable_leaves``): the conditional passes' work follows it.
 
-Timing: a few warm-up calls, then the median of N calls, each waited for with
+Timing: a few warm-up calls, then the median of N calls (fewer, at least 5,
+where a row's calls would take more than about 10 s), each waited for with
 ``jax.block_until_ready``, rotating among 3 input sets (so no cache holds the
 one input); the two paths alternate call by call. The JSON also has the
 pipelined time per call (50 calls back to back, one wait) and the compile
@@ -66,6 +67,9 @@ import sys
 import time
 
 os.environ.setdefault("KERAS_BACKEND", "jax")
+# Time every family's kernels, also those a GPU sends to the keras.ops path by
+# default because they measured slower there (the Tree Ensemble Layer).
+os.environ.setdefault("KERAS_TREES_GPU_KERNELS", "all")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import _data  # noqa: E402  (also puts the repository root on sys.path)
@@ -74,6 +78,12 @@ import numpy as np  # noqa: E402
 
 INPUT_SETS = 3
 PIPELINE_CALLS = 50
+# Each row's timed calls (both paths, the medians and the pipelined runs
+# together) take about this long at most: a slow row (on the H200 the pruned
+# routing row at the paper's forest shape) gets fewer calls, at least
+# MIN_REPS, so the whole table fits the GPU check's step.
+ROW_BUDGET_S = 10.0
+MIN_REPS = 5
 # Published figures, shared/benchmarks.md (one H100, JAX 0.11, Keras 3.15, median).
 PUBLISHED_KERAS_OPS_MS = {("hinge", False, 256): 0.40, ("hinge", False, 4096): 1.34,
                           ("routing", 10, 1024): 0.49, ("routing", 12, 1024): 1.12}
@@ -416,23 +426,37 @@ def timed_calls(fns, sets, shared, reps):
     return {name: statistics.median(values) for name, values in times.items()}
 
 
-def pipelined(fn, sets, shared, rounds):
-    """Best over ``rounds`` of (PIPELINE_CALLS calls back to back, one wait) / calls."""
+def pipelined(fn, sets, shared, rounds, calls=PIPELINE_CALLS):
+    """Best over ``rounds`` of (``calls`` calls back to back, one wait) / calls."""
     import jax
 
     best = float("inf")
     for _ in range(rounds):
         start = time.perf_counter()
-        out = [fn(*sets[i % len(sets)], *shared) for i in range(PIPELINE_CALLS)]
+        out = [fn(*sets[i % len(sets)], *shared) for i in range(calls)]
         jax.block_until_ready(out)
-        best = min(best, (time.perf_counter() - start) / PIPELINE_CALLS)
+        best = min(best, (time.perf_counter() - start) / calls)
         del out
     return best
+
+
+def row_budget(per_call_s, reps, rounds, smoke):
+    """(reps, pipeline rounds, pipeline calls) for a row whose two paths take
+    ``per_call_s`` seconds together per call: as asked where the row fits
+    ROW_BUDGET_S, else fewer (half the budget for the medians, half for the
+    pipelined runs; at least MIN_REPS medians and one round of MIN_REPS calls)."""
+    if smoke or per_call_s * (reps + rounds * PIPELINE_CALLS) <= ROW_BUDGET_S:
+        return reps, rounds, PIPELINE_CALLS
+    fit = int(ROW_BUDGET_S / 2 / max(per_call_s, 1e-9))
+    calls = max(MIN_REPS, min(PIPELINE_CALLS, fit))
+    return max(MIN_REPS, min(reps, fit)), max(1, min(rounds, fit // calls)), calls
 
 
 def bench(s, reps, warmup, smoke, rng):
     """One row of the table (a dict) for setting ``s``."""
     import jax
+
+    requested_reps = reps
 
     from keras_trees import ops as tree_ops
 
@@ -470,11 +494,14 @@ def bench(s, reps, warmup, smoke, rng):
     agrees, diff, mismatched = compare(s["family"], kernel_out, flat(check_fn(*first)))
 
     fns = {"kernels": kernel_fn, "reference": reference_fn}
-    for _ in range(warmup):
+    first_round = time.perf_counter()
+    timed_calls(fns, sets, shared, len(sets))
+    per_call = (time.perf_counter() - first_round) / len(sets)
+    reps, rounds, calls = row_budget(per_call, reps, 1 if smoke else 3, smoke)
+    for _ in range(warmup - 1 if reps == requested_reps else 0):
         timed_calls(fns, sets, shared, len(sets))
     medians = timed_calls(fns, sets, shared, reps)
-    rounds = 1 if smoke else 3
-    piped = {name: pipelined(fn, sets, shared, rounds) for name, fn in fns.items()}
+    piped = {name: pipelined(fn, sets, shared, rounds, calls) for name, fn in fns.items()}
     again = flat(kernel_fn(*first))  # after the timing: the same inputs must give the same bits
     reference_again = flat(reference_fn(*first))
 
@@ -486,6 +513,7 @@ def bench(s, reps, warmup, smoke, rng):
         "kernels_ms": 1e3 * medians["kernels"], "reference_ms": 1e3 * medians["reference"],
         "ratio": medians["reference"] / medians["kernels"],
         "kernels_pipelined_ms": 1e3 * piped["kernels"], "reference_pipelined_ms": 1e3 * piped["reference"],
+        "reps": reps, "pipeline_calls": calls, "pipeline_rounds": rounds,
         "kernels_compile_s": kernel_compile, "reference_compile_s": reference_compile,
         "bitwise_deterministic": bitwise_equal(kernel_out, again),
         "reference_bitwise_deterministic": bitwise_equal(reference_out, reference_again),
@@ -579,6 +607,9 @@ def main(argv=None):
           "\nmax rel diff: kernels vs keras.ops, largest difference over each output's largest magnitude"
           f" (must be <= {AGREE_RTOL:g});"
           "\n(N lv) on the TEL rows: mean reachable leaves per (sample, tree) (mean_reachable_leaves), of 2**depth.")
+    fewer = [f"{r['setting']} (batch {r['batch']}): {r['reps']}" for r in rows if r["reps"] < reps]
+    if fewer:
+        print(f"fewer timed calls (a row's timing kept to about {ROW_BUDGET_S:g} s): " + "; ".join(fewer))
     pub = PUBLISHED_PYTORCH_CUDA_HINGE_MS
     print("published (shared/benchmarks.md, one H100): keras.ops path 0.40 / 1.34 ms hinge forest (batch 256 / 4096),"
           " 0.49 / 1.12 ms hard routing depth 10 / 12;\n  public PyTorch CUDA hinge-forest extension "

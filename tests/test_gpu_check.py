@@ -105,6 +105,22 @@ NCU_REPORT = """==PROF== Connected to process 7051 (/usr/bin/python3.12)
 """
 
 
+def test_gpu_speed_keeps_a_slow_row_to_its_time_budget(monkeypatch):
+    """A row whose calls are slow gets fewer timed calls (the H200's first check
+    ran out of its step's time on the pruned row at the paper's forest shape);
+    fast rows and smoke runs keep what was asked."""
+    monkeypatch.syspath_prepend(os.path.join(REPO_ROOT, "benchmarks"))
+    spec = importlib.util.spec_from_file_location("gpu_speed", os.path.join(REPO_ROOT, "benchmarks", "gpu_speed.py"))
+    speed = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(speed)
+    assert speed.row_budget(0.002, 200, 3, False) == (200, 3, speed.PIPELINE_CALLS)  # 0.7 s in all
+    assert speed.row_budget(5.0, 2, 1, True) == (2, 1, speed.PIPELINE_CALLS)  # smoke: as asked
+    reps, rounds, calls = speed.row_budget(0.5, 200, 3, False)  # 175 s as asked
+    assert (reps, rounds, calls) == (10, 1, 10)
+    assert 0.5 * (reps + rounds * calls) <= speed.ROW_BUDGET_S
+    assert speed.row_budget(30.0, 200, 3, False) == (speed.MIN_REPS, 1, speed.MIN_REPS)  # at least MIN_REPS
+
+
 def test_ncu_summary_reads_nsight_compute_per_kernel_times(tmp_path, capsys):
     """The profile step's condenser (tests/gpu/ncu_summary.py), on the shape of
     an ncu report from an H200 run: kernels by body and loop width, times in

@@ -170,3 +170,22 @@ def test_jit_support_follows_the_op_library(tmp_path):
         env={"KERAS_TREES_DISABLE_CUSTOM_OPS": "1"},
     )
     assert "jit True" in out and "xla True" in out
+
+
+def test_gpu_runs_the_families_measured_slower_there_on_the_keras_ops_path(monkeypatch):
+    """On a GPU the Tree Ensemble Layer (its CUDA kernels measured 5-7x slower
+    than the keras.ops path on an H200) takes the keras.ops path unless
+    KERAS_TREES_GPU_KERNELS=all; the other families with CUDA kernels keep them.
+    A bad value names the variable."""
+    monkeypatch.setitem(_library._state, "gpu", True)  # as if the CUDA kernels had loaded
+    monkeypatch.delenv("KERAS_TREES_GPU_KERNELS", raising=False)
+    measured = _library._compiled_families("tensorflow", "gpu")
+    assert "soft_tree" not in measured and {"hinge", "hard_routing", "pruned_routing"} <= set(measured)
+    assert "soft_tree" in _library._compiled_families("tensorflow", "cpu")
+    assert _library._device_families("jax", "gpu")["soft_tree"] == "reference"
+    monkeypatch.setenv("KERAS_TREES_GPU_KERNELS", "all")
+    assert set(_library._compiled_families("tensorflow", "gpu")) == set(measured) | {"soft_tree"}
+    assert _library._device_families("jax", "gpu")["soft_tree"] == "kernels"
+    monkeypatch.setenv("KERAS_TREES_GPU_KERNELS", "fastest")
+    with pytest.raises(ValueError, match="KERAS_TREES_GPU_KERNELS must be one of 'measured', 'all', got 'fastest'"):
+        _library._compiled_families("tensorflow", "gpu")

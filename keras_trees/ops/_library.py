@@ -25,6 +25,16 @@ import keras
 from keras_trees.api_export import keras_trees_export
 
 _DISABLE_ENV = "KERAS_TREES_DISABLE_CUSTOM_OPS"
+# Which families' GPU kernels a GPU runs: "measured" (the default: every family
+# with CUDA kernels except those measured slower than the jit-compiled keras.ops
+# path on a GPU, _GPU_SLOWER) or "all" (every family with CUDA kernels: the
+# prepared GPU check, tests/gpu/, and benchmarks that time the kernels).
+_GPU_KERNELS_ENV = "KERAS_TREES_GPU_KERNELS"
+_GPU_KERNELS_CHOICES = ("measured", "all")
+# Families whose CUDA kernels ran slower than the keras.ops path on a GPU
+# (docs/backends.md#gpu-kernels): the Tree Ensemble Layer, 9.8-12.6 ms against
+# 1.7-1.8 ms fwd+bwd at batch 4096 (20 trees of depth 8) on an H200, 2026-11-27.
+_GPU_SLOWER = ("soft_tree",)
 # Backends with compiled kernels -> prefix of their wrapper modules.
 _BINDINGS = {"tensorflow": "tf", "jax": "jax", "torch": "torch"}
 # The oldest PyTorch whose stable C++ ABI the torch binding is built against
@@ -347,13 +357,28 @@ def _torch_platform():
     return "gpu" if kind == "cuda" else kind
 
 
+def gpu_kernels_choice():
+    """``KERAS_TREES_GPU_KERNELS``: "measured" (default) or "all"; anything else
+    raises ``ValueError`` naming the variable."""
+    choice = os.environ.get(_GPU_KERNELS_ENV, "measured").strip().lower() or "measured"
+    if choice not in _GPU_KERNELS_CHOICES:
+        raise ValueError(f"{_GPU_KERNELS_ENV} must be one of {', '.join(map(repr, _GPU_KERNELS_CHOICES))}, "
+                         f"got {os.environ[_GPU_KERNELS_ENV]!r}")
+    return choice
+
+
 def _compiled_families(backend, platform):
-    """The op families whose compiled kernels run on ``platform`` (after load())."""
+    """The op families whose compiled kernels run on ``platform`` (after load()).
+    On a GPU, the families of _GPU_SLOWER run the keras.ops path unless
+    ``KERAS_TREES_GPU_KERNELS=all``."""
     if not _state["loaded"]:
         return ()
     if platform == "gpu" and not _state["gpu"]:
         return ()
-    return tuple(DISPATCH.get((backend, platform), {}))
+    families = tuple(DISPATCH.get((backend, platform), {}))
+    if platform == "gpu" and gpu_kernels_choice() != "all":
+        families = tuple(f for f in families if f not in _GPU_SLOWER)
+    return families
 
 
 def binding(family):

@@ -1,9 +1,13 @@
 """Kernel-level profile of the CUDA pipelines, for Nsight Compute on a lent GPU.
 
 Hinge forest fwd+bwd (100 trees, depth 10, 100 inputs, 26 outputs, batch
-4096) and hard routing fwd (100 oblique trees, depth 10, 64 inputs, batch
-1024): one warm-up call each (compilation), then ``--calls`` timed calls, each
-waited for. Under ncu only the keras-trees kernels (one ``ForKernel<Body>`` per
+4096), hard routing fwd (100 oblique trees, depth 10, 64 inputs, batch
+1024), the Tree Ensemble Layer fwd+bwd at initialization (20 trees of depth 8,
+64 inputs, 10 outputs, batch 4096: the 5-7x slower-than-dense row of the first
+H200 run) and pruned routing fwd+bwd (10 trees of depth 10, 16 inputs, 26
+classes, batch 1000, threshold 1e-4: the finetune benchmark's --quick shape),
+the last two with benchmarks/gpu_speed.py's inputs: one warm-up call each
+(compilation), then ``--calls`` timed calls, each waited for. Under ncu only the keras-trees kernels (one ``ForKernel<Body>`` per
 portable body) and CUB's sort kernels need profiling:
 
     ncu --metrics gpu__time_duration.sum --print-summary per-kernel \\
@@ -52,8 +56,20 @@ def main(argv=None):
     split = jax.device_put(np.ones((trees, n), bool))
     route = jax.jit(lambda x, w, b: tree_ops.hard_route(x, w, b, split))
 
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks"))
+    import gpu_speed
+
+    tel = dict(family="tel", state="init", batch=4096, trees=20, depth=8, features=64, units=10, gamma=1.0)
+    tel_sets, tel_shared = gpu_speed.tel_inputs(tel, rng, smoke=False)
+    pruned = dict(family="pruned", batch=1000, trees=10, depth=10, features=16, units=26, gamma=2.0)
+    pruned_sets, pruned_shared = gpu_speed.pruned_inputs(pruned, rng)
+
     for name, fn, fargs in (("hinge forest fwd+bwd, batch 4096", hinge, (x, t, w)),
-                            ("hard routing fwd, batch 1024", route, (xr, wr, br))):
+                            ("hard routing fwd, batch 1024", route, (xr, wr, br)),
+                            ("tree ensemble layer fwd+bwd, batch 4096", gpu_speed.tel_step(1.0),
+                             (*tel_sets[0], *tel_shared)),
+                            ("pruned routing fwd+bwd, batch 1000", gpu_speed.pruned_step(1e-4),
+                             (*pruned_sets[0], *pruned_shared))):
         jax.block_until_ready(fn(*fargs))
         times = []
         for _ in range(args.calls):
