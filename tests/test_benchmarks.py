@@ -237,8 +237,12 @@ def test_peers_smoke(tmp_path, capfd):
     assert payload["datasets"] == ["wisconsin"] and payload["seeds"] == [0] and payload["failures"] == []
     assert not {"node", "grande"} & set(payload["models"])  # no peer environments
     ran = set(payload["results"]["wisconsin"])
-    assert {"cart", "cart-d8", "rf", "tel", "hinge", "e2e", "polytope", "nongreedy", "tel+search"} <= ran
+    assert {"cart", "cart-cv", "cart-d8", "rf", "tel", "hinge", "e2e", "polytope", "nongreedy", "tel+search"} <= ran
     assert ran | set(payload["skipped"]) == set(payload["models"])
+    (cv,) = payload["results"]["wisconsin"]["cart-cv"]
+    assert cv["chosen"]["max_depth"] in (1, 2, 4, 8, "unlimited")  # --quick's depths, chosen by 5-fold CV
+    goals = out.split("Goals of the defaults")[1]
+    lines_matching(goals, r"^  (e2e|polytope|nongreedy)\s+cart-cv\s+[-+][\d.]+\s+[-+][\d.]+\s")
     for model in ran:
         (run,) = payload["results"]["wisconsin"][model]
         lines_matching(table, rf"^  {re.escape(model)}\s+[\d.]+ \+- [\d.]+\s")
