@@ -3,6 +3,7 @@
 import numbers
 
 import keras
+import numpy as np
 from sklearn.base import ClassifierMixin, RegressorMixin
 from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 from sklearn.utils._param_validation import Interval, StrOptions
@@ -33,7 +34,7 @@ from keras_trees.layers import NonGreedyTree, co2_tree
 # (Those figures predate #35's bound-minimizing leaves of the starting tree;
 # not rerun.)
 DEFAULTS = dict(
-    max_depth=8, nu=10.0, inference="fast", criterion="entropy", init="co2", stable_sgd=True,
+    max_depth=8, nu=10.0, inference="fast", criterion="entropy", init="co2", init_depth="max_depth", stable_sgd=True,
     learning_rate=None, momentum=0.9, batch_size=64, max_epochs=30, patience=10, validation_fraction=0.1,
     min_frequency=None, random_state=None, verbose=0, n_jobs=None,
 )
@@ -71,6 +72,12 @@ _DOC = """{summary}
         inference: ``"fast"`` or ``"exact"`` loss-augmented inference.
         criterion: the initial tree's split criterion ({criteria}).
         init: {init_options}
+        init_depth: the initial tree's depth: ``"max_depth"``, or ``"cv"``:
+            the depth from 1 to ``max_depth`` whose scikit-learn CART ({cv_score})
+            scores best in 5-fold cross-validation on the training part (ties:
+            the shallower; folds stratified for a classifier), as a user
+            tunes CART. The perfect tree stays ``max_depth`` deep (the initial
+            tree is padded to it); ``init_depth_`` is the depth used.
         stable_sgd: train in Stable SGD rounds.
         learning_rate: SGD's learning rate (None: ``0.005 * nu``, the tutorial's rule,
             for each candidate ``nu``).
@@ -91,7 +98,7 @@ _DOC = """{summary}
         {verbose}
 
     Attributes (after ``fit``): {attributes}{explain}``nu_``, ``n_features_in_``,
-    ``feature_names_in_`` (frames), ``preprocessor_`` (the fitted
+    ``init_depth_``, ``feature_names_in_`` (frames), ``preprocessor_`` (the fitted
     scikit-learn transformer), ``model_`` (the ``NonGreedyTree``, a Keras
     model on the transformed float32 features; outputs {outputs}),
     ``history_`` (the ``fit`` history dict).
@@ -107,6 +114,7 @@ class _NonGreedy:
         "max_depth": [Interval(numbers.Integral, 1, None, closed="left")],
         "nu": [Interval(numbers.Real, 0, None, closed="neither"), tuple, list],
         "inference": [StrOptions({"fast", "exact"})],
+        "init_depth": [StrOptions({"max_depth", "cv"})],
         "stable_sgd": ["boolean"],
         "learning_rate": [Interval(numbers.Real, 0, None, closed="neither"), None],
         "momentum": [Interval(numbers.Real, 0, 1, closed="left")],
@@ -137,15 +145,36 @@ class _NonGreedy:
         rate = 0.005 * self._arg("nu") if self.learning_rate is None else self.learning_rate
         model.compile(keras.optimizers.SGD(rate, momentum=self.momentum), steps_per_execution=steps_per_execution())
 
+    def _cart(self, depth):
+        cart = DecisionTreeClassifier if self._task == "classification" else DecisionTreeRegressor
+        return cart(max_depth=depth, criterion=self.criterion, random_state=self._seed)
+
+    def _init_depth(self, x, y, sample_weight):
+        """``max_depth``, or the depth CART's 5-fold cross-validation picks (``init_depth="cv"``)."""
+        if self.init_depth != "cv" or self.max_depth == 1:
+            return self.max_depth
+        from sklearn.model_selection import GridSearchCV, KFold, StratifiedKFold
+
+        folds, splitter = 5, KFold
+        if self._task == "classification":
+            smallest = int(np.bincount(np.asarray(y, dtype=np.int64)).min())
+            if smallest >= 2:  # stratified folds need two rows of each class at least
+                folds, splitter = min(5, smallest), StratifiedKFold
+        folds = min(folds, len(y))
+        if folds < 2:
+            return self.max_depth
+        search = GridSearchCV(self._cart(None), {"max_depth": list(range(1, self.max_depth + 1))},
+                              cv=splitter(folds, shuffle=True, random_state=self._seed))
+        search.fit(x, y, sample_weight=sample_weight)  # the first best: the shallower on ties
+        return int(search.best_params_["max_depth"])
+
     def _prepare(self, model, x, y, sample_weight):
+        depth = self.init_depth_ = self._init_depth(x, y, sample_weight)
         if self.init == "co2":
-            tree = co2_tree(x, y, self.max_depth, num_classes=model.num_classes, nu=self._arg("nu"),
+            tree = co2_tree(x, y, depth, num_classes=model.num_classes, nu=self._arg("nu"),
                             criterion=self.criterion, sample_weight=sample_weight, random_state=self._seed)
         else:
-            cart = DecisionTreeClassifier if self._task == "classification" else DecisionTreeRegressor
-            cart = cart(max_depth=self.max_depth, criterion=self.criterion, random_state=self._seed)
-            cart.fit(x, y, sample_weight=sample_weight)
-            tree = from_sklearn(cart)
+            tree = from_sklearn(self._cart(depth).fit(x, y, sample_weight=sample_weight))
         if self._task == "classification":
             # The leaves that minimize the bound on the training data (issue
             # #35): near-pure greedy leaves make the bound loose, and SGD from
@@ -170,7 +199,7 @@ class NonGreedyTreeClassifier(ClassifierMixin, _NonGreedy, TreeClassifierBase):
     from scikit-learn's ``DecisionTreeClassifier`` of the same depth
     (``criterion``, the sample and class weights)""",
         loss="log loss", defaults_doc="with the CO2 start (chosen on many data sets, ``benchmarks/peers.py``)",
-        criteria='``"gini"``, ``"entropy"``, ``"log_loss"``',
+        criteria='``"gini"``, ``"entropy"``, ``"log_loss"``', cv_score="accuracy",
         init_options="""``"co2"`` (a greedy oblique tree: :func:`keras_trees.layers.co2_tree`
             with the same ``nu``, ``criterion``, weights and seed, its default
             steps) or ``"cart"`` (the axis-aligned CART tree).""",
@@ -192,7 +221,7 @@ class NonGreedyTreeRegressor(RegressorMixin, _NonGreedy, TreeRegressorBase):
         init_doc="""from scikit-learn's ``DecisionTreeRegressor`` of the same depth
     (``criterion``, the sample weights) on the standardized targets""",
         loss="squared error", defaults_doc="with the squared loss",
-        criteria='``"squared_error"``, ``"friedman_mse"``, ``"absolute_error"``',
+        criteria='``"squared_error"``, ``"friedman_mse"``, ``"absolute_error"``', cv_score="R^2",
         init_options='``"cart"`` (the axis-aligned CART tree; CO2 is a classification method).',
         stratified="", class_weight="", attributes="",
         outputs="the standardized targets; ``predict`` maps them back")

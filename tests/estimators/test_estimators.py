@@ -103,6 +103,7 @@ def test_bad_arguments_name_the_argument():
         (E.EndToEndTreeClassifier, {"split_type": "curved"}),
         (E.NonGreedyTreeClassifier, {"nu": -1.0}),
         (E.NonGreedyTreeClassifier, {"init": "random"}),
+        (E.NonGreedyTreeClassifier, {"init_depth": "auto"}),
         (E.ConvexPolytopeTreeClassifier, {"prior_weight": -0.1}),
     ]:
         name = next(iter(bad))
@@ -135,6 +136,20 @@ def test_non_greedy_co2_initialization_fits_an_oblique_boundary():
     scores = {init: tiny(E.NonGreedyTreeClassifier, init=init, max_depth=2, nu=4.0, random_state=0).fit(x, y)
               .score(x, y) for init in ("cart", "co2")}
     assert scores["co2"] > 0.95 and scores["co2"] >= scores["cart"] + 0.03, scores
+
+
+def test_non_greedy_init_depth_cv_starts_from_the_cross_validated_cart_depth():
+    """init_depth="cv": the start's depth is the one CART's 5-fold CV picks on
+    the training part (a one-split boundary: depth 1), the perfect tree stays
+    max_depth deep; the default starts at max_depth."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(200, 3))
+    y = (x[:, 0] > 0).astype(int)
+    cv = tiny(E.NonGreedyTreeClassifier, max_depth=4, init_depth="cv", random_state=0).fit(x, y)
+    assert cv.init_depth_ == 1 and cv.model_.depth == 4 and cv.score(x, y) > 0.95
+    assert tiny(E.NonGreedyTreeClassifier, max_depth=4, random_state=0).fit(x, y).init_depth_ == 4
+    target = x[:, 0] + 0.1 * x[:, 1]
+    assert 1 <= tiny(E.NonGreedyTreeRegressor, init_depth="cv", random_state=0).fit(x, target).init_depth_ <= 3
 
 
 def test_same_random_state_same_predictions_graph_mode():
