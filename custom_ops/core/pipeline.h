@@ -157,6 +157,28 @@ struct RunTotals {
   }
 };
 
+// Owner reductions over a dense chunk of rows, second pass: out[e] (0 when
+// `first`: the first chunk) plus the chunk's block partials of element e,
+// partial[b * elements + e] for b = 0 .. blocks - 1, in block order. The
+// first pass (a family's body, e.g. tel::ChunkSum) writes one partial per
+// (block, element): the sum over the block's rows in row order. With blocks
+// at fixed row positions, each element is the same sequence of additions
+// whatever the chunk size (a multiple of the block), and the serial loops
+// are a block long instead of a chunk long.
+template <typename T>
+struct AddBlocks {
+  int64_t elements;
+  int64_t blocks;
+  bool first;
+  const T* partial;  // [blocks, elements]
+  T* out;            // [elements]
+  KT_HOST_DEVICE void operator()(int64_t e) const {
+    T acc = first ? T(0) : out[e];
+    for (int64_t b = 0; b < blocks; ++b) acc += partial[b * elements + e];
+    out[e] = acc;
+  }
+};
+
 // The run of each key in a sorted key array: for the position p that starts
 // (ends) the run of key k, start[k] = p (end[k] = p + 1). Keys absent from the
 // array keep the start = end = 0 they were filled with.

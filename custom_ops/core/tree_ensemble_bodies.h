@@ -233,13 +233,13 @@ struct BackwardWalk {
   }
 };
 
-// Owner reductions over a chunk's dense coefficient rows, one output element
-// per item, samples in order: out[e] (0 for the first chunk) plus, for each
-// sample s of the chunk in order, coeff(s, m, node) * data[s, j] (by fused
-// multiply-adds; zero coefficients, the unreached nodes, are skipped). The
-// chunks come in sample order and each continues the previous one's sums, so
-// every element is one sequential sum over all samples, whatever the chunk
-// size. `data` null means 1 (the bias gradient).
+// Owner reductions over a chunk's dense coefficient rows, first pass (the
+// second is pipeline::AddBlocks): one item per (block, element), item =
+// block * elements + e (neighbouring threads: neighbouring elements), the sum
+// over the block's samples ls in [block * block_rows, min((block + 1) *
+// block_rows, chunk)) in order of coeff(s, m, node) * data[s, j] (fused
+// multiply-adds from 0; zero coefficients, the unreached nodes, are skipped)
+// into partial[item]. `data` null means 1 (the bias gradient).
 //   node weights: out [trees, num_internal, input_dim], node = i,        data = x
 //   node bias:    out [trees, num_internal],            node = i,        data = null
 //   leaf weights: out [trees, leaves, units],           node = ni + l,   data = grad_output
@@ -252,23 +252,27 @@ struct ChunkSum {
   int64_t columns;     // input_dim, 1 or units
   int64_t s0;
   int64_t chunk;
-  bool first;
+  int64_t block_rows;  // samples per block
   const T* coeff;  // [chunk, trees, nodes]
   const T* data;   // [batch, columns] or null
-  T* out;          // [trees, node_count, columns]
-  KT_HOST_DEVICE void operator()(int64_t e) const {
-    int64_t mn, j, m, n;
+  T* partial;      // [blocks, trees * node_count * columns]
+  KT_HOST_DEVICE void operator()(int64_t item) const {
+    const int64_t elements = trees * node_count * columns;
+    int64_t block, e, mn, j, m, n;
+    portable::DivMod(item, elements, &block, &e);
     portable::DivMod(e, columns, &mn, &j);
     portable::DivMod(mn, node_count, &m, &n);
     const T* c = coeff + m * nodes + node_base + n;
     const int64_t stride = trees * nodes;
-    T acc = first ? T(0) : out[e];
-    for (int64_t ls = 0; ls < chunk; ++ls) {
+    const int64_t begin = block * block_rows;
+    const int64_t end = begin + block_rows < chunk ? begin + block_rows : chunk;
+    T acc = T(0);
+    for (int64_t ls = begin; ls < end; ++ls) {
       const T v = c[ls * stride];
       if (v == T(0)) continue;
       acc = data != nullptr ? portable::Fma(v, data[(s0 + ls) * columns + j], acc) : acc + v;
     }
-    out[e] = acc;
+    partial[item] = acc;
   }
 };
 

@@ -305,7 +305,7 @@ def test_soft_tree_ensemble_tf_trace_free_ops():
 @pytest.mark.parametrize("engine", tel_engines())
 def test_soft_tree_ensemble_over_several_chunks(engine):
     """300 samples through 32 trees of depth 10 (float64): the GPU backward
-    pass takes them in three chunks of at most 127 samples (its 64 MiB
+    pass takes them in three chunks of at most 125 samples (its 64 MiB
     budget, core/tree_ensemble_pipeline.h); every gradient against the
     reference, and bit-identical reruns."""
     rng = np.random.default_rng(17)
