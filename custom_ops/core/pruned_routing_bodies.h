@@ -402,12 +402,14 @@ struct BackwardWalk {
   }
 };
 
-// out[r, j] (r < rows, j < cols) += sum over the chunk's samples i in order of
-// coeff[i * coeff_stride + r * coeff_step + coeff_offset] * other(i, r, j)
-// where other(i, r, j) = other[(s0 + i) * other_stride + (r / other_group) *
-// cols + j] (other_group 0: + j only; other null: 1). first: the sum starts at
-// 0, else it continues out's value (the previous chunks' samples): each
-// element is one sequential sum over all samples whatever the chunk size.
+// Owner reductions over a chunk's coefficients, first pass (the second is
+// pipeline::AddBlocks): one item per (block, element), item = block *
+// elements + e with e = r * cols + j (r < rows, j < cols), the sum from 0
+// over the block's samples i in [block * block_rows, min((block + 1) *
+// block_rows, n)) in order of coeff[i * coeff_stride + r * coeff_step +
+// coeff_offset] * other(i, r, j) into partial[item], where other(i, r, j) =
+// other[(s0 + i) * other_stride + (r / other_group) * cols + j] (other_group
+// 0: + j only; other null: 1).
 template <typename T>
 struct ChunkSum {
   int64_t cols;
@@ -416,21 +418,24 @@ struct ChunkSum {
   const T* other;
   int64_t other_stride, other_group;
   int64_t s0, n;
-  bool first;
-  T* out;
+  int64_t block_rows, elements;
+  T* partial;  // [blocks, elements]
 
   KT_HOST_DEVICE void operator()(int64_t item) const {
-    int64_t r, j;
-    portable::DivMod(item, cols, &r, &j);
-    T acc = first ? T(0) : out[item];
+    int64_t block, e, r, j;
+    portable::DivMod(item, elements, &block, &e);
+    portable::DivMod(e, cols, &r, &j);
+    const int64_t begin = block * block_rows;
+    const int64_t end = begin + block_rows < n ? begin + block_rows : n;
+    T acc = T(0);
     const T* c = coeff + r * coeff_step + coeff_offset;
     if (other == nullptr) {
-      for (int64_t i = 0; i < n; ++i) acc += c[i * coeff_stride];
+      for (int64_t i = begin; i < end; ++i) acc += c[i * coeff_stride];
     } else {
       const T* o = other + s0 * other_stride + (other_group > 0 ? (r / other_group) * cols : 0) + j;
-      for (int64_t i = 0; i < n; ++i) acc = portable::Fma(c[i * coeff_stride], o[i * other_stride], acc);
+      for (int64_t i = begin; i < end; ++i) acc = portable::Fma(c[i * coeff_stride], o[i * other_stride], acc);
     }
-    out[item] = acc;
+    partial[item] = acc;
   }
 };
 
@@ -466,25 +471,28 @@ struct EmScale {
   }
 };
 
-// E-step counts, one item per (tree, position) row (the row's one writer):
-// counts[t, l, y_s] += mu_l(x_s) pi[t, l, y_s] scale[s] over the chunk's
-// samples in order (first: the row is zeroed before).
+// E-step counts, first pass (the second is pipeline::AddBlocks over
+// [trees * positions * classes] elements): one item per (block, (tree,
+// position) row), item = block * trees * positions + r, writing the row
+// partial[item * classes + :] (zeroed first): mu_l(x_s) pi[t, l, y_s] scale[s]
+// added at y_s over the block's samples of the chunk in order.
 template <typename T>
 struct EmCounts {
-  int64_t trees, positions, classes, s0, n;
+  int64_t trees, positions, classes, s0, n, block_rows;
   const T* mass;
   const T* pi;
   const int32_t* labels;
   const T* scale;
-  bool first;
-  T* counts;
-  KT_HOST_DEVICE void operator()(int64_t r) const {
-    T* row = counts + r * classes;
-    if (first) {
-      for (int64_t k = 0; k < classes; ++k) row[k] = T(0);
-    }
+  T* partial;  // [blocks, trees * positions, classes]
+  KT_HOST_DEVICE void operator()(int64_t item) const {
     const int64_t per_sample = trees * positions;
-    for (int64_t i = 0; i < n; ++i) {
+    int64_t block, r;
+    portable::DivMod(item, per_sample, &block, &r);
+    T* row = partial + item * classes;
+    for (int64_t k = 0; k < classes; ++k) row[k] = T(0);
+    const int64_t begin = block * block_rows;
+    const int64_t end = begin + block_rows < n ? begin + block_rows : n;
+    for (int64_t i = begin; i < end; ++i) {
       const T m = mass[i * per_sample + r];
       if (m == T(0)) continue;  // not kept (a kept leaf of mass 0 adds 0 too)
       const int32_t y = labels[s0 + i];

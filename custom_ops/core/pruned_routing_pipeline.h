@@ -19,10 +19,14 @@
 // [chunk, trees, num_internal, experts] dL/dz and dL/dgamma or dL/dr, noisy-OR
 // [chunk, trees, num_internal, 2] dL/drate0 and dL/dsteepness, and the pairs'
 // dL/dx rows) are zeroed, a second walk per pair writes the coefficients of
-// what it keeps, then one writer per output element adds the chunk's samples
-// in order to the sums of the previous chunks (so each element is one
-// sequential sum over all samples whatever the chunk size); dL/dx per
-// (sample, feature) adds its pair rows in tree order. No float atomics.
+// what it keeps, then the owner reductions run in two passes: one writer per
+// (block of kPrunedBlock samples, output element) adds the block's samples in
+// order (pruned::ChunkSum, pruned::EmCounts), then one writer per element
+// adds the chunk's blocks in order to the sums of the previous chunks
+// (pipeline::AddBlocks); chunks are whole blocks, so each element is the same
+// sequence of additions whatever the chunk size, and the serial loops are a
+// block long. dL/dx per (sample, feature) adds its pair rows in tree order.
+// No float atomics.
 // The reductions read every coefficient of the chunk (kept or not): their
 // cost is batch * trees * 2**depth * (experts * input_dim + units) reads,
 // dense, unlike the walks.
@@ -40,22 +44,56 @@
 
 namespace keras_trees {
 
-// The memory budget of one chunk's coefficient buffers.
+// The memory budget of one chunk's coefficient buffers and block partials.
 constexpr int64_t kPrunedChunkBytes = int64_t{64} << 20;
+// Samples per block of the owner reductions.
+constexpr int64_t kPrunedBlock = 128;
+
+// The most elements of one owner reduction: the leaf values' (or the
+// statistics', the E-step's counts: units = classes) and, with split_grads,
+// the split weights'.
+inline int64_t PrunedReductionElements(const PrunedRoutingDims& d, bool split_grads) {
+  const int64_t leaves = d.trees * pruned::Positions(d) * d.units;
+  const int64_t weights = split_grads ? d.trees * d.num_internal * d.experts * d.input_dim : 0;
+  const int64_t splits = split_grads ? 2 * d.trees * d.num_internal * d.experts : 0;
+  const int64_t most = leaves > weights ? leaves : weights;
+  return most > splits ? most : splits;
+}
 
 // Samples per chunk: as many as fit in `budget_bytes` (at least 1, at most
-// the batch). split_grads: the backward pass's buffers, else leaf masses only
-// (plus `extra` elements per sample).
+// the batch), in whole blocks of kPrunedBlock where at least one fits.
+// split_grads: the backward pass's buffers, else leaf masses only (plus
+// `extra` elements per sample).
 inline int64_t PrunedChunk(const PrunedRoutingDims& d, bool experts, bool split_grads, bool with_gx,
                            int64_t element_bytes, int64_t budget_bytes = kPrunedChunkBytes, int64_t extra = 0) {
   const int64_t ni = d.num_internal;
   int64_t per_pair = pruned::Positions(d);
   if (split_grads) per_pair += 2 * ni * d.experts + (experts ? 2 * ni : 0) + (with_gx ? d.input_dim : 0);
-  const int64_t per_sample = (d.trees * per_pair + extra) * element_bytes;
+  const int64_t partial = (PrunedReductionElements(d, split_grads) + kPrunedBlock - 1) / kPrunedBlock;
+  const int64_t per_sample = (d.trees * per_pair + extra + partial) * element_bytes;
   int64_t chunk = per_sample > 0 ? budget_bytes / per_sample : d.batch;
+  if (chunk > kPrunedBlock) chunk -= chunk % kPrunedBlock;
   if (chunk < 1) chunk = 1;
   return chunk < d.batch ? chunk : d.batch;
 }
+
+namespace pruned_internal {
+
+// One owner reduction of a chunk's n samples (the two passes above): the
+// ChunkSum partials of `sum` (its s0, n, block_rows, elements and partial
+// set here), then each element's previous sum (none when `first`) plus the
+// blocks in order.
+template <typename T, class Exec>
+void Reduce(Exec& exec, pruned::ChunkSum<T> sum, int64_t rows, T* partial, bool first, T* out) {
+  sum.elements = rows * sum.cols;
+  sum.block_rows = kPrunedBlock;
+  sum.partial = partial;
+  const int64_t blocks = (sum.n + kPrunedBlock - 1) / kPrunedBlock;
+  exec.For(blocks * sum.elements, sum);
+  exec.For(sum.elements, pipeline::AddBlocks<T>{sum.elements, blocks, first, partial, out});
+}
+
+}  // namespace pruned_internal
 
 // Gradients of the split inputs (the forms' layouts; expert_weights and
 // rate0 null for oblique splits; gamma is the steepness of noisy-OR splits).
@@ -192,6 +230,7 @@ std::string PrunedRoutingBackwardPipeline(Exec& exec, const PrunedRoutingDims& d
   T* cb = exec.template Scratch<T>(chunk * per_z);
   T* cc = experts ? exec.template Scratch<T>(chunk * per_c) : nullptr;
   T* gx = x_grad ? exec.template Scratch<T>(chunk * d.trees * p) : nullptr;
+  T* partial = exec.template Scratch<T>((chunk + kPrunedBlock - 1) / kPrunedBlock * PrunedReductionElements(d, true));
   for (int64_t s0 = 0; s0 < d.batch; s0 += chunk) {
     const int64_t n = d.batch - s0 < chunk ? d.batch - s0 : chunk;
     const bool first = s0 == 0;
@@ -203,15 +242,18 @@ std::string PrunedRoutingBackwardPipeline(Exec& exec, const PrunedRoutingDims& d
                                                   mass, cz, cb, cc, gx});
     if (x_grad) exec.For(n * p, pruned::SumTrees<T>{d.trees, p, gx, grad_x + s0 * p});
     using Sum = pruned::ChunkSum<T>;
-    exec.For(per_z * p, Sum{p, cz, per_z, 1, 0, x, p, 0, s0, n, first, g.weights});
-    exec.For(per_z, Sum{1, cz, per_z, 1, 0, nullptr, 0, 0, s0, n, first, g.bias});
-    exec.For(per_z, Sum{1, cb, per_z, 1, 0, nullptr, 0, 0, s0, n, first, experts ? g.expert_weights : g.gamma});
+    const auto reduce = [&](const Sum& sum, int64_t rows, T* out) {
+      pruned_internal::Reduce(exec, sum, rows, partial, first, out);
+    };
+    reduce(Sum{p, cz, per_z, 1, 0, x, p, 0, s0, n}, per_z, g.weights);
+    reduce(Sum{1, cz, per_z, 1, 0, nullptr, 0, 0, s0, n}, per_z, g.bias);
+    reduce(Sum{1, cb, per_z, 1, 0, nullptr, 0, 0, s0, n}, per_z, experts ? g.expert_weights : g.gamma);
     if (experts) {
-      exec.For(nodes, Sum{1, cc, per_c, 2, 0, nullptr, 0, 0, s0, n, first, g.rate0});
-      exec.For(nodes, Sum{1, cc, per_c, 2, 1, nullptr, 0, 0, s0, n, first, g.gamma});
+      reduce(Sum{1, cc, per_c, 2, 0, nullptr, 0, 0, s0, n}, nodes, g.rate0);
+      reduce(Sum{1, cc, per_c, 2, 1, nullptr, 0, 0, s0, n}, nodes, g.gamma);
     }
-    exec.For(per_mass * d.units, Sum{d.units, mass, per_mass, 1, 0, grad_output, d.trees * d.units, positions, s0,
-                                     n, first, grad_leaf_values});
+    reduce(Sum{d.units, mass, per_mass, 1, 0, grad_output, d.trees * d.units, positions, s0, n}, per_mass,
+           grad_leaf_values);
   }
   return "";
 }
@@ -230,13 +272,15 @@ std::string PrunedLeafStatisticsPipeline(Exec& exec, const PrunedRoutingDims& d,
     return "";
   }
   T* mass = exec.template Scratch<T>(chunk * per_mass);
+  T* partial = exec.template Scratch<T>((chunk + kPrunedBlock - 1) / kPrunedBlock * PrunedReductionElements(d, false));
   for (int64_t s0 = 0; s0 < d.batch; s0 += chunk) {
     const int64_t n = d.batch - s0 < chunk ? d.batch - s0 : chunk;
     exec.For(n * per_mass, pipeline::Fill<T>{mass, T(0)});
     exec.For(n * d.trees, pruned::LeafMassWalk<T>{d, sp, x, is_split, threshold, s0, n, mass, nullptr, nullptr,
                                                   nullptr});
-    exec.For(per_mass * d.units, pruned::ChunkSum<T>{d.units, mass, per_mass, 1, 0, weights, d.trees * d.units,
-                                                     positions, s0, n, s0 == 0, statistics});
+    pruned_internal::Reduce(exec, pruned::ChunkSum<T>{d.units, mass, per_mass, 1, 0, weights, d.trees * d.units,
+                                                      positions, s0, n},
+                            per_mass, partial, s0 == 0, statistics);
   }
   return "";
 }
@@ -262,14 +306,18 @@ std::string PrunedEmStatisticsPipeline(Exec& exec, const PrunedRoutingDims& d, c
   T* mass = exec.template Scratch<T>(chunk * per_mass);
   T* pair_value = exec.template Scratch<T>(chunk * d.trees);
   T* scale = exec.template Scratch<T>(chunk);
+  const int64_t elements = per_mass * d.units;  // the counts
+  T* partial = exec.template Scratch<T>((chunk + kPrunedBlock - 1) / kPrunedBlock * elements);
   for (int64_t s0 = 0; s0 < d.batch; s0 += chunk) {
     const int64_t n = d.batch - s0 < chunk ? d.batch - s0 : chunk;
+    const int64_t blocks = (n + kPrunedBlock - 1) / kPrunedBlock;
     exec.For(n * per_mass, pipeline::Fill<T>{mass, T(0)});
     exec.For(n * d.trees, pruned::LeafMassWalk<T>{d, sp, x, is_split, threshold, s0, n, mass, leaf_values, labels,
                                                   pair_value});
     exec.For(n, pruned::EmScale<T>{d.trees, s0, pair_value, sample_weight, scale});
-    exec.For(per_mass, pruned::EmCounts<T>{d.trees, positions, d.units, s0, n, mass, leaf_values, labels, scale,
-                                           s0 == 0, counts});
+    exec.For(blocks * per_mass, pruned::EmCounts<T>{d.trees, positions, d.units, s0, n, kPrunedBlock, mass,
+                                                    leaf_values, labels, scale, partial});
+    exec.For(elements, pipeline::AddBlocks<T>{elements, blocks, s0 == 0, partial, counts});
   }
   return "";
 }
