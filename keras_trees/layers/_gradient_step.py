@@ -82,6 +82,17 @@ def make_train_step(loss_fn, trainable_variables, optimizer, state_variables=())
         ``args`` are NumPy arrays or tensors; on JAX and TensorFlow the step is
         compiled once per distinct argument shape.
 
+        ``step.many(stacked, shared, count)``: ``count`` updates in one call,
+        the i-th on ``loss_fn(*[a[i] for a in stacked], *shared)``, in order:
+        the same updates as ``count`` calls of ``step`` (up to the rounding of
+        a differently compiled program), without a Python round trip per step
+        (TensorFlow: a ``tf.while_loop``; JAX: a ``fori_loop``; PyTorch: a
+        Python loop). The arrays of ``stacked`` have a leading dimension of at
+        least ``count`` (rows past ``count`` are ignored: padding them to one
+        size compiles one program for every count); returns the ``count``
+        losses as a NumPy float64 vector. Under ``tf.distribute`` it makes the
+        ``count`` calls of ``step``.
+
     Example:
 
     >>> import keras, numpy as np
@@ -103,11 +114,17 @@ def make_train_step(loss_fn, trainable_variables, optimizer, state_variables=())
         optimizer.build(trainable)
     backend = keras.backend.backend()
     if backend == "tensorflow":
-        return _tensorflow_step(loss_fn, trainable, optimizer)
+        step = _tensorflow_step(loss_fn, trainable, optimizer)
+        step.many = _tensorflow_many(loss_fn, trainable, optimizer, step)
+        return step
     if backend == "jax":
-        return _jax_step(loss_fn, trainable, optimizer, state)
+        step = _jax_step(loss_fn, trainable, optimizer, state)
+        step.many = _jax_many(loss_fn, trainable, optimizer, state)
+        return step
     if backend == "torch":
-        return _torch_step(loss_fn, trainable, optimizer)
+        step = _torch_step(loss_fn, trainable, optimizer)
+        step.many = _python_many(step)
+        return step
     raise ValueError(
         f"training outside model.fit needs the tensorflow, jax or torch Keras backend, not {backend!r} "
         "(the numpy and openvino backends cannot compute gradients)"
@@ -152,10 +169,39 @@ def _tensorflow_step(loss_fn, trainable, optimizer):
     return step
 
 
-def _jax_step(loss_fn, trainable, optimizer, state):
-    import jax
+def _tensorflow_many(loss_fn, trainable, optimizer, step):
+    import numpy as np
+    import tensorflow as tf
 
-    opt_vars = list(optimizer.variables)
+    def loop(stacked, shared, count):
+        def body(i, losses):
+            args = [a[i] for a in stacked] + list(shared)
+            with tf.GradientTape() as tape:
+                loss = loss_fn(*args)
+            grads = tape.gradient(loss, trainable)
+            grads = [tf.zeros_like(v) if g is None else g for g, v in zip(grads, trainable)]
+            optimizer.apply(grads, trainable)
+            return i + 1, losses.write(i, tf.cast(loss, tf.float64))
+
+        size = tf.shape(stacked[0])[0]
+        _, losses = tf.while_loop(lambda i, _: i < count, body,
+                                  [tf.constant(0, tf.int32), tf.TensorArray(tf.float64, size=size)])
+        return losses.stack()[:count]
+
+    compiled = tf.function(loop, reduce_retracing=True, autograph=False)
+
+    def many(stacked, shared, count):
+        if tf.distribute.has_strategy() and tf.distribute.in_cross_replica_context():
+            return _python_many(step)(stacked, shared, count)
+        count = int(count)
+        losses = compiled(list(stacked), list(shared), tf.constant(count, tf.int32))
+        return np.asarray(losses.numpy(), dtype=np.float64)
+
+    return many
+
+
+def _jax_pure(loss_fn, trainable, optimizer, state):
+    import jax
 
     def pure(train_values, state_values, opt_values, args):
         def compute(values):
@@ -168,6 +214,59 @@ def _jax_step(loss_fn, trainable, optimizer, state):
         new_train, new_opt = optimizer.stateless_apply(opt_values, grads, train_values)
         return loss, new_train, new_state, new_opt
 
+    return pure
+
+
+def _jax_many(loss_fn, trainable, optimizer, state):
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    opt_vars = list(optimizer.variables)
+    pure = _jax_pure(loss_fn, trainable, optimizer, state)
+
+    def loop(train_values, state_values, opt_values, stacked, shared, count):
+        def body(i, carry):
+            train, st, opt, losses = carry
+            args = [a[i] for a in stacked] + list(shared)
+            loss, train, st, opt = pure(train, st, opt, args)
+            return train, st, opt, losses.at[i].set(jnp.asarray(loss, losses.dtype))
+
+        size = stacked[0].shape[0]
+        dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
+        carry = (train_values, state_values, opt_values, jnp.zeros((size,), dtype))
+        return jax.lax.fori_loop(0, count, body, carry)
+
+    jitted = jax.jit(loop)
+
+    def many(stacked, shared, count):
+        count = int(count)
+        train, st, opt, losses = jitted([v.value for v in trainable], [v.value for v in state],
+                                        [v.value for v in opt_vars], list(stacked), list(shared),
+                                        np.int32(count))
+        for group, values in ((trainable, train), (state, st), (opt_vars, opt)):
+            for v, value in zip(group, values):
+                v.assign(value)
+        return np.asarray(losses, dtype=np.float64)[:count]
+
+    return many
+
+
+def _python_many(step):
+    import numpy as np
+
+    def many(stacked, shared, count):
+        losses = [step(*[a[i] for a in stacked], *shared) for i in range(int(count))]
+        return np.asarray([float(keras.ops.convert_to_numpy(loss)) for loss in losses], dtype=np.float64)
+
+    return many
+
+
+def _jax_step(loss_fn, trainable, optimizer, state):
+    import jax
+
+    opt_vars = list(optimizer.variables)
+    pure = _jax_pure(loss_fn, trainable, optimizer, state)
     jitted = jax.jit(pure)
 
     def step(*args):

@@ -453,6 +453,28 @@ def _reset_optimizer(optimizer):
         v.assign(np.zeros(v.shape, dtype=v.dtype))
 
 
+def _epoch(step, rng, idx, batch_size, capacity, arrays, weights32, shared, after=()):
+    """One epoch of shuffled mini-batches of ``idx`` (:func:`_batches`, the
+    same draws of ``rng``) in one call of ``step.many``: each step's
+    arguments are the batch's rows of each array of ``arrays``, the batch
+    weights (0 for the filler rows), the batch's rows of each array of
+    ``after``, then ``shared``; stacked to ``capacity`` batches (filler
+    batches past the epoch's, never stepped on), so every epoch of a fit
+    runs one compiled program. Returns (loss sum weighted by batch weight,
+    weight sum)."""
+    chunks = list(_batches(rng, idx, batch_size))
+    count = len(chunks)
+    sel = np.stack([part for part, _ in chunks] + [chunks[0][0]] * (capacity - count))
+    keep = np.stack([k for _, k in chunks] + [np.zeros_like(chunks[0][1])] * (capacity - count))
+    wb = np.where(keep, weights32[sel], np.float32(0))
+    losses = step.many([a[sel] for a in arrays] + [wb] + [a[sel] for a in after], shared, count)
+    total, mass = 0.0, 0.0
+    for loss, w in zip(losses, wb[:count].sum(axis=1, dtype=np.float64)):
+        total += float(loss) * float(w)
+        mass += float(w)
+    return total, mass
+
+
 def _batches(rng, idx, batch_size):
     """Shuffled mini-batches of ``idx``, all of ``batch_size`` rows: the last one
     is filled up with copies of its first sample, flagged by ``keep`` (their
@@ -907,7 +929,7 @@ def fit_greedy(layer, x, y=None, validation_data=None, max_depth=None, epochs=20
     growth.start()
     history = {"levels": [], "validation": {}}
     rng = numpy_generator(layer.seed)
-    batch = None
+    batch = capacity = None
     inverse_weight = np.asarray(1.0 / total_weight, np.float32)
     for level in range(depth_limit):
         mask = np.asarray(to_numpy(layer.trained_splits)) > 0  # this level's stumps
@@ -918,17 +940,16 @@ def fit_greedy(layer, x, y=None, validation_data=None, max_depth=None, epochs=20
         idx = np.flatnonzero(np.isin(node, candidates) & positive)
         if batch is None:  # the root's samples: every level's batches have this size
             batch = min(int(batch_size), len(idx))
+        if capacity is None:  # the root's samples: the most batches of any epoch of this fit
+            capacity = -(-len(idx) // batch)
         _, step = _train_step(layer, "stump", learning_rate)  # fresh Adam state per level
+        node32 = node.astype(np.int32)
         losses = []
         for epoch in range(epochs):
             anneal(layer, epoch, annealing_increment, mask)
-            total, mass = 0.0, 0.0
-            for sel, keep in _batches(rng, idx, batch):
-                wb = np.where(keep, weights32[sel], np.float32(0))
-                wsum = float(wb.sum(dtype=np.float64))
-                loss = step(x[sel], targets[sel], wb, node[sel].astype(np.int32), inverse_weight)
-                total += float(loss) * wsum
-                mass += wsum
+            # The arguments of every step: x, targets, weights, node, inverse weight.
+            total, mass = _epoch(step, rng, idx, batch, capacity, [x, targets], weights32, [inverse_weight],
+                                 after=[node32])
             losses.append(total / max(mass, 1e-300))
         # Deterministic splits: the best threshold on each stump's split function.
         stumps, committed = growth.end_round()
@@ -1034,14 +1055,10 @@ def refine(layer, x, y=None, validation_data=None, epochs=10, batch_size=512, le
     rng = numpy_generator(layer.seed)
     batch = min(int(batch_size), len(idx))
     losses = []
+    capacity = -(-len(idx) // batch)
     for epoch in range(epochs):
         _refine_steepness(layer, is_split, lam0 + annealing_increment * epoch)
-        total, mass = 0.0, 0.0
-        for sel, keep in _batches(rng, idx, batch):
-            wb = np.where(keep, weights32[sel], np.float32(0))
-            wsum = float(wb.sum(dtype=np.float64))
-            total += float(step(x[sel], targets[sel], wb, inverse_weight)) * wsum
-            mass += wsum
+        total, mass = _epoch(step, rng, idx, batch, capacity, [x, targets], weights32, [inverse_weight])
         losses.append(total / max(mass, 1e-300))
         if verbose:
             print_msg(f"Refine epoch {epoch + 1}/{epochs} - objective: {losses[-1]:.4f}")

@@ -139,6 +139,36 @@ def test_train_step_reads_variables_at_call_time_and_keeps_state_updates():
     assert float(as_numpy(calls)) == 2.0
 
 
+def test_train_step_many_makes_the_steps_of_as_many_calls():
+    """step.many(stacked, shared, count): count Adam steps in one call, the
+    same as count calls of step (rows past count ignored), state updates
+    kept, the losses of the steps returned."""
+    rng = np.random.default_rng(0)
+    batches = rng.normal(size=(5, 8, 3)).astype("float32")
+    weights = rng.uniform(size=(5, 8)).astype("float32")
+    runs = []
+    for use_many in (False, True):
+        w = keras.Variable(np.zeros(3, "float32"), name="w")
+        calls = keras.Variable(0.0, trainable=False, name="calls")
+
+        def loss_fn(xb, wb, scale):
+            calls.assign(calls + 1.0)
+            return ops.sum(wb[:, None] * (xb - w) ** 2) * scale
+
+        step = make_train_step(loss_fn, [w], keras.optimizers.Adam(0.1), state_variables=[calls])
+        scale = np.float32(0.5)
+        if use_many:
+            losses = step.many([batches, weights], [scale], 4)  # the fifth batch: padding, never stepped on
+        else:
+            losses = [float(as_numpy(step(batches[i], weights[i], scale))) for i in range(4)]
+        runs.append((np.asarray(losses, np.float64), as_numpy(w), float(as_numpy(calls))))
+    (loop_losses, loop_w, loop_calls), (many_losses, many_w, many_calls) = runs
+    assert many_losses.shape == (4,) and many_losses.dtype == np.float64
+    np.testing.assert_allclose(many_losses, loop_losses, rtol=1e-5)
+    np.testing.assert_allclose(many_w, loop_w, rtol=1e-5, atol=1e-6)
+    assert loop_calls == many_calls == 4.0
+
+
 # ------------------------------------------------------------------ training
 def test_fit_greedy_fit_with_callbacks_refine_and_keras_round_trip(reference, tmp_path):
     x, y, tree, model = reference["x"], reference["y"], reference["tree"], reference["model"]
