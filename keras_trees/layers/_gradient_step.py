@@ -114,13 +114,9 @@ def make_train_step(loss_fn, trainable_variables, optimizer, state_variables=())
         optimizer.build(trainable)
     backend = keras.backend.backend()
     if backend == "tensorflow":
-        step = _tensorflow_step(loss_fn, trainable, optimizer)
-        step.many = _tensorflow_many(loss_fn, trainable, optimizer, step)
-        return step
+        return _tensorflow_step(loss_fn, trainable, optimizer)
     if backend == "jax":
-        step = _jax_step(loss_fn, trainable, optimizer, state)
-        step.many = _jax_many(loss_fn, trainable, optimizer, state)
-        return step
+        return _jax_step(loss_fn, trainable, optimizer, state)
     if backend == "torch":
         step = _torch_step(loss_fn, trainable, optimizer)
         step.many = _python_many(step)
@@ -166,21 +162,19 @@ def _tensorflow_step(loss_fn, trainable, optimizer):
             return fn(*args)
         return local(*args)
 
+    step.many = _tensorflow_many(replica_step, step)
     return step
 
 
-def _tensorflow_many(loss_fn, trainable, optimizer, step):
+def _tensorflow_many(replica_step, step):
+    """``step.many``: ``replica_step`` (one update, outside any replica
+    context: the unscaled loss) in a ``tf.while_loop``."""
     import numpy as np
     import tensorflow as tf
 
     def loop(stacked, shared, count):
         def body(i, losses):
-            args = [a[i] for a in stacked] + list(shared)
-            with tf.GradientTape() as tape:
-                loss = loss_fn(*args)
-            grads = tape.gradient(loss, trainable)
-            grads = [tf.zeros_like(v) if g is None else g for g, v in zip(grads, trainable)]
-            optimizer.apply(grads, trainable)
+            loss = replica_step(*[a[i] for a in stacked], *shared)
             return i + 1, losses.write(i, tf.cast(loss, tf.float64))
 
         size = tf.shape(stacked[0])[0]
@@ -217,13 +211,11 @@ def _jax_pure(loss_fn, trainable, optimizer, state):
     return pure
 
 
-def _jax_many(loss_fn, trainable, optimizer, state):
+def _jax_many(pure, trainable, state, opt_vars):
+    """``step.many``: the step's ``pure`` update in a ``fori_loop``, one compiled call."""
     import jax
     import jax.numpy as jnp
     import numpy as np
-
-    opt_vars = list(optimizer.variables)
-    pure = _jax_pure(loss_fn, trainable, optimizer, state)
 
     def loop(train_values, state_values, opt_values, stacked, shared, count):
         def body(i, carry):
@@ -244,12 +236,17 @@ def _jax_many(loss_fn, trainable, optimizer, state):
         train, st, opt, losses = jitted([v.value for v in trainable], [v.value for v in state],
                                         [v.value for v in opt_vars], list(stacked), list(shared),
                                         np.int32(count))
-        for group, values in ((trainable, train), (state, st), (opt_vars, opt)):
-            for v, value in zip(group, values):
-                v.assign(value)
+        _assign_all(((trainable, train), (state, st), (opt_vars, opt)))
         return np.asarray(losses, dtype=np.float64)[:count]
 
     return many
+
+
+def _assign_all(groups):
+    """Writes a compiled JAX step's new values back: ``(variables, values)`` pairs."""
+    for variables, values in groups:
+        for v, value in zip(variables, values):
+            v.assign(value)
 
 
 def _python_many(step):
@@ -273,11 +270,10 @@ def _jax_step(loss_fn, trainable, optimizer, state):
         loss, new_train, new_state, new_opt = jitted(
             [v.value for v in trainable], [v.value for v in state], [v.value for v in opt_vars], args
         )
-        for group, values in ((trainable, new_train), (state, new_state), (opt_vars, new_opt)):
-            for v, value in zip(group, values):
-                v.assign(value)
+        _assign_all(((trainable, new_train), (state, new_state), (opt_vars, new_opt)))
         return loss
 
+    step.many = _jax_many(pure, trainable, state, opt_vars)
     return step
 
 

@@ -938,9 +938,8 @@ def fit_greedy(layer, x, y=None, validation_data=None, max_depth=None, epochs=20
             break
         node = growth.stops[:, 0]  # each sample's leaf: its stump
         idx = np.flatnonzero(np.isin(node, candidates) & positive)
-        if batch is None:  # the root's samples: every level's batches have this size
+        if batch is None:  # the root's samples: every level's batches have this size, and the most of them
             batch = min(int(batch_size), len(idx))
-        if capacity is None:  # the root's samples: the most batches of any epoch of this fit
             capacity = -(-len(idx) // batch)
         _, step = _train_step(layer, "stump", learning_rate)  # fresh Adam state per level
         node32 = node.astype(np.int32)
