@@ -179,6 +179,15 @@ struct AddBlocks {
   }
 };
 
+// Both passes of a blocked owner reduction: `partials` (a family's first-pass
+// body, `items` items writing partial[blocks, elements]), then AddBlocks.
+template <typename T, class Exec, class Partials>
+void ReduceInBlocks(Exec& exec, const Partials& partials, int64_t items, int64_t elements, int64_t blocks,
+                    bool first, const T* partial, T* out) {
+  exec.For(items, partials);
+  exec.For(elements, AddBlocks<T>{elements, blocks, first, partial, out});
+}
+
 // The run of each key in a sorted key array: for the position p that starts
 // (ends) the run of key k, start[k] = p (end[k] = p + 1). Keys absent from the
 // array keep the start = end = 0 they were filled with.

@@ -89,8 +89,7 @@ void Reduce(Exec& exec, pruned::ChunkSum<T> sum, int64_t rows, T* partial, bool 
   sum.block_rows = kPrunedBlock;
   sum.partial = partial;
   const int64_t blocks = (sum.n + kPrunedBlock - 1) / kPrunedBlock;
-  exec.For(blocks * sum.elements, sum);
-  exec.For(sum.elements, pipeline::AddBlocks<T>{sum.elements, blocks, first, partial, out});
+  pipeline::ReduceInBlocks(exec, sum, blocks * sum.elements, sum.elements, blocks, first, partial, out);
 }
 
 }  // namespace pruned_internal
@@ -315,9 +314,9 @@ std::string PrunedEmStatisticsPipeline(Exec& exec, const PrunedRoutingDims& d, c
     exec.For(n * d.trees, pruned::LeafMassWalk<T>{d, sp, x, is_split, threshold, s0, n, mass, leaf_values, labels,
                                                   pair_value});
     exec.For(n, pruned::EmScale<T>{d.trees, s0, pair_value, sample_weight, scale});
-    exec.For(blocks * per_mass, pruned::EmCounts<T>{d.trees, positions, d.units, s0, n, kPrunedBlock, mass,
-                                                    leaf_values, labels, scale, partial});
-    exec.For(elements, pipeline::AddBlocks<T>{elements, blocks, s0 == 0, partial, counts});
+    pipeline::ReduceInBlocks(exec, pruned::EmCounts<T>{d.trees, positions, d.units, s0, n, kPrunedBlock, mass,
+                                                       leaf_values, labels, scale, partial},
+                             blocks * per_mass, elements, blocks, s0 == 0, partial, counts);
   }
   return "";
 }

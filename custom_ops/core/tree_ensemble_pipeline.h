@@ -143,9 +143,9 @@ std::string SoftTreeEnsembleBackwardPipeline(Exec& exec, const SoftTreeDims& d, 
   const auto reduce = [&](int64_t s0, int64_t n, bool first, int64_t node_base, int64_t node_count,
                           int64_t columns, const T* data, T* out) {
     const int64_t elements = d.trees * node_count * columns, blocks = (n + kTelBlock - 1) / kTelBlock;
-    exec.For(blocks * elements,
-             ChunkSum<T>{d.trees, nodes, node_base, node_count, columns, s0, n, kTelBlock, coeff, data, partial});
-    exec.For(elements, pipeline::AddBlocks<T>{elements, blocks, first, partial, out});
+    pipeline::ReduceInBlocks(exec, ChunkSum<T>{d.trees, nodes, node_base, node_count, columns, s0, n, kTelBlock,
+                                               coeff, data, partial},
+                             blocks * elements, elements, blocks, first, partial, out);
   };
   for (int64_t s0 = 0; s0 < d.batch; s0 += chunk) {
     const int64_t n = d.batch - s0 < chunk ? d.batch - s0 : chunk;
