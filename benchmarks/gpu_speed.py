@@ -38,7 +38,10 @@ times. Before timing, each row checks that the kernels agree with the
 ``keras.ops`` path computed with exact float32 dot products (``max rel diff``:
 largest difference over the largest magnitude, per output, worst output; for
 routing, leaf nodes must match: at most 1 in 10,000 may differ, split values
-within rounding of 0) and runs the kernel computation twice on the same inputs
+within rounding of 0; where a row's outputs differ by more than 1e-4, both
+paths are judged against the keras.ops path in float64, and the kernels must
+be no less accurate than it: ``*`` in the table) and runs the kernel
+computation twice on the same inputs
 (``bitwise``: all outputs and gradients bit-identical). ``path`` says what the timed ``kernels`` function
 actually compiled to: ``kernels`` when its HLO holds keras-trees custom calls,
 ``reference`` when the dispatch fell back to the keras.ops path (then the
@@ -53,6 +56,7 @@ routing depth 10 / 12), and the public PyTorch CUDA hinge-forest extension
 
     KERAS_BACKEND=jax python benchmarks/gpu_speed.py [--json PATH] [--quick] [--reps N]
     KERAS_BACKEND=jax python benchmarks/gpu_speed.py --smoke   # tiny shapes, 2 reps, any device (CI)
+    KERAS_BACKEND=jax python benchmarks/gpu_speed.py --only tel,pruned   # some families' rows only
 
 Exits non-zero when the kernels and the keras.ops path disagree (the timings
 would then compare different computations); misses of the goals and
@@ -99,6 +103,13 @@ LAI_GOAL = {"min_ratio": 10.0}  # #33: loss-augmented inference, fast and exact,
 # round the split values and log-sum-exps differently).
 LAI_MISMATCH_FRACTION = 1e-2
 AGREE_RTOL = 1e-4  # kernels vs keras.ops, relative to each output's largest magnitude
+# Rows whose float32 outputs sum many terms (gradients over the batch): where
+# the two paths differ by more than AGREE_RTOL, both are judged against the
+# keras.ops path in float64 on the same inputs, and the kernels agree when
+# their error is at most max(AGREE_RTOL, the keras.ops path's own error). On
+# the CPU, pruned routing at the benchmark's shape (batch 256): kernels 1.0e-6
+# from float64, the float32 keras.ops path 4.0e-4 (its gamma gradient).
+WIDE_JUDGED = ("hinge", "tel", "pruned", "pruned_em")
 NODE_MISMATCH_FRACTION = 1e-4  # routing: leaf nodes that may differ (split values within rounding of 0)
 
 
@@ -412,6 +423,29 @@ def compare(family, kernel_out, reference_out):
     return agrees, diff, mismatched
 
 
+def x64():
+    import jax
+
+    enable = getattr(jax, "enable_x64", None)
+    if enable is None:  # older JAX
+        from jax.experimental import enable_x64 as enable
+    return enable(True)
+
+
+def float64_judgement(step, args, kernel_out, check_out):
+    """Largest relative error of the float32 kernels and of the float32
+    keras.ops path (exact dot products), each against the keras.ops path in
+    float64 on the same inputs: ``{"kernels": ..., "keras_ops": ...}``."""
+    import jax
+
+    from keras_trees import ops as tree_ops
+
+    with x64(), tree_ops.reference_only(), jax.default_matmul_precision("highest"):
+        wide = [a.astype(np.float64) if np.issubdtype(a.dtype, np.floating) else a for a in map(np.asarray, args)]
+        exact = [np.asarray(o) for o in flat(jax.jit(step())(*wide))]
+    return {"kernels": rel_diff(kernel_out, exact), "keras_ops": rel_diff(check_out, exact)}
+
+
 def timed_calls(fns, sets, shared, reps):
     """Median seconds per synchronized call of each function, alternating call by call."""
     import jax
@@ -491,7 +525,12 @@ def bench(s, reps, warmup, smoke, rng):
     if reference_targets:
         raise SystemExit(f"reference_only() still compiled keras-trees kernels: {reference_targets}")
     kernel_out, reference_out = flat(kernel_fn(*first)), flat(reference_fn(*first))
-    agrees, diff, mismatched = compare(s["family"], kernel_out, flat(check_fn(*first)))
+    check_out = flat(check_fn(*first))
+    agrees, diff, mismatched = compare(s["family"], kernel_out, check_out)
+    f64 = None
+    if not agrees and s["family"] in WIDE_JUDGED:
+        f64 = float64_judgement(step, first, kernel_out, check_out)
+        agrees = f64["kernels"] <= max(AGREE_RTOL, f64["keras_ops"])
 
     fns = {"kernels": kernel_fn, "reference": reference_fn}
     first_round = time.perf_counter()
@@ -518,6 +557,7 @@ def bench(s, reps, warmup, smoke, rng):
         "bitwise_deterministic": bitwise_equal(kernel_out, again),
         "reference_bitwise_deterministic": bitwise_equal(reference_out, reference_again),
         "agrees": agrees, "max_rel_diff": diff, "node_mismatches": mismatched,
+        "error_vs_float64": f64,
         "published_keras_ops_ms": published(s),
     }
     goal = s.get("goal")
@@ -554,7 +594,7 @@ def format_row(row):
         goal = row["goal"] if row["goal"] == "-" else f"{row['goal']} (n/a)"
     else:
         goal = f"{row['goal']}: {'met' if row['goal_met'] else 'MISSED'}"
-    diff = f"{row['max_rel_diff']:.1e}" + ("" if row["agrees"] else " !")
+    diff = f"{row['max_rel_diff']:.1e}" + ("" if row["agrees"] else " !") + (" *" if row.get("error_vs_float64") else "")
     if row["node_mismatches"]:
         diff = f"{row['node_mismatches']} nodes" + ("" if row["agrees"] else " !")
     pub = "-" if row["published_keras_ops_ms"] is None else f"{row['published_keras_ops_ms']:.2f} ms (H100)"
@@ -570,6 +610,8 @@ def main(argv=None):
     parser = _data.arg_parser(__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true",
                         help="tiny shapes and 2 repetitions, on any device (checks the script, times nothing)")
+    parser.add_argument("--only", default=None,
+                        help="comma-separated families to run (hinge, routing, tel, pruned, pruned_em, lai)")
     parser.add_argument("--reps", type=int, default=None,
                         help="timed calls per path (default 200, --quick 50, --smoke 2)")
     args = parser.parse_args(argv)
@@ -597,15 +639,26 @@ def main(argv=None):
     print(HEADER, flush=True)
     rng = np.random.default_rng(0)
     rows = []
+    only = {f.strip() for f in args.only.split(",")} if args.only else None
+    families = {s["family"] for s in settings(args.smoke)}
+    if only is not None and not only <= families:
+        raise SystemExit(f"--only must name families among {', '.join(sorted(families))}; got {args.only!r}")
     for s in settings(args.smoke):
+        if only is not None and s["family"] not in only:
+            continue
         row = bench(s, reps, warmup, args.smoke, rng)
         rows.append(row)
         print(format_row(row), flush=True)
+        if row.get("error_vs_float64"):
+            e = row["error_vs_float64"]
+            print(f"  {row['setting']}: against float64, kernels {e['kernels']:.1e}, keras.ops {e['keras_ops']:.1e}",
+                  flush=True)
 
     print("\nkernels ms / keras.ops ms: median per synchronized call on this device; ratio = keras.ops / kernels;"
           "\nbitwise: the kernels' outputs and gradients bit-identical on a second run of the same inputs;"
           "\nmax rel diff: kernels vs keras.ops, largest difference over each output's largest magnitude"
-          f" (must be <= {AGREE_RTOL:g});"
+          f" (must be <= {AGREE_RTOL:g}; * beside it: more, so both paths were judged against float64,"
+          " and the kernels may be off by at most max(1e-4, the keras.ops path's own error));"
           "\n(N lv) on the TEL rows: mean reachable leaves per (sample, tree) (mean_reachable_leaves), of 2**depth.")
     fewer = [f"{r['setting']} (batch {r['batch']}): {r['reps']}" for r in rows if r["reps"] < reps]
     if fewer:

@@ -20,6 +20,10 @@ namespace keras_trees {
 
 class CpuExecutor {
  public:
+  // Scratch a pipeline may spend to give its walks more parallel items (the
+  // GPU's executor: cuda/launch.cuh); none here, where the threads are few.
+  static constexpr int64_t kWideScratchBytes = 0;
+
   explicit CpuExecutor(ParallelFor parallel_for) : parallel_for_(std::move(parallel_for)) {}
 
   template <class Body>

@@ -25,6 +25,9 @@
 //                              [0, 2**key_bits) carrying int32 values
 //   exec.CopyToHost(dst, src, bytes)  waits for the work launched so far and
 //                              copies device memory to the host
+//   Exec::kWideScratchBytes    scratch a pipeline may spend to give a
+//                              latency-bound walk more parallel items (0 on
+//                              the CPU); chunking by it never changes results
 //
 // Determinism: grid and block sizes of every launch come from the shapes
 // alone, every float output element has one writer, and sums run in a fixed
@@ -178,6 +181,39 @@ struct AddBlocks {
     out[e] = acc;
   }
 };
+
+// (sample, tree) pairs a chunk's walk should have at least where the
+// executor allows a wider chunk (Exec::kWideScratchBytes > 0: the GPU's). A
+// GPU walk is latency-bound, a serial path per thread, so a launch of a few
+// thousand pairs leaves the GPU almost idle (the first H200 run: pruned
+// routing in chunks of 50 samples x 70 trees, 82 chunks at batch 4096).
+constexpr int64_t kChunkWalkPairs = int64_t{1} << 16;
+// A chunk is raised to one whole block where that takes at most this many
+// bytes: then chunks are whole blocks on every executor, and the blocked sums
+// are the same bits whatever each executor's budget.
+constexpr int64_t kBlockChunkBytes = int64_t{1} << 30;
+
+// Samples per chunk of a chunked pipeline whose samples need `per_sample`
+// bytes of scratch each, in [1, batch]: as many as fit in `budget`; at least
+// one `block` where that fits in kBlockChunkBytes; raised towards
+// kChunkWalkPairs pairs of `trees` trees as far as `wide` bytes allow (0: not
+// raised); in whole blocks where at least one fits. Shapes and budgets only.
+inline int64_t ChunkSamples(int64_t batch, int64_t trees, int64_t per_sample, int64_t block, int64_t budget,
+                            int64_t wide) {
+  if (per_sample <= 0) return batch;
+  int64_t chunk = budget / per_sample;
+  if (chunk < block && block * per_sample <= kBlockChunkBytes) chunk = block;
+  if (trees > 0 && wide > 0) {
+    int64_t want = (kChunkWalkPairs + trees - 1) / trees;
+    want = (want + block - 1) / block * block;
+    const int64_t fits = wide / per_sample;
+    if (want > fits) want = fits;
+    if (want > chunk) chunk = want;
+  }
+  if (chunk > block) chunk -= chunk % block;
+  if (chunk < 1) chunk = 1;
+  return chunk < batch ? chunk : batch;
+}
 
 // Both passes of a blocked owner reduction: `partials` (a family's first-pass
 // body, `items` items writing partial[blocks, elements]), then AddBlocks.

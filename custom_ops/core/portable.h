@@ -29,6 +29,13 @@
 #else
 #define KT_HOST_DEVICE
 #endif
+// Full unrolling of a loop with a constant trip count, in device code (the
+// host compilers' own pragmas differ; they unroll such loops at -O3 anyway).
+#if defined(__CUDA_ARCH__)
+#define KT_UNROLL _Pragma("unroll")
+#else
+#define KT_UNROLL
+#endif
 
 namespace keras_trees {
 
@@ -258,6 +265,56 @@ KT_HOST_DEVICE inline T Dot(const T* a, const T* b, int64_t n) {
   for (; k < n; ++k) s = Fma(a[k], b[k], s);
   return s;
 }
+
+// out[:len] += coeff * row[:len] for a sequence of rows, kBatch rows at a
+// time: per tile of kTile elements one read of `out`, the batch's row reads
+// all independent, one write. Each element of `out` gets the same fused
+// multiply-adds in the same order as row by row, where a GPU thread would
+// wait for every element's read-modify-write in turn (the first H200 run: 9
+// ms per forward walk of 10 pruned trees of depth 10, batch 1000, 26
+// units). Call Flush() after the last Add().
+template <typename T>
+struct RowSum {
+  static constexpr int kBatch = 8;
+  static constexpr int kTile = 4;
+  T* out;
+  int64_t len;
+  int count = 0;
+  const T* row[kBatch];
+  T coeff[kBatch];
+
+  KT_HOST_DEVICE void Add(T c, const T* r) {
+    row[count] = r;
+    coeff[count] = c;
+    if (++count == kBatch) Flush();
+  }
+
+  KT_HOST_DEVICE void Flush() {
+    for (int64_t u0 = 0; u0 < len; u0 += kTile) {
+      T acc[kTile];
+      T v[kBatch][kTile];
+      KT_UNROLL
+      for (int j = 0; j < kTile; ++j) acc[j] = u0 + j < len ? out[u0 + j] : T(0);
+      KT_UNROLL
+      for (int k = 0; k < kBatch; ++k) {
+        KT_UNROLL
+        for (int j = 0; j < kTile; ++j) v[k][j] = k < count && u0 + j < len ? row[k][u0 + j] : T(0);
+      }
+      KT_UNROLL
+      for (int k = 0; k < kBatch; ++k) {
+        if (k < count) {
+          KT_UNROLL
+          for (int j = 0; j < kTile; ++j) acc[j] = Fma(coeff[k], v[k][j], acc[j]);
+        }
+      }
+      KT_UNROLL
+      for (int j = 0; j < kTile; ++j) {
+        if (u0 + j < len) out[u0 + j] = acc[j];
+      }
+    }
+    count = 0;
+  }
+};
 
 // Cooperative bodies (launched with exec.ForGroups(n, width, body),
 // core/pipeline.h): on the GPU a group of `width` lanes (a

@@ -48,7 +48,6 @@ namespace keras_trees {
 constexpr int64_t kPrunedChunkBytes = int64_t{64} << 20;
 // Samples per block of the owner reductions.
 constexpr int64_t kPrunedBlock = 128;
-
 // The most elements of one owner reduction: the leaf values' (or the
 // statistics', the E-step's counts: units = classes) and, with split_grads,
 // the split weights'.
@@ -60,21 +59,20 @@ inline int64_t PrunedReductionElements(const PrunedRoutingDims& d, bool split_gr
   return most > splits ? most : splits;
 }
 
-// Samples per chunk: as many as fit in `budget_bytes` (at least 1, at most
-// the batch), in whole blocks of kPrunedBlock where at least one fits.
-// split_grads: the backward pass's buffers, else leaf masses only (plus
-// `extra` elements per sample).
+// Samples per chunk (pipeline::ChunkSamples: within `budget_bytes`, whole
+// blocks of kPrunedBlock where one fits, raised towards
+// pipeline::kChunkWalkPairs pairs within `wide_bytes`, the executor's
+// kWideScratchBytes). split_grads: the backward pass's buffers, else leaf
+// masses only (plus `extra` elements per sample).
 inline int64_t PrunedChunk(const PrunedRoutingDims& d, bool experts, bool split_grads, bool with_gx,
-                           int64_t element_bytes, int64_t budget_bytes = kPrunedChunkBytes, int64_t extra = 0) {
+                           int64_t element_bytes, int64_t budget_bytes = kPrunedChunkBytes, int64_t extra = 0,
+                           int64_t wide_bytes = 0) {
   const int64_t ni = d.num_internal;
   int64_t per_pair = pruned::Positions(d);
   if (split_grads) per_pair += 2 * ni * d.experts + (experts ? 2 * ni : 0) + (with_gx ? d.input_dim : 0);
   const int64_t partial = (PrunedReductionElements(d, split_grads) + kPrunedBlock - 1) / kPrunedBlock;
   const int64_t per_sample = (d.trees * per_pair + extra + partial) * element_bytes;
-  int64_t chunk = per_sample > 0 ? budget_bytes / per_sample : d.batch;
-  if (chunk > kPrunedBlock) chunk -= chunk % kPrunedBlock;
-  if (chunk < 1) chunk = 1;
-  return chunk < d.batch ? chunk : d.batch;
+  return pipeline::ChunkSamples(d.batch, d.trees, per_sample, kPrunedBlock, budget_bytes, wide_bytes);
 }
 
 namespace pruned_internal {
@@ -211,7 +209,7 @@ std::string PrunedRoutingBackwardPipeline(Exec& exec, const PrunedRoutingDims& d
   const int64_t ni = d.num_internal, positions = pruned::Positions(d), k = d.experts, p = d.input_dim;
   const int64_t nodes = d.trees * ni;
   if (!x_grad) exec.For(d.batch * p, pipeline::Fill<T>{grad_x, T(0)});
-  const int64_t chunk = PrunedChunk(d, experts, true, x_grad, sizeof(T), chunk_bytes);
+  const int64_t chunk = PrunedChunk(d, experts, true, x_grad, sizeof(T), chunk_bytes, 0, Exec::kWideScratchBytes);
   if (chunk == 0) {  // batch 0: every gradient is 0
     exec.For(nodes * k * p, pipeline::Fill<T>{g.weights, T(0)});
     exec.For(nodes * k, pipeline::Fill<T>{g.bias, T(0)});
@@ -265,7 +263,7 @@ std::string PrunedLeafStatisticsPipeline(Exec& exec, const PrunedRoutingDims& d,
                                          T* statistics, int64_t chunk_bytes = kPrunedChunkBytes) {
   if (auto m = pruned_internal::Check<T>(exec, d, x, sp, static_cast<double>(threshold), nullptr); !m.empty()) return m;
   const int64_t positions = pruned::Positions(d), per_mass = d.trees * positions;
-  const int64_t chunk = PrunedChunk(d, false, false, false, sizeof(T), chunk_bytes);
+  const int64_t chunk = PrunedChunk(d, false, false, false, sizeof(T), chunk_bytes, 0, Exec::kWideScratchBytes);
   if (chunk == 0) {
     exec.For(per_mass * d.units, pipeline::Fill<T>{statistics, T(0)});
     return "";
@@ -297,7 +295,8 @@ std::string PrunedEmStatisticsPipeline(Exec& exec, const PrunedRoutingDims& d, c
     return m;
   }
   const int64_t positions = pruned::Positions(d), per_mass = d.trees * positions;
-  const int64_t chunk = PrunedChunk(d, false, false, false, sizeof(T), chunk_bytes, d.trees + 1);
+  const int64_t chunk =
+      PrunedChunk(d, false, false, false, sizeof(T), chunk_bytes, d.trees + 1, Exec::kWideScratchBytes);
   if (chunk == 0 || d.trees == 0) {
     exec.For(per_mass * d.units, pipeline::Fill<T>{counts, T(0)});
     return "";

@@ -90,14 +90,14 @@ struct Walk {
     const T g = *gamma;
     T* out = partial + (s * d.trees + m) * k;
     for (int64_t j = 0; j < k; ++j) out[j] = T(0);
+    portable::RowSum<T> sum{out, k};  // the leaves' P(l) o_l in walk order
     Frame<T> stack[kMaxDepth + 2];
     int top = 0;
     stack[0] = {0, T(1), T(0), T(0), 0};
     while (top >= 0) {
       Frame<T>& f = stack[top];
       if (f.node >= ni) {
-        const T* ol = om + (f.node - ni) * k;
-        for (int64_t j = 0; j < k; ++j) out[j] = portable::Fma(f.prob, ol[j], out[j]);
+        sum.Add(f.prob, om + (f.node - ni) * k);
         --top;
         continue;
       }
@@ -124,6 +124,7 @@ struct Walk {
         --top;
       }
     }
+    sum.Flush();
   }
 };
 
@@ -185,6 +186,7 @@ struct BackwardWalk {
     if (gxp != nullptr) {
       for (int64_t j = 0; j < p; ++j) gxp[j] = T(0);
     }
+    portable::RowSum<T> gx_sum{gxp, p};  // c_i w_i in post order
     Frame<T> stack[kMaxDepth + 2];
     T h[kMaxDepth + 2];
     int top = 0, htop = -1;
@@ -222,14 +224,12 @@ struct BackwardWalk {
         const T hl = h[htop];
         const T c = (f.prob * f.ds) * (hl - hr);
         cp[f.node] = c;
-        if (gxp != nullptr) {
-          const T* wi = wm + f.node * p;
-          for (int64_t j = 0; j < p; ++j) gxp[j] = portable::Fma(c, wi[j], gxp[j]);
-        }
+        if (gxp != nullptr) gx_sum.Add(c, wm + f.node * p);
         h[htop] = f.s * hl + (T(1) - f.s) * hr;
         --top;
       }
     }
+    if (gxp != nullptr) gx_sum.Flush();
   }
 };
 

@@ -56,15 +56,15 @@ inline int64_t TelReductionElements(const SoftTreeDims& d) {
   return most > d.trees * d.num_internal ? most : d.trees * d.num_internal;
 }
 
-// Samples per backward chunk: as many as fit in `budget_bytes` (at least 1,
-// at most the batch), in whole blocks of kTelBlock where at least one fits.
-inline int64_t TelChunk(const SoftTreeDims& d, int64_t element_bytes, int64_t budget_bytes = kTelChunkBytes) {
+// Samples per backward chunk (pipeline::ChunkSamples: within `budget_bytes`,
+// whole blocks of kTelBlock where one fits, raised towards
+// pipeline::kChunkWalkPairs pairs within `wide_bytes`, the executor's
+// kWideScratchBytes).
+inline int64_t TelChunk(const SoftTreeDims& d, int64_t element_bytes, int64_t budget_bytes = kTelChunkBytes,
+                        int64_t wide_bytes = 0) {
   const int64_t partial = (TelReductionElements(d) + kTelBlock - 1) / kTelBlock;  // per sample, amortized
   const int64_t per_sample = (d.trees * (2 * d.num_internal + 1 + d.input_dim) + partial) * element_bytes;
-  int64_t chunk = per_sample > 0 ? budget_bytes / per_sample : d.batch;
-  if (chunk > kTelBlock) chunk -= chunk % kTelBlock;
-  if (chunk < 1) chunk = 1;
-  return chunk < d.batch ? chunk : d.batch;
+  return pipeline::ChunkSamples(d.batch, d.trees, per_sample, kTelBlock, budget_bytes, wide_bytes);
 }
 
 namespace tel_internal {
@@ -128,7 +128,7 @@ std::string SoftTreeEnsembleBackwardPipeline(Exec& exec, const SoftTreeDims& d, 
   using namespace tel;
   unsigned long long* status = tel_internal::Checks(exec, d, x, node_weights, node_bias, leaf_weights, gamma);
   const int64_t ni = d.num_internal, leaves = ni + 1, nodes = d.Nodes();
-  const int64_t chunk = TelChunk(d, sizeof(T), chunk_bytes);
+  const int64_t chunk = TelChunk(d, sizeof(T), chunk_bytes, Exec::kWideScratchBytes);
   if (chunk == 0) {  // batch 0: every parameter gradient is 0
     exec.For(d.trees * ni * d.input_dim, pipeline::Fill<T>{grad_node_weights, T(0)});
     exec.For(d.trees * ni, pipeline::Fill<T>{grad_node_bias, T(0)});

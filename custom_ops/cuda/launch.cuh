@@ -120,6 +120,10 @@ struct Workspace {
 
 class CudaExecutor {
  public:
+  // Scratch a pipeline may spend to give a latency-bound walk enough parallel
+  // items (pipeline::ChunkSamples: the TEL's and pruned routing's chunks).
+  static constexpr int64_t kWideScratchBytes = int64_t{1} << 30;
+
   // `allocate(bytes)` returns device memory (aligned for any element type)
   // that stays valid as long as this executor, or nullptr when none can be had.
   using Allocator = std::function<void*(size_t bytes)>;

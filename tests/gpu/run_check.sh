@@ -35,7 +35,10 @@
 # whole-run budget (KT_GPU_CHECK_BUDGET_S, default 510 s: the `run` call gets
 # 540) caps each step's timeout; a step with under 30 s left is not run (and
 # counts as failed). KT_GPU_CHECK_STEPS="NAME ..." runs only those steps
-# (install and build always run; the others are listed as skipped). Logs go to $OUT (or /tmp/kt_gpu_check): run_check.log
+# (install and build always run; the others are listed as skipped);
+# KT_GPU_CHECK_KERNEL_TESTS=pruned keeps the kernel-tests step to the pruned
+# routing and LAI files (tel-pruned: and the TEL's kernel tests); KT_GPU_SPEED_ARGS adds arguments to gpu_speed.py
+# (e.g. "--only pruned,pruned_em"). Logs go to $OUT (or /tmp/kt_gpu_check): run_check.log
 # (everything), summary.txt, gpu_speed.json, memcheck.log, racecheck.log, ncu.txt. The
 # exit status is non-zero when any step failed; a summary table ends the output.
 #
@@ -80,6 +83,8 @@ else
 fi
 export SANITIZER_ARGS=${KT_SANITIZER_ARGS:-}
 ONLY=${KT_GPU_CHECK_STEPS:-}
+# KT_GPU_SPEED_ARGS: more arguments of benchmarks/gpu_speed.py (e.g. "--only pruned,pruned_em").
+SPEED_ARGS=${KT_GPU_SPEED_ARGS:-}
 
 NAMES=()
 RESULTS=()
@@ -186,7 +191,7 @@ step build 240 'flag=""; [ -n "$EXPECT_GPU" ] && $PY -m keras_trees.build --help
 if [ -n "$DRY" ]; then
     step benchmark 300 '$PY benchmarks/gpu_speed.py --smoke --json $LOGDIR/gpu_speed.json'
 else
-    step benchmark 240 '$PY benchmarks/gpu_speed.py --json $LOGDIR/gpu_speed.json'
+    step benchmark 240 "\$PY benchmarks/gpu_speed.py --json \$LOGDIR/gpu_speed.json $SPEED_ARGS"
 fi
 
 # ---------------------------------------------------------------- the kernels' contract tests
@@ -200,11 +205,25 @@ TESTS='tests/backends/test_compiled_kernels.py -k "(hinge or hard_route or soft_
 # Pruned routing (#33): its contract tests run the CUDA handlers on a GPU
 # (the CPU emulation in CI), against the CPU engine.
 PRUNED_TESTS='tests/backends/test_pruned_routing_portable.py tests/backends/test_loss_augmented_portable.py'
+# KT_GPU_CHECK_KERNEL_TESTS=pruned: only the pruned-routing and LAI files; tel-pruned: those and the
+# Tree Ensemble Layer's kernel tests (a rerun after a change there).
 if [ -n "$DRY" ]; then
-    step kernel-tests 600 "JAX_DEFAULT_MATMUL_PRECISION=highest \$PY -m pytest -x -q -p no:cacheprovider -n 2 $TESTS && JAX_DEFAULT_MATMUL_PRECISION=highest \$PY -m pytest -x -q -p no:cacheprovider -n 2 $PRUNED_TESTS"
+    CORE_RUN="JAX_DEFAULT_MATMUL_PRECISION=highest \$PY -m pytest -x -q -p no:cacheprovider -n 2 $TESTS"
+    PRUNED_RUN="JAX_DEFAULT_MATMUL_PRECISION=highest \$PY -m pytest -x -q -p no:cacheprovider -n 2 $PRUNED_TESTS"
+    KERNEL_TESTS_LIMIT=600
 else
-    step kernel-tests 150 "XLA_PYTHON_CLIENT_PREALLOCATE=false KERAS_TREES_ALL_DEPTHS=1 JAX_DEFAULT_MATMUL_PRECISION=highest \$PY -m pytest -x -q -p no:cacheprovider -n 8 $TESTS && XLA_PYTHON_CLIENT_PREALLOCATE=false JAX_DEFAULT_MATMUL_PRECISION=highest \$PY -m pytest -x -q -p no:cacheprovider -n 8 $PRUNED_TESTS"
+    CORE_RUN="XLA_PYTHON_CLIENT_PREALLOCATE=false KERAS_TREES_ALL_DEPTHS=1 JAX_DEFAULT_MATMUL_PRECISION=highest \$PY -m pytest -x -q -p no:cacheprovider -n 8 $TESTS"
+    PRUNED_RUN="XLA_PYTHON_CLIENT_PREALLOCATE=false JAX_DEFAULT_MATMUL_PRECISION=highest \$PY -m pytest -x -q -p no:cacheprovider -n 8 $PRUNED_TESTS"
+    KERNEL_TESTS_LIMIT=150
 fi
+case "${KT_GPU_CHECK_KERNEL_TESTS:-all}" in
+    all) step kernel-tests $KERNEL_TESTS_LIMIT "$CORE_RUN && $PRUNED_RUN" ;;
+    tel-pruned) step kernel-tests $KERNEL_TESTS_LIMIT \
+        "${CORE_RUN/(hinge or hard_route or soft_tree or gpu_kernels)/(soft_tree or gpu_kernels)} && $PRUNED_RUN" ;;
+    pruned) step kernel-tests $KERNEL_TESTS_LIMIT "$PRUNED_RUN" ;;
+    *) echo "KT_GPU_CHECK_KERNEL_TESTS must be all, tel-pruned or pruned, got '$KT_GPU_CHECK_KERNEL_TESTS'" >&2
+       exit 2 ;;
+esac
 
 # ---------------------------------------------------------------- determinism and agreement with the CPU
 if [ -n "$DRY" ]; then
