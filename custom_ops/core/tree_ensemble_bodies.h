@@ -53,7 +53,7 @@ struct GammaCheck {
   }
 };
 
-// One frame of the depth-first walk.
+// One frame of the backward's depth-first walk.
 template <typename T>
 struct Frame {
   int64_t node;
@@ -91,38 +91,38 @@ struct Walk {
     T* out = partial + (s * d.trees + m) * k;
     for (int64_t j = 0; j < k; ++j) out[j] = T(0);
     portable::RowSum<T> sum{out, k};  // the leaves' P(l) o_l in walk order
-    Frame<T> stack[kMaxDepth + 2];
+    // The pending right children (node, P) of the soft splits above; the
+    // walk goes on to the left child without a push: one loop step per
+    // reached node (fewer divergent steps on the GPU than a frame per state).
+    int64_t pending_node[kMaxDepth + 2];
+    T pending_prob[kMaxDepth + 2];
     int top = 0;
-    stack[0] = {0, T(1), T(0), T(0), 0};
-    while (top >= 0) {
-      Frame<T>& f = stack[top];
-      if (f.node >= ni) {
-        sum.Add(f.prob, om + (f.node - ni) * k);
+    int64_t n = 0;
+    T prob = T(1);
+    while (true) {
+      if (n >= ni) {
+        sum.Add(prob, om + (n - ni) * k);
+        if (top == 0) break;
         --top;
+        n = pending_node[top];
+        prob = pending_prob[top];
         continue;
       }
-      if (f.state == 0) {
-        T sv, dsv;
-        portable::SmoothStep(portable::Dot(wm + f.node * p, xs, p) + bm[f.node], g, &sv, &dsv);
-        if (sv >= T(1)) {
-          f.node = 2 * f.node + 1;
-          continue;
-        }
-        if (!(sv > T(0))) {
-          f.node = 2 * f.node + 2;
-          continue;
-        }
-        f.s = sv;
-        f.state = 1;
-        stack[top + 1] = {2 * f.node + 1, f.prob * sv, T(0), T(0), 0};
-        ++top;
-      } else if (f.state == 1) {
-        f.state = 2;
-        stack[top + 1] = {2 * f.node + 2, f.prob * (T(1) - f.s), T(0), T(0), 0};
-        ++top;
-      } else {
-        --top;
+      T sv, dsv;
+      portable::SmoothStep(portable::Dot(wm + n * p, xs, p) + bm[n], g, &sv, &dsv);
+      if (sv >= T(1)) {
+        n = 2 * n + 1;
+        continue;
       }
+      if (!(sv > T(0))) {
+        n = 2 * n + 2;
+        continue;
+      }
+      pending_node[top] = 2 * n + 2;
+      pending_prob[top] = prob * (T(1) - sv);
+      ++top;
+      n = 2 * n + 1;
+      prob = prob * sv;
     }
     sum.Flush();
   }
