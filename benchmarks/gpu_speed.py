@@ -423,9 +423,15 @@ def compare(family, kernel_out, reference_out):
     return agrees, diff, mismatched
 
 
-def x64():
+def x64(enabled=True):
+    """A context with JAX's 64-bit mode on (``enabled``) or left as it is
+    (also used by tests/gpu/gpu_determinism.py)."""
+    import contextlib
+
     import jax
 
+    if not enabled:
+        return contextlib.nullcontext()
     enable = getattr(jax, "enable_x64", None)
     if enable is None:  # older JAX
         from jax.experimental import enable_x64 as enable
@@ -594,7 +600,8 @@ def format_row(row):
         goal = row["goal"] if row["goal"] == "-" else f"{row['goal']} (n/a)"
     else:
         goal = f"{row['goal']}: {'met' if row['goal_met'] else 'MISSED'}"
-    diff = f"{row['max_rel_diff']:.1e}" + ("" if row["agrees"] else " !") + (" *" if row.get("error_vs_float64") else "")
+    diff = (f"{row['max_rel_diff']:.1e}" + ("" if row["agrees"] else " !")
+            + (" *" if row.get("error_vs_float64") else ""))
     if row["node_mismatches"]:
         diff = f"{row['node_mismatches']} nodes" + ("" if row["agrees"] else " !")
     pub = "-" if row["published_keras_ops_ms"] is None else f"{row['published_keras_ops_ms']:.2f} ms (H100)"

@@ -272,7 +272,9 @@ KT_HOST_DEVICE inline T Dot(const T* a, const T* b, int64_t n) {
 // multiply-adds in the same order as row by row, where a GPU thread would
 // wait for every element's read-modify-write in turn (the first H200 run: 9
 // ms per forward walk of 10 pruned trees of depth 10, batch 1000, 26
-// units). Call Flush() after the last Add().
+// units). The sums start from 0 (`out` need not be initialized); call
+// Flush() after the last Add(), also when nothing was added (it writes the
+// zeros then).
 template <typename T>
 struct RowSum {
   static constexpr int kBatch = 8;
@@ -280,6 +282,7 @@ struct RowSum {
   T* out;
   int64_t len;
   int count = 0;
+  bool started = false;  // `out` holds partial sums (else they are 0)
   const T* row[kBatch];
   T coeff[kBatch];
 
@@ -294,7 +297,7 @@ struct RowSum {
       T acc[kTile];
       T v[kBatch][kTile];
       KT_UNROLL
-      for (int j = 0; j < kTile; ++j) acc[j] = u0 + j < len ? out[u0 + j] : T(0);
+      for (int j = 0; j < kTile; ++j) acc[j] = started && u0 + j < len ? out[u0 + j] : T(0);
       KT_UNROLL
       for (int k = 0; k < kBatch; ++k) {
         KT_UNROLL
@@ -313,6 +316,7 @@ struct RowSum {
       }
     }
     count = 0;
+    started = true;
   }
 };
 

@@ -224,9 +224,8 @@ struct ForwardWalk {
     int64_t t, s;
     PairOf(item, d.batch, &t, &s);
     const int64_t pair = s * d.trees + t;
-    T* out = output + pair * d.units;
-    for (int64_t u = 0; u < d.units; ++u) out[u] = T(0);
-    AddLeaf leaf{leaf_values + t * Positions(d) * d.units, d.units, portable::RowSum<T>{out, d.units}};
+    AddLeaf leaf{leaf_values + t * Positions(d) * d.units, d.units,
+                 portable::RowSum<T>{output + pair * d.units, d.units}};
     T dropped = T(0);
     split_evaluations[pair] = WalkKept(d, sp, is_split, threshold, t, x + s * d.input_dim, leaf, &dropped);
     leaf.out.Flush();
@@ -358,14 +357,12 @@ struct BackwardWalk {
     const bool* split_t = is_split + t * ni;
     T* mass_row = mass + pair * positions;
     T* gx_row = gx == nullptr ? nullptr : gx + pair * d.input_dim;
-    if (gx_row != nullptr) {
-      for (int64_t j = 0; j < d.input_dim; ++j) gx_row[j] = T(0);
-    }
-    if (!split_t[0]) {  // the root is a leaf: no split, D unused
+    portable::RowSum<T> gx_sum{gx_row, d.input_dim};  // the pair's dL/dx row, in post order of the splits
+    if (!split_t[0]) {  // the root is a leaf: no split, D unused, dL/dx 0
       mass_row[0] = T(1);
+      if (gx_row != nullptr) gx_sum.Flush();
       return;
     }
-    portable::RowSum<T> gx_sum{gx_row, d.input_dim};  // the pair's dL/dx row, in post order of the splits
     Frame stack[kStackFrames];
     int top = 1;
     stack[0].node = 0;

@@ -48,6 +48,7 @@ namespace keras_trees {
 constexpr int64_t kPrunedChunkBytes = int64_t{64} << 20;
 // Samples per block of the owner reductions.
 constexpr int64_t kPrunedBlock = 128;
+
 // The most elements of one owner reduction: the leaf values' (or the
 // statistics', the E-step's counts: units = classes) and, with split_grads,
 // the split weights'.

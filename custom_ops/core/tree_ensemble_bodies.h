@@ -88,9 +88,7 @@ struct Walk {
     const T* bm = node_bias + m * ni;
     const T* om = leaf_weights + m * (ni + 1) * k;
     const T g = *gamma;
-    T* out = partial + (s * d.trees + m) * k;
-    for (int64_t j = 0; j < k; ++j) out[j] = T(0);
-    portable::RowSum<T> sum{out, k};  // the leaves' P(l) o_l in walk order
+    portable::RowSum<T> sum{partial + (s * d.trees + m) * k, k};  // the leaves' P(l) o_l in walk order
     // The pending right children (node, P) of the soft splits above; the
     // walk goes on to the left child without a push: one loop step per
     // reached node (fewer divergent steps on the GPU than a frame per state).
@@ -183,10 +181,7 @@ struct BackwardWalk {
     const T g = *gamma;
     T* cp = coeff + (ls * d.trees + m) * d.Nodes();
     T* gxp = gx != nullptr ? gx + (ls * d.trees + m) * p : nullptr;
-    if (gxp != nullptr) {
-      for (int64_t j = 0; j < p; ++j) gxp[j] = T(0);
-    }
-    portable::RowSum<T> gx_sum{gxp, p};  // c_i w_i in post order
+    portable::RowSum<T> gx_sum{gxp, p};  // c_i w_i in post order (from 0)
     Frame<T> stack[kMaxDepth + 2];
     T h[kMaxDepth + 2];
     int top = 0, htop = -1;

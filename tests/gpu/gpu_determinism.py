@@ -33,7 +33,6 @@ run the kernels; ``--small`` uses smaller shapes (the CPU dry run).
 """
 
 import argparse
-import contextlib
 import os
 import re
 import sys
@@ -41,6 +40,8 @@ import sys
 import numpy as np
 
 os.environ.setdefault("KERAS_BACKEND", "jax")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks"))
+from gpu_speed import x64  # noqa: E402
 
 TOLERANCE = {"float32": 1e-5, "float64": 1e-12}
 MARGIN = 1e-4  # smallest |split value| kept in the routing inputs
@@ -48,13 +49,6 @@ CASES = ("hinge tree", "hinge fern", "routing oblique", "routing experts", "tel"
 TEL_GAMMA = 1.0
 
 
-def x64(enabled):
-    import jax
-
-    enable = getattr(jax, "enable_x64", None)
-    if enable is None:  # older JAX
-        from jax.experimental import enable_x64 as enable
-    return enable(enabled) if enabled else contextlib.nullcontext()
 
 
 def hinge_inputs(rng, dtype, fern, size):
