@@ -19,7 +19,7 @@ from keras import ops
 from keras_trees import topology
 from keras_trees.api_export import keras_trees_export
 from keras_trees.ops import _library
-from keras_trees.validation import tensors
+from keras_trees.validation import batched, tensors
 
 
 # The error of a non-finite split value on a sample's path, on both paths (the
@@ -82,19 +82,22 @@ def _inputs(x, split_weights, split_bias, is_split, expert_weights=None, thresho
     floating features (integers and booleans cast to the parameters' floating dtype), the split
     parameters in ``x``'s dtype (so mixed float32/float64 inputs compute in
     ``x``'s, on both paths), ``is_split`` as booleans, and the shapes."""
-    x = tensors.features(x, "x", like=split_weights)
-    dtype = tensors.dtype_name(x)
-    split_weights = tensors.floating(split_weights, "split_weights", dtype)
-    split_bias = tensors.floating(split_bias, "split_bias", dtype)
-    is_split = split_flags(is_split)
-    if len(split_weights.shape) == 4:
-        expert_weights = None if expert_weights is None else tensors.floating(expert_weights, "expert_weights", dtype)
-        threshold = None if threshold is None else tensors.floating(threshold, "threshold", dtype)
-        _validate_experts(x, split_weights, split_bias, is_split, expert_weights, threshold)
-    else:
-        if expert_weights is not None or threshold is not None:
-            raise ValueError("expert_weights and threshold need rank-4 split_weights (noisy-OR splits)")
-        _validate(x, split_weights, split_bias, is_split)
+    with tensors.jit_gathered() as pending:
+        x = tensors.features(x, "x", like=split_weights)
+        dtype = tensors.dtype_name(x)
+        split_weights = tensors.floating(split_weights, "split_weights", dtype)
+        split_bias = tensors.floating(split_bias, "split_bias", dtype)
+        is_split = split_flags(is_split)
+        if len(split_weights.shape) == 4:
+            if expert_weights is not None:
+                expert_weights = tensors.floating(expert_weights, "expert_weights", dtype)
+            threshold = None if threshold is None else tensors.floating(threshold, "threshold", dtype)
+            _validate_experts(x, split_weights, split_bias, is_split, expert_weights, threshold)
+        else:
+            if expert_weights is not None or threshold is not None:
+                raise ValueError("expert_weights and threshold need rank-4 split_weights (noisy-OR splits)")
+            _validate(x, split_weights, split_bias, is_split)
+    x = batched.require_all(pending, output=x)
     return x, split_weights, split_bias, is_split, expert_weights, threshold
 
 
@@ -141,15 +144,18 @@ def hard_route_reference(x, split_weights, split_bias, is_split, expert_weights=
     """
     x, split_weights, split_bias, is_split, expert_weights, threshold = _inputs(
         x, split_weights, split_bias, is_split, expert_weights, threshold)
-    _check_values(x, split_weights, split_bias, expert_weights, threshold)
+    with tensors.jit_gathered() as pending:
+        _check_values(x, split_weights, split_bias, expert_weights, threshold)
+    x = batched.require_all(pending, output=x)
     if len(split_weights.shape) == 4:
         z = ops.einsum("bp,tikp->btik", x, split_weights) + split_bias[None]
         values = ops.sum(expert_weights[None] * ops.softplus(z), axis=-1) - threshold[None]
     else:
         values = ops.einsum("bp,tip->bti", x, split_weights) + split_bias[None]
     node, path = _walk(values, is_split)
-    tensors.require(ops.all(ops.isfinite(path)), SPLIT_VALUE_OVERFLOW)
-    return node, path
+    with tensors.jit_gathered() as pending:
+        tensors.require(ops.all(ops.isfinite(path)), SPLIT_VALUE_OVERFLOW)
+    return batched.require_all(pending, output=node), path
 
 
 def _walk(values, is_split):

@@ -26,7 +26,7 @@ from keras import ops
 from keras_trees import topology
 from keras_trees.api_export import keras_trees_export
 from keras_trees.ops import _library
-from keras_trees.validation import tensors
+from keras_trees.validation import batched, tensors
 
 LOSSES = ("log", "squared")
 
@@ -65,31 +65,37 @@ def _validate(x, split_weights, split_bias, leaf_values, labels, loss):
         raise ValueError(f"x has {x.shape[0]} samples but labels has {labels.shape[0]}")
 
 
-def _inputs(x, split_weights, split_bias, leaf_values, labels, loss, compiled=False):
+def _inputs(x, split_weights, split_bias, leaf_values, labels, loss, compiled=False, values=False):
     """Converts and checks what is known without the values: ``x`` as
     floating features (integers and booleans cast to the parameters' floating dtype), the parameters
     in ``x``'s dtype, shapes, and the labels: class ids (log loss) checked in
     ``[0, K)`` before their cast to int32 (int64 ids beyond int32 and
     fractional floats refused; the compiled kernel checks int32 ids itself,
-    so ``compiled`` skips that one runtime check), or floating targets."""
-    if loss not in LOSSES:
-        raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
-    x = tensors.features(x, "x", like=split_weights)
-    dtype = tensors.dtype_name(x)
-    split_weights = tensors.floating(split_weights, "split_weights", dtype)
-    split_bias = tensors.floating(split_bias, "split_bias", dtype)
-    leaf_values = tensors.floating(leaf_values, "leaf_values", dtype)
-    if labels is None:
-        raise TypeError("labels must be class ids (loss='log') or targets (loss='squared'), got None")
-    if loss == "log":
-        classes = leaf_values.shape[-1] if len(leaf_values.shape) == 2 else None
-        int32_tensor = hasattr(labels, "dtype") and tensors.dtype_name(labels) == "int32"
-        if not (compiled and int32_tensor):
-            labels = tensors.indices(labels, "labels", upper=classes)
-        labels = tensors.as_tensor(labels, "labels")
-    else:
-        labels = tensors.floating(labels, "labels", dtype)
-    _validate(x, split_weights, split_bias, leaf_values, labels, loss)
+    so ``compiled`` skips that one runtime check), or floating targets; with
+    ``values`` also :func:`_check_values`. Under ``jax.jit`` the returned ``x``
+    depends on one check call (:func:`keras_trees.validation.tensors.jit_gathered`)."""
+    with tensors.jit_gathered() as pending:
+        if loss not in LOSSES:
+            raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
+        x = tensors.features(x, "x", like=split_weights)
+        dtype = tensors.dtype_name(x)
+        split_weights = tensors.floating(split_weights, "split_weights", dtype)
+        split_bias = tensors.floating(split_bias, "split_bias", dtype)
+        leaf_values = tensors.floating(leaf_values, "leaf_values", dtype)
+        if labels is None:
+            raise TypeError("labels must be class ids (loss='log') or targets (loss='squared'), got None")
+        if loss == "log":
+            classes = leaf_values.shape[-1] if len(leaf_values.shape) == 2 else None
+            int32_tensor = hasattr(labels, "dtype") and tensors.dtype_name(labels) == "int32"
+            if not (compiled and int32_tensor):
+                labels = tensors.indices(labels, "labels", upper=classes)
+            labels = tensors.as_tensor(labels, "labels")
+        else:
+            labels = tensors.floating(labels, "labels", dtype)
+        _validate(x, split_weights, split_bias, leaf_values, labels, loss)
+        if values:
+            _check_values(x, split_weights, split_bias, leaf_values, labels, loss)
+    x = batched.require_all(pending, output=x)
     return x, split_weights, split_bias, leaf_values, labels
 
 
@@ -145,8 +151,7 @@ def loss_augmented_inference_reference(x, split_weights, split_bias, leaf_values
         :func:`loss_augmented_inference`).
     """
     x, split_weights, split_bias, leaf_values, labels = _inputs(
-        x, split_weights, split_bias, leaf_values, labels, loss)
-    _check_values(x, split_weights, split_bias, leaf_values, labels, loss)
+        x, split_weights, split_bias, leaf_values, labels, loss, values=True)
     internal = split_weights.shape[0]
     depth = topology.max_depth_from_internal(internal)
     # einsum, not ops.matmul: Keras computes float64 matmuls in float32 on PyTorch.
@@ -256,8 +261,7 @@ def surrogate(x, split_weights, split_bias, leaf_values, labels, g_leaf, loss="l
     rows on the two paths, ``d loss / d Theta`` at ``Theta[g_leaf]`` (Algorithm 1).
     """
     x, split_weights, split_bias, leaf_values, labels = _inputs(
-        x, split_weights, split_bias, leaf_values, labels, loss)
-    _check_values(x, split_weights, split_bias, leaf_values, labels, loss)
+        x, split_weights, split_bias, leaf_values, labels, loss, values=True)
     depth = topology.max_depth_from_internal(split_weights.shape[0])
     leaves = 2**depth
     g_leaf = tensors.indices(g_leaf, "g_leaf", upper=leaves)

@@ -14,7 +14,7 @@ from keras import ops
 
 from keras_trees import topology
 from keras_trees.api_export import keras_trees_export
-from keras_trees.validation import arguments, tensors
+from keras_trees.validation import arguments, batched, tensors
 from keras_trees.validation import topology as topology_checks
 
 
@@ -30,37 +30,39 @@ def _inputs(x, split_weights, split_bias, gamma, node_state, check_values=True):
     parameters in its dtype, shapes, ``node_state`` a valid topology
     (:func:`keras_trees.validation.topology.node_state`) and, with
     ``check_values``, every value finite (eager, ``tf.function``, ``jax.jit``)."""
-    x = tensors.features(x, "x", like=split_weights)
-    dtype = tensors.dtype_name(x)
-    split_weights = tensors.floating(split_weights, "split_weights", dtype)
-    split_bias = tensors.floating(split_bias, "split_bias", dtype)
-    if gamma is None:
-        raise TypeError("gamma must be a tensor of steepnesses (num_trees, 2**depth - 1), got None")
-    gamma = tensors.floating(gamma, "gamma", dtype)
-    if len(split_weights.shape) != 3:
-        raise ValueError("split_weights must have shape (num_trees, 2**depth - 1, input_dim), "
-                         f"got {tuple(split_weights.shape)}")
-    trees, internal, dim = split_weights.shape
-    leaves = internal + 1
-    if internal < 1 or leaves & (leaves - 1):
-        raise ValueError(f"split_weights.shape[1] must be 2**depth - 1, got {internal}")
-    if x.shape[1] != dim:
-        raise ValueError(f"x has {x.shape[1]} features but split_weights expects input_dim={dim}")
-    for name, t in (("split_bias", split_bias), ("gamma", gamma)):
-        if tuple(t.shape) != (trees, internal):
-            raise ValueError(f"{name} must have shape ({trees}, {internal}), got {tuple(t.shape)}")
-    if node_state is None:
-        raise TypeError("node_state must be an integer topology (num_trees, 2**(depth + 1) - 1), got None")
-    if not tensors.is_backend_tensor(node_state):
-        node_state = np.asarray(node_state)
-    if tuple(node_state.shape) != (trees, 2 * internal + 1):
-        raise ValueError(f"node_state must have shape ({trees}, {2 * internal + 1}), got {tuple(node_state.shape)}")
-    node_state = topology_checks.node_state(node_state, "node_state")
-    if check_values:
-        tensors.finite(x, "x", "path probabilities need finite inputs")
-        tensors.finite(split_weights, "split_weights", "did training diverge?")
-        tensors.finite(split_bias, "split_bias", "did training diverge?")
-    tensors.finite(gamma, "gamma", "did training diverge?")
+    with tensors.jit_gathered() as pending:
+        x = tensors.features(x, "x", like=split_weights)
+        dtype = tensors.dtype_name(x)
+        split_weights = tensors.floating(split_weights, "split_weights", dtype)
+        split_bias = tensors.floating(split_bias, "split_bias", dtype)
+        if gamma is None:
+            raise TypeError("gamma must be a tensor of steepnesses (num_trees, 2**depth - 1), got None")
+        gamma = tensors.floating(gamma, "gamma", dtype)
+        if len(split_weights.shape) != 3:
+            raise ValueError("split_weights must have shape (num_trees, 2**depth - 1, input_dim), "
+                             f"got {tuple(split_weights.shape)}")
+        trees, internal, dim = split_weights.shape
+        leaves = internal + 1
+        if internal < 1 or leaves & (leaves - 1):
+            raise ValueError(f"split_weights.shape[1] must be 2**depth - 1, got {internal}")
+        if x.shape[1] != dim:
+            raise ValueError(f"x has {x.shape[1]} features but split_weights expects input_dim={dim}")
+        for name, t in (("split_bias", split_bias), ("gamma", gamma)):
+            if tuple(t.shape) != (trees, internal):
+                raise ValueError(f"{name} must have shape ({trees}, {internal}), got {tuple(t.shape)}")
+        if node_state is None:
+            raise TypeError("node_state must be an integer topology (num_trees, 2**(depth + 1) - 1), got None")
+        if not tensors.is_backend_tensor(node_state):
+            node_state = np.asarray(node_state)
+        if tuple(node_state.shape) != (trees, 2 * internal + 1):
+            raise ValueError(f"node_state must have shape ({trees}, {2 * internal + 1}), got {tuple(node_state.shape)}")
+        node_state = topology_checks.node_state(node_state, "node_state")
+        if check_values:
+            tensors.finite(x, "x", "path probabilities need finite inputs")
+            tensors.finite(split_weights, "split_weights", "did training diverge?")
+            tensors.finite(split_bias, "split_bias", "did training diverge?")
+        tensors.finite(gamma, "gamma", "did training diverge?")
+    x = batched.require_all(pending, output=x)
     return x, split_weights, split_bias, gamma, ops.cast(node_state, "int32")
 
 
@@ -157,7 +159,9 @@ def frontier(x, split_weights, split_bias, gamma, node_state, candidate):
     x, split_weights, split_bias, gamma, node_state = _inputs(x, split_weights, split_bias, gamma, node_state,
                                                               check_values=False)
     trees, internal, positions, _ = _tree_sizes(split_weights)
-    candidate = split_flags(candidate, "candidate")
+    with tensors.jit_gathered() as pending:
+        candidate = split_flags(candidate, "candidate")
+    x = batched.require_all(pending, output=x)
     if tuple(candidate.shape) != (trees, internal):
         raise ValueError(f"candidate must have shape ({trees}, {internal}), got {tuple(candidate.shape)}")
     node = route_to_leaves(x, split_weights, split_bias, node_state)

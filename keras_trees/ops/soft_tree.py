@@ -10,21 +10,27 @@ from keras import ops
 from keras_trees.api_export import keras_trees_export
 from keras_trees.ops import _library
 from keras_trees.ops.routing import get_activation, leaf_probabilities
-from keras_trees.validation import tensors
+from keras_trees.validation import batched, tensors
 
 
-def _inputs(x, node_weights, node_bias, leaf_weights=None, gamma=1.0):
+def _inputs(x, node_weights, node_bias, leaf_weights=None, gamma=1.0, values=False):
     """Converts and checks what is known without the values: ``x`` as
     floating features (integers and booleans cast to the parameters' floating dtype), the parameters
-    in ``x``'s dtype, shapes, and ``gamma`` (Python numbers at once)."""
-    x = tensors.features(x, "x", like=node_weights)
-    dtype = tensors.dtype_name(x)
-    node_weights = tensors.floating(node_weights, "node_weights", dtype)
-    node_bias = None if node_bias is None else tensors.floating(node_bias, "node_bias", dtype)
-    if leaf_weights is not None:
-        leaf_weights = tensors.floating(leaf_weights, "leaf_weights", dtype)
-    gamma = tensors.positive_scalar(gamma, "gamma")
-    _validate_shapes(x, node_weights, node_bias, leaf_weights)
+    in ``x``'s dtype, shapes, and ``gamma`` (Python numbers at once); with
+    ``values`` also :func:`_check_values`. Under ``jax.jit`` the returned ``x``
+    depends on one check call (:func:`keras_trees.validation.tensors.jit_gathered`)."""
+    with tensors.jit_gathered() as pending:
+        x = tensors.features(x, "x", like=node_weights)
+        dtype = tensors.dtype_name(x)
+        node_weights = tensors.floating(node_weights, "node_weights", dtype)
+        node_bias = None if node_bias is None else tensors.floating(node_bias, "node_bias", dtype)
+        if leaf_weights is not None:
+            leaf_weights = tensors.floating(leaf_weights, "leaf_weights", dtype)
+        gamma = tensors.positive_scalar(gamma, "gamma")
+        _validate_shapes(x, node_weights, node_bias, leaf_weights)
+        if values:
+            _check_values(x, node_weights, node_bias, leaf_weights)
+    x = batched.require_all(pending, output=x)
     return x, node_weights, node_bias, leaf_weights, gamma
 
 
@@ -89,8 +95,8 @@ def soft_tree_ensemble_reference(
     Returns:
         ``(batch, units)``: sum over trees of ``sum_l P(x -> l) o_l``.
     """
-    x, node_weights, node_bias, leaf_weights, gamma = _inputs(x, node_weights, node_bias, leaf_weights, gamma)
-    _check_values(x, node_weights, node_bias, leaf_weights)
+    x, node_weights, node_bias, leaf_weights, gamma = _inputs(x, node_weights, node_bias, leaf_weights, gamma,
+                                                              values=True)
     probs = _leaf_probabilities(x, node_weights, node_bias, gamma, activation)
     return ops.einsum("bml,mlk->bk", probs, leaf_weights)
 
@@ -98,8 +104,7 @@ def soft_tree_ensemble_reference(
 @keras_trees_export("keras_trees.ops")
 def soft_tree_leaf_probabilities(x, node_weights, node_bias, gamma, activation="smooth_step"):
     """``(batch, num_trees, 2**depth)`` probability that each sample reaches each leaf."""
-    x, node_weights, node_bias, _, gamma = _inputs(x, node_weights, node_bias, None, gamma)
-    _check_values(x, node_weights, node_bias, None)
+    x, node_weights, node_bias, _, gamma = _inputs(x, node_weights, node_bias, None, gamma, values=True)
     return _leaf_probabilities(x, node_weights, node_bias, gamma, activation)
 
 
@@ -145,14 +150,14 @@ def mean_reachable_leaves(x, node_weights, node_bias, gamma, activation="smooth_
     """Mean number of leaves with ``P(x -> l) > 0`` per sample and tree (paper
     Figure 2); 0 for an empty batch."""
     get_activation(activation)
-    x, node_weights, node_bias, _, gamma = _inputs(x, node_weights, node_bias, None, gamma)
     if activation == "smooth_step" and _library.custom_ops_available("soft_tree"):
         kernels = _library.binding("soft_tree")
     else:
         kernels = None
-    if hasattr(kernels, "mean_reachable_leaves"):  # TensorFlow counts on the trace (the kernel checks)
+    counted = hasattr(kernels, "mean_reachable_leaves")  # TensorFlow counts on the trace (the kernel checks)
+    x, node_weights, node_bias, _, gamma = _inputs(x, node_weights, node_bias, None, gamma, values=not counted)
+    if counted:
         return kernels.mean_reachable_leaves(x, node_weights, node_bias, gamma)
-    _check_values(x, node_weights, node_bias, None)
     probs = _leaf_probabilities(x, node_weights, node_bias, gamma, activation)
     reached = ops.sum(ops.cast(probs > 0, "float32"), axis=-1)  # (batch, trees)
     pairs = ops.cast(ops.shape(reached)[0] * ops.shape(reached)[1], "float32")

@@ -128,6 +128,24 @@ def collected():
         stack.pop()
 
 
+@contextlib.contextmanager
+def jit_gathered():
+    """On the JAX backend, :func:`collected`: the checks of traced values made
+    in the block are gathered, for the caller to hand to
+    :func:`keras_trees.validation.batched.require_all` with the tensor it goes
+    on with (``x = require_all(pending, output=x)``). Under ``jax.jit`` they
+    then become one check call that ``x`` depends on: microseconds, no side
+    effect, so JAX keeps its fast dispatch (a check issued alone is a
+    ``jax.debug.callback``, an effect that sends every call of the compiled
+    function through JAX's slow Python dispatch). Other backends: gathers
+    nothing (yields an empty list); their checks are issued as before."""
+    if backend() != "jax":
+        yield []
+        return
+    with collected() as pending:
+        yield pending
+
+
 class KernelCheck:
     """A pending check of a whole tensor in a TensorFlow graph, in a
     :func:`collected` list next to ``(ok, message, error)`` entries: on the
@@ -430,16 +448,20 @@ def indices(x, name, upper, lower=0, dtype="int32"):
         raise TypeError(f"{name} must be integer ids, got dtype {kind}")
     span = f"[{lower}, {upper})" if upper is not None else f">= {lower}"
     checks = []
-    if _is_floating(x):
-        ok = ops.logical_and(ops.all(ops.isfinite(x)), ops.all(ops.equal(x, ops.floor(x))))
-        checks.append(require(ok, f"{name} must hold integer ids (whole numbers), got fractional, NaN or Inf values"))
-    ok = ops.all(x >= lower)
-    if upper is not None:
-        ok = ops.logical_and(ok, ops.all(x < upper))
-    checks.append(require(ok, f"{name} must lie in {span} (an id is out of range)"))
+    with jit_gathered() as pending:
+        if _is_floating(x):
+            ok = ops.logical_and(ops.all(ops.isfinite(x)), ops.all(ops.equal(x, ops.floor(x))))
+            checks.append(require(ok, f"{name} must hold integer ids (whole numbers), got fractional, NaN or Inf "
+                                      "values"))
+        ok = ops.all(x >= lower)
+        if upper is not None:
+            ok = ops.logical_and(ok, ops.all(x < upper))
+        checks.append(require(ok, f"{name} must lie in {span} (an id is out of range)"))
     x = ops.cast(x, dtype) if dtype_name(x) != dtype else x
     for check in checks:
         x = after(check, x)
+    if pending:  # under jax.jit: the ids depend on one check call
+        x = jax_check([ok for ok, _, _ in pending], [m for _, m, _ in pending], pending[0][2], output=x)
     return x
 
 
