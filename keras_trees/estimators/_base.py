@@ -329,9 +329,13 @@ class TreeEstimator(BaseEstimator):
         if repeat > 1:
             index = np.tile(np.arange(len(x)), repeat)
             x, y, sample_weight = x[index], y[index], sample_weight[index]
+        # The validation metrics come first at each epoch's end, where
+        # fit(validation_data=...) would compute them: before any callback
+        # changes the model (growth, EM leaves).
+        validating = [] if validation is None else [_ValidationLogs(validation)]
         history = model.fit(
-            x, y, sample_weight=sample_weight, validation_data=validation, epochs=self._epochs(callbacks),
-            batch_size=self.batch_size, shuffle=True, verbose=self._keras_verbose(), callbacks=callbacks,
+            x, y, sample_weight=sample_weight, epochs=self._epochs(callbacks),
+            batch_size=self.batch_size, shuffle=True, verbose=self._keras_verbose(), callbacks=validating + callbacks,
         )
         return dict(history.history)
 
@@ -570,6 +574,33 @@ def _outputs(model, x):
     parts = [to_numpy(model(x[i:i + _PREDICT_BATCH], training=False))
              for i in range(0, len(x), _PREDICT_BATCH)]
     return np.concatenate(parts).astype(np.float32) if parts else np.zeros((0, 1), np.float32)
+
+
+class _ValidationLogs(keras.callbacks.Callback):
+    """Writes the validation metrics of the epoch into its logs (``val_loss``
+    and the model's other metrics, prefixed ``val_``), as
+    ``fit(validation_data=...)`` does: up to :data:`_PREDICT_BATCH` rows in one
+    ``test_on_batch`` (the value of ``evaluate`` up to the order of the float
+    sums), more with ``evaluate`` in batches of that size. ``fit``'s
+    validation creates a new ``tf.data`` iterator at every epoch on
+    TensorFlow: 36-62 ms per epoch for a few hundred rows (2-core CPU),
+    against 1.5 ms here; a fit of the end-to-end tree runs 130 epochs.
+    ``validation``: ``(x, y, sample_weight)`` NumPy arrays."""
+
+    def __init__(self, validation):
+        super().__init__()
+        self.validation = validation
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is None:
+            return
+        x, y, w = self.validation
+        if len(x) <= _PREDICT_BATCH:
+            values = self.model.test_on_batch(x, y, sample_weight=w, return_dict=True)
+        else:
+            values = self.model.evaluate(x, y, sample_weight=w, batch_size=_PREDICT_BATCH, verbose=0,
+                                         return_dict=True)
+        logs.update({f"val_{name}": float(value) for name, value in values.items()})
 
 
 class _EarlyStopping(keras.callbacks.EarlyStopping):

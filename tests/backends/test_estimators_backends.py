@@ -120,3 +120,32 @@ def test_seeding_a_fit_leaves_tensorflow_unimported_off_its_backend(tmp_path):
                          "set_random_seed(0)\nprint('tensorflow' in sys.modules)",
                          tmp_path, env={"KERAS_BACKEND": BACKEND})
         assert out.strip().splitlines()[-1] == "False"
+
+
+def test_validation_logs_equal_those_of_fit_validation_data(monkeypatch):
+    """The estimators' per-epoch validation metrics (one ``test_on_batch``,
+    or ``evaluate`` beyond ``_PREDICT_BATCH`` rows) equal those of
+    ``fit(validation_data=...)``, with sample weights; fit's other logs are kept."""
+    from keras_trees.estimators import _base
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(96, 3)).astype("float32")
+    y = (x[:, 0] + 0.3 * rng.normal(size=96) > 0).astype("int32")
+    w = rng.uniform(0.5, 2.0, 96).astype("float32")
+    validation = (x[:37], y[:37], w[:37])
+
+    def history(callbacks, validation_data):
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+        model.compile(keras.optimizers.Adam(0.05), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                      metrics=["accuracy"])
+        return model.fit(x[37:], y[37:], sample_weight=w[37:], validation_data=validation_data, epochs=3,
+                         batch_size=16, shuffle=False, verbose=0, callbacks=callbacks).history
+
+    keras_own = history([], validation)
+    for block in (64, 10):  # one test_on_batch; evaluate in batches of 10
+        monkeypatch.setattr(_base, "_PREDICT_BATCH", block)
+        ours = history([_base._ValidationLogs(validation)], None)
+        assert sorted(ours) == sorted(keras_own) and len(ours["val_loss"]) == 3
+        for name in keras_own:
+            np.testing.assert_allclose(ours[name], keras_own[name], rtol=1e-5, atol=1e-6, err_msg=name)
