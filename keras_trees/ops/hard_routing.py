@@ -77,11 +77,13 @@ def _validate(x, split_weights, split_bias, is_split):
             raise ValueError(f"{name} must have shape ({trees}, {internal}), got {tuple(t.shape)}")
 
 
-def _inputs(x, split_weights, split_bias, is_split, expert_weights=None, threshold=None):
+def _inputs(x, split_weights, split_bias, is_split, expert_weights=None, threshold=None, values=False):
     """Converts and checks what is known without the values: ``x`` as
     floating features (integers and booleans cast to the parameters' floating dtype), the split
     parameters in ``x``'s dtype (so mixed float32/float64 inputs compute in
-    ``x``'s, on both paths), ``is_split`` as booleans, and the shapes."""
+    ``x``'s, on both paths), ``is_split`` as booleans, and the shapes; with
+    ``values`` also :func:`_check_values`. Under ``jax.jit`` the returned ``x``
+    depends on one check call (:func:`keras_trees.validation.tensors.jit_gathered`)."""
     with tensors.jit_gathered() as pending:
         x = tensors.features(x, "x", like=split_weights)
         dtype = tensors.dtype_name(x)
@@ -97,6 +99,8 @@ def _inputs(x, split_weights, split_bias, is_split, expert_weights=None, thresho
             if expert_weights is not None or threshold is not None:
                 raise ValueError("expert_weights and threshold need rank-4 split_weights (noisy-OR splits)")
             _validate(x, split_weights, split_bias, is_split)
+        if values:
+            _check_values(x, split_weights, split_bias, expert_weights, threshold)
     x = batched.require_all(pending, output=x)
     return x, split_weights, split_bias, is_split, expert_weights, threshold
 
@@ -143,10 +147,7 @@ def hard_route_reference(x, split_weights, split_bias, is_split, expert_weights=
         the path (0 after its end).
     """
     x, split_weights, split_bias, is_split, expert_weights, threshold = _inputs(
-        x, split_weights, split_bias, is_split, expert_weights, threshold)
-    with tensors.jit_gathered() as pending:
-        _check_values(x, split_weights, split_bias, expert_weights, threshold)
-    x = batched.require_all(pending, output=x)
+        x, split_weights, split_bias, is_split, expert_weights, threshold, values=True)
     if len(split_weights.shape) == 4:
         z = ops.einsum("bp,tikp->btik", x, split_weights) + split_bias[None]
         values = ops.sum(expert_weights[None] * ops.softplus(z), axis=-1) - threshold[None]
