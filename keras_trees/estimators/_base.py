@@ -333,9 +333,16 @@ class TreeEstimator(BaseEstimator):
         # fit(validation_data=...) would compute them: before any callback
         # changes the model (growth, EM leaves).
         validating = [] if validation is None else [_ValidationLogs(validation)]
+        # steps_per_epoch is the number of batches fit takes anyway; given, it
+        # stops Keras' epoch iterator from making a second data iterator per
+        # epoch that it never reads (on TensorFlow a tf.data iterator). The
+        # batches and their order are unchanged. The time saved is small: most
+        # of an iterator's creation (10 ms in a profile) waits for the
+        # training step still running, which the next call waits for anyway.
         history = model.fit(
             x, y, sample_weight=sample_weight, epochs=self._epochs(callbacks),
-            batch_size=self.batch_size, shuffle=True, verbose=self._keras_verbose(), callbacks=validating + callbacks,
+            batch_size=self.batch_size, steps_per_epoch=-(-len(x) // self.batch_size), shuffle=True,
+            verbose=self._keras_verbose(), callbacks=validating + callbacks,
         )
         return dict(history.history)
 

@@ -149,3 +149,34 @@ def test_validation_logs_equal_those_of_fit_validation_data(monkeypatch):
         assert sorted(ours) == sorted(keras_own) and len(ours["val_loss"]) == 3
         for name in keras_own:
             np.testing.assert_allclose(ours[name], keras_own[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_fit_reads_one_data_iterator_per_epoch(monkeypatch):
+    """The estimators pass ``steps_per_epoch`` (the batches of one pass) to
+    ``fit``: on TensorFlow Keras then makes one ``tf.data`` iterator per epoch
+    (plus one left over at the end) instead of two; the batches are the same,
+    so the fit is bit-identical to one without it (TensorFlow, JAX; PyTorch's
+    data loader draws its shuffles from the global generator per iterator)."""
+    x, y, _ = data()
+    settings = dict(max_depth=2, num_trees=3, max_epochs=5, patience=100, learning_rate=0.1, random_state=0)
+    fit = keras.Model.fit
+    created = []
+    if BACKEND == "tensorflow":
+        from tensorflow.python.data.ops import iterator_ops
+
+        make = iterator_ops.OwnedIterator._create_iterator
+        monkeypatch.setattr(iterator_ops.OwnedIterator, "_create_iterator",
+                            lambda self, *a, **k: created.append(1) or make(self, *a, **k))
+    ours = E.TreeEnsembleClassifier(**settings).fit(x, y)
+    epochs = len(ours.history_["loss"])
+    assert epochs == 5
+    if BACKEND == "tensorflow":
+        assert len(created) <= epochs + 2, created  # + the validation logs' evaluate, if any
+    if BACKEND == "torch":
+        return
+    monkeypatch.setattr(keras.Model, "fit", lambda self, *a, steps_per_epoch=None, **k: fit(self, *a, **k))
+    created.clear()
+    plain = E.TreeEnsembleClassifier(**settings).fit(x, y)
+    if BACKEND == "tensorflow":
+        assert len(created) >= 2 * epochs  # what the argument saves: Keras' second iterator per epoch
+    np.testing.assert_array_equal(ours.predict_proba(x), plain.predict_proba(x))
