@@ -141,14 +141,18 @@ def test_non_greedy_co2_initialization_fits_an_oblique_boundary():
 def test_non_greedy_init_depth_cv_starts_from_the_cross_validated_cart_depth():
     """init_depth="cv": the start's depth is the one CART's 5-fold CV picks on
     the training part (a one-split boundary: depth 1), the perfect tree stays
-    max_depth deep; the default starts at max_depth."""
+    max_depth deep. It is the classifier's default; "max_depth" (the
+    regressor's default) starts at max_depth."""
     rng = np.random.default_rng(0)
     x = rng.normal(size=(200, 3))
     y = (x[:, 0] > 0).astype(int)
-    cv = tiny(E.NonGreedyTreeClassifier, max_depth=4, init_depth="cv", random_state=0).fit(x, y)
-    assert cv.init_depth_ == 1 and cv.model_.depth == 4 and cv.score(x, y) > 0.95
-    assert tiny(E.NonGreedyTreeClassifier, max_depth=4, random_state=0).fit(x, y).init_depth_ == 4
+    cv = tiny(E.NonGreedyTreeClassifier, max_depth=4, random_state=0).fit(x, y)
+    assert cv.init_depth == "cv" and cv.init_depth_ == 1 and cv.model_.depth == 4 and cv.score(x, y) > 0.95
+    full = tiny(E.NonGreedyTreeClassifier, max_depth=4, init_depth="max_depth", random_state=0).fit(x, y)
+    assert full.init_depth_ == 4
     target = x[:, 0] + 0.1 * x[:, 1]
+    assert E.NonGreedyTreeRegressor().init_depth == "max_depth"
+    assert tiny(E.NonGreedyTreeRegressor, max_depth=4, random_state=0).fit(x, target).init_depth_ == 4
     assert 1 <= tiny(E.NonGreedyTreeRegressor, init_depth="cv", random_state=0).fit(x, target).init_depth_ <= 3
 
 
