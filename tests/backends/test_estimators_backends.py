@@ -151,15 +151,16 @@ def test_validation_logs_equal_those_of_fit_validation_data(monkeypatch):
             np.testing.assert_allclose(ours[name], keras_own[name], rtol=1e-5, atol=1e-6, err_msg=name)
 
 
-def test_fit_reads_one_data_iterator_per_epoch(monkeypatch):
-    """The estimators pass ``steps_per_epoch`` (the batches of one pass) to
-    ``fit``: on TensorFlow Keras then makes one ``tf.data`` iterator per epoch
-    (plus one left over at the end) instead of two; the batches are the same,
-    so the fit is bit-identical to one without it (TensorFlow, JAX; PyTorch's
-    data loader draws its shuffles from the global generator per iterator)."""
+def test_fit_reads_one_data_iterator(monkeypatch):
+    """On TensorFlow a fit reads all its epochs from one ``tf.data`` iterator
+    (Keras makes a new one per epoch from arrays; plus one for the initial
+    validation score); elsewhere the estimators pass ``steps_per_epoch`` (the
+    batches of one pass), which stops Keras' epoch iterator from making a
+    second iterator per epoch: the batches are the same, so the fit is
+    bit-identical to one without it (JAX; PyTorch's data loader draws its
+    shuffles from the global generator per iterator)."""
     x, y, _ = data()
     settings = dict(max_depth=2, num_trees=3, max_epochs=5, patience=100, learning_rate=0.1, random_state=0)
-    fit = keras.Model.fit
     created = []
     if BACKEND == "tensorflow":
         from tensorflow.python.data.ops import iterator_ops
@@ -168,15 +169,63 @@ def test_fit_reads_one_data_iterator_per_epoch(monkeypatch):
         monkeypatch.setattr(iterator_ops.OwnedIterator, "_create_iterator",
                             lambda self, *a, **k: created.append(1) or make(self, *a, **k))
     ours = E.TreeEnsembleClassifier(**settings).fit(x, y)
-    epochs = len(ours.history_["loss"])
-    assert epochs == 5
+    assert len(ours.history_["loss"]) == 5
     if BACKEND == "tensorflow":
-        assert len(created) <= epochs + 2, created  # + the validation logs' evaluate, if any
-    if BACKEND == "torch":
+        assert len(created) <= 2, created  # the training data's, the initial validation score's
+    if BACKEND != "jax":
         return
+    fit = keras.Model.fit
     monkeypatch.setattr(keras.Model, "fit", lambda self, *a, steps_per_epoch=None, **k: fit(self, *a, **k))
-    created.clear()
     plain = E.TreeEnsembleClassifier(**settings).fit(x, y)
-    if BACKEND == "tensorflow":
-        assert len(created) >= 2 * epochs  # what the argument saves: Keras' second iterator per epoch
     np.testing.assert_array_equal(ours.predict_proba(x), plain.predict_proba(x))
+
+
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="TensorFlow's input pipeline")
+def test_tensorflow_epoch_is_one_pass_over_the_data():
+    """The repeated dataset of a TensorFlow fit: every ``steps`` batches (an
+    epoch) hold each row once, in a new order per pass, the last batch
+    smaller, the same passes for the same seed."""
+    from keras_trees.estimators import _base
+
+    n, batch_size = 23, 5
+    x = np.arange(n, dtype="float32")[:, None] * np.ones((1, 2), "float32")
+    y, w = np.arange(n), np.arange(n, dtype="float32") / 10
+    steps = -(-n // batch_size)
+
+    def passes(seed):
+        batches = list(_base._one_pass_per_epoch(x, y, w, batch_size, seed).take(3 * steps))
+        return [batches[i * steps:(i + 1) * steps] for i in range(3)]
+
+    orders = []
+    for one in passes(seed=7):
+        assert [len(b[1]) for b in one] == [5, 5, 5, 5, 3]
+        rows = np.concatenate([b[1].numpy() for b in one])
+        np.testing.assert_array_equal(np.sort(rows), np.arange(n))
+        for xb, yb, wb in one:  # the columns stay aligned
+            np.testing.assert_array_equal(xb.numpy()[:, 1], yb.numpy())
+            np.testing.assert_allclose(wb.numpy(), yb.numpy() / 10)
+        orders.append(rows)
+    assert not all(np.array_equal(orders[0], o) for o in orders[1:])
+    again = [np.concatenate([b[1].numpy() for b in one]) for one in passes(seed=7)]
+    np.testing.assert_array_equal(np.stack(orders), np.stack(again))
+
+
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="TensorFlow's input pipeline")
+def test_tensorflow_one_call_per_epoch_trains_the_same_weights(monkeypatch):
+    """A TensorFlow fit runs each epoch in one compiled call
+    (``steps_per_execution`` = the epoch's batches, from the repeated dataset):
+    bit-identical to one batch per call, so a call reads exactly one epoch;
+    the model's own ``steps_per_execution`` is restored after ``fit``."""
+    import functools
+
+    from keras_trees.estimators import _base
+
+    x, y, _ = data()
+    settings = dict(num_trees=4, max_depth=3, batch_size=16, max_epochs=3, random_state=0)
+    epoch_per_call = E.HingeForestClassifier(**settings).fit(x, y)
+    assert epoch_per_call.model_.steps_per_execution == _base.steps_per_execution()
+    monkeypatch.setattr(_base, "_fit_on_one_iterator",
+                        functools.partial(_base._fit_on_one_iterator, steps_per_execution=1))
+    batch_per_call = E.HingeForestClassifier(**settings).fit(x, y)
+    np.testing.assert_array_equal(epoch_per_call.predict_proba(x), batch_per_call.predict_proba(x))
+    assert len(epoch_per_call.history_["loss"]) == len(batch_per_call.history_["loss"]) == 3

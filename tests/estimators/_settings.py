@@ -10,7 +10,7 @@ TINY = {
     E.HingeForestClassifier: dict(max_depth=2, num_trees=8, num_features=8, max_epochs=3, learning_rate=0.05),
     E.HingeForestRegressor: dict(max_depth=2, num_trees=8, num_features=8, max_epochs=3, learning_rate=0.05),
     E.EndToEndTreeClassifier: dict(max_depth=2, epochs_per_level=3, finetune_epochs=1, learning_rate=0.05),
-    E.EndToEndTreeRegressor: dict(max_depth=3, epochs_per_level=3, finetune_epochs=5, learning_rate=0.3, batch_size=100),
+    E.EndToEndTreeRegressor: dict(max_depth=3, epochs_per_level=3, finetune_epochs=5, learning_rate=0.3, batch_size=50),
     E.ConvexPolytopeTreeClassifier: dict(max_depth=2, num_experts=3, epochs_per_level=3),
     E.ConvexPolytopeTreeRegressor: dict(max_depth=3, num_experts=3, epochs_per_level=5),
     E.NonGreedyTreeClassifier: dict(max_depth=2, max_epochs=3),

@@ -321,8 +321,9 @@ def test_end_to_end_depth_is_cut_back_on_validation(cls, monkeypatch, eager):
         return select(self, tree, xt, yt, wt, validation)
 
     monkeypatch.setattr(cls, "_select_depth", spy)
+    # 120 validation rows: fewer let a noisy full tree win by chance (the cut is tested only when made)
     fitted = tiny(cls, max_depth=4, min_samples_split=2, epochs_per_level=10, finetune_epochs=5,
-                  random_state=0).fit(x, y)
+                  validation_fraction=0.3, random_state=0).fit(x, y)
     scores, best = fitted.history_["depth_scores"], fitted.history_["depth"]
     full = topology.tree_depth(seen["state"], 0)
     assert sorted(scores) == list(range(full + 1)) and full >= 2
@@ -343,7 +344,9 @@ def test_end_to_end_depth_is_cut_back_on_validation(cls, monkeypatch, eager):
     np.testing.assert_allclose(leaves[old], seen["leaves"][old], rtol=1e-6)
     for n in new:
         at = route == n
-        if cls is E.EndToEndTreeClassifier:
+        if not wt[at].sum():  # no training row reaches it: the value stays
+            expected = seen["leaves"][n]
+        elif cls is E.EndToEndTreeClassifier:
             expected = np.bincount(yt[at], weights=wt[at], minlength=2) / wt[at].sum()
         else:
             expected = np.average(yt[at], weights=wt[at], axis=0)
