@@ -285,7 +285,7 @@ def test_regressors_smoke(tmp_path, capfd):
     out, payload = smoke("benchmarks/regressors.py", tmp_path, capfd)
     line_with(out, "model", "diabetes", "average", "fit s")
     summary = payload["summary"]
-    assert set(summary) == {"cart-d8", "xgboost", "TreeEnsembleRegressor", "HingeForestRegressor",
+    assert set(summary) == {"cart-d8", "cart-cv", "xgboost", "TreeEnsembleRegressor", "HingeForestRegressor",
                             "EndToEndTreeRegressor", "ConvexPolytopeTreeRegressor", "NonGreedyTreeRegressor"}
     for model, s in summary.items():
         lines_matching(out, rf"^{model}\s+-?[\d.]+\s+-?[\d.]+\s+[\d.]+$")
