@@ -228,6 +228,25 @@ def grow_end_to_end_forest(split, trees, depth, epochs_per_level, finetune_epoch
     return model, forest, history
 
 
+def cart_cv(split, seed, quick=False, regression=False):
+    """CART with its depth (1-20 or unlimited; ``quick``: 1, 2, 4, 8, unlimited)
+    chosen by 5-fold cross-validation on ``split.x_fit`` (accuracy, stratified
+    folds, fewer where the smallest class has fewer than 5 rows; R^2 for a
+    regressor), refitted there: the CART a user tunes (issue #31). Returns
+    the fitted ``GridSearchCV`` (its first best on ties: the shallower)."""
+    from sklearn.model_selection import GridSearchCV, KFold, StratifiedKFold
+    from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
+
+    depths = [1, 2, 4, 8, None] if quick else [*range(1, 21), None]
+    if regression:
+        tree, folds = DecisionTreeRegressor(random_state=seed), KFold(5, shuffle=True, random_state=seed)
+    else:
+        smallest = np.bincount(np.asarray(split.y_fit, dtype=np.int64)).min()
+        tree = DecisionTreeClassifier(random_state=seed)
+        folds = StratifiedKFold(int(min(5, max(2, smallest))), shuffle=True, random_state=seed)
+    return GridSearchCV(tree, {"max_depth": depths}, cv=folds, n_jobs=1).fit(split.x_fit, split.y_fit)
+
+
 def accuracy(y_true, scores):
     """Share of rows whose largest score is the label's."""
     return float((np.argmax(np.asarray(scores), axis=1) == np.asarray(y_true)).mean())

@@ -202,16 +202,8 @@ def _cart(split, seed, quick, depth=None):
 
 
 def _cart_cv(split, seed, quick):
-    from sklearn.model_selection import GridSearchCV, StratifiedKFold
-    from sklearn.tree import DecisionTreeClassifier
-
-    depths = [1, 2, 4, 8, None] if quick else [*range(1, 21), None]
-    # Fewer folds where the smallest class has fewer than 5 rows (StratifiedKFold needs that many).
-    folds = int(min(5, max(2, np.bincount(np.asarray(split.y_fit, dtype=np.int64)).min())))
     start = time.perf_counter()
-    search = GridSearchCV(DecisionTreeClassifier(random_state=seed), {"max_depth": depths},
-                          cv=StratifiedKFold(folds, shuffle=True, random_state=seed), n_jobs=1)
-    search.fit(split.x_fit, split.y_fit)  # GridSearchCV keeps the first best: the shallower on ties
+    search = _data.cart_cv(split, seed, quick)
     seconds = time.perf_counter() - start
     model = search.best_estimator_
     depth = search.best_params_["max_depth"]

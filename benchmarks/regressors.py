@@ -5,11 +5,11 @@ regression sets that ship with scikit-learn: ``diabetes`` (442 x 10) and the
 synthetic Friedman #1-#3 problems (2,000 rows each, fixed noise). Protocol
 splits of benchmarks/_data.py (80/20, seeds 0, 1, 2); the estimators hold out
 their own validation share, so every model fits on train + validation. The
-references: CART of the same depth (8), CART with its depth (1-20 or
-unlimited) chosen by 5-fold cross-validation on train + validation
-(``cart-cv``, R^2; ties: the shallower; as ``peers.py``'s for classifiers)
-and xgboost with its defaults and early stopping on the validation part. Prints the test R^2 (mean over seeds) per set
-and on average, and the mean fit time.
+references: CART of the same depth (8), CART with its depth chosen by 5-fold
+cross-validation on train + validation (``cart-cv``: ``_data.cart_cv`` on R^2,
+as ``peers.py``'s on accuracy) and xgboost with its defaults and early
+stopping on the validation part. Prints the test R^2 (mean over seeds) per
+set and on average, and the mean fit time.
 
     python benchmarks/regressors.py --quick            # diabetes and friedman1, seed 0, short fits
     python benchmarks/regressors.py --json out.json    # four sets, seeds 0, 1, 2
@@ -54,13 +54,7 @@ def fit_predict(model, split, seed, quick):
 
         fitted = DecisionTreeRegressor(max_depth=8, random_state=seed).fit(split.x_fit, split.y_fit)
     elif model == "cart-cv":
-        from sklearn.model_selection import GridSearchCV, KFold
-        from sklearn.tree import DecisionTreeRegressor
-
-        depths = [1, 2, 4, 8, None] if quick else [*range(1, 21), None]
-        search = GridSearchCV(DecisionTreeRegressor(random_state=seed), {"max_depth": depths},
-                              cv=KFold(5, shuffle=True, random_state=seed), n_jobs=1)
-        fitted = search.fit(split.x_fit, split.y_fit).best_estimator_  # the first best: the shallower on ties
+        fitted = _data.cart_cv(split, seed, quick, regression=True).best_estimator_
     elif model == "xgboost":
         import xgboost as xgb
 
