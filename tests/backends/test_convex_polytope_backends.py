@@ -416,3 +416,29 @@ def test_pruned_probabilistic_tree_matches_the_numpy_oracle():
         as_np(tree.node_state)[:, :7] == topology.SPLIT, as_np(tree.leaf_values), tree.prune_threshold,
         expert_weights=as_np(tree.expert_weights()), rate0=as_np(tree.rate0()))
     np.testing.assert_allclose(as_np(tree(x, training=True)), expected[:, 0], rtol=2e-5, atol=2e-6)
+
+
+def test_host_mapping_uses_one_batch_shape_and_returns_every_row_once():
+    """``_map_rows`` (routing and split values on the host during growth):
+    on JAX every batch is padded to ``batch_size`` rows, so each level's
+    different number of rows compiles nothing new; the results are the
+    unpadded rows' in order on every backend."""
+    layer = ConvexPolytopeTree(max_depth=2, num_classes=2, num_experts=2, seed=0)
+    x = np.random.default_rng(0).normal(size=(300, 3)).astype("float32")
+    layer(x[:2])
+    shapes = []
+
+    def fn(rows):
+        shapes.append(rows.shape)
+        return rows.sum(axis=1)
+
+    for n in (1, 70, 300):
+        out = np.concatenate(layer._map_rows(fn, x[:n], 128))
+        np.testing.assert_array_equal(out, x[:n].sum(axis=1))
+    if BACKEND == "jax":
+        assert set(shapes) == {(128, 3)}
+    else:
+        assert shapes == [(1, 3), (70, 3), (128, 3), (128, 3), (44, 3)]
+    # Split values of a grown layer through the same mapping: one compiled shape.
+    values = layer._split_values_numpy(x[:70], batch_size=128)
+    np.testing.assert_allclose(values, layer._split_values_numpy(x[:70], batch_size=4096), rtol=1e-6, atol=1e-6)
