@@ -141,8 +141,8 @@ def test_non_greedy_co2_initialization_fits_an_oblique_boundary():
 def test_non_greedy_init_depth_cv_starts_from_the_cross_validated_cart_depth():
     """init_depth="cv": the start's depth is the one CART's 5-fold CV picks on
     the training part (a one-split boundary: depth 1), the perfect tree stays
-    max_depth deep. It is the classifier's default; "max_depth" (the
-    regressor's default) starts at max_depth."""
+    max_depth deep. It is the default of both estimators; "max_depth" starts
+    at max_depth."""
     rng = np.random.default_rng(0)
     x = rng.normal(size=(200, 3))
     y = (x[:, 0] > 0).astype(int)
@@ -151,9 +151,14 @@ def test_non_greedy_init_depth_cv_starts_from_the_cross_validated_cart_depth():
     full = tiny(E.NonGreedyTreeClassifier, max_depth=4, init_depth="max_depth", random_state=0).fit(x, y)
     assert full.init_depth_ == 4
     target = x[:, 0] + 0.1 * x[:, 1]
-    assert E.NonGreedyTreeRegressor().init_depth == "max_depth"
-    assert tiny(E.NonGreedyTreeRegressor, max_depth=4, random_state=0).fit(x, target).init_depth_ == 4
-    assert 1 <= tiny(E.NonGreedyTreeRegressor, init_depth="cv", random_state=0).fit(x, target).init_depth_ <= 3
+    assert E.NonGreedyTreeRegressor().init_depth == "cv"
+    full = tiny(E.NonGreedyTreeRegressor, max_depth=4, init_depth="max_depth", random_state=0).fit(x, target)
+    assert full.init_depth_ == 4
+    assert 1 <= tiny(E.NonGreedyTreeRegressor, random_state=0).fit(x, target).init_depth_ <= 3
+    # A noisy step: CV picks the one split, where the full depth would fit the noise.
+    step = (x[:, 0] > 0) + 0.3 * rng.normal(size=len(x))
+    regressor = tiny(E.NonGreedyTreeRegressor, max_depth=4, random_state=0).fit(x, step)
+    assert regressor.init_depth_ == 1 and regressor.model_.depth == 4
 
 
 def test_same_random_state_same_predictions_graph_mode():
