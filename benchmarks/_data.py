@@ -247,6 +247,28 @@ def cart_cv(split, seed, quick=False, regression=False):
     return GridSearchCV(tree, {"max_depth": depths}, cv=folds, n_jobs=1).fit(split.x_fit, split.y_fit)
 
 
+def parse_params(items, names, parser=None):
+    """``--params`` items ``NAME:ARG=VALUE`` -> {name: {arg: value}} for the
+    model names ``names``; a value is read as JSON (``0.001``, ``[10, 1]``,
+    ``true``), else kept as text. A bad item is ``parser.error`` (or a
+    ``ValueError`` without a parser) naming the expected form."""
+    params = {}
+    for item in items or ():
+        name, sep, assignment = item.partition(":")
+        arg, eq, text = assignment.partition("=")
+        if not sep or not eq or not arg or name not in names:
+            message = f"--params: expected NAME:ARG=VALUE with NAME one of {', '.join(sorted(names))}, got {item!r}"
+            if parser is None:
+                raise ValueError(message)
+            parser.error(message)
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            value = text
+        params.setdefault(name, {})[arg] = value
+    return params
+
+
 def accuracy(y_true, scores):
     """Share of rows whose largest score is the label's."""
     return float((np.argmax(np.asarray(scores), axis=1) == np.asarray(y_true)).mean())

@@ -261,25 +261,9 @@ def _estimator_class(path):
 
 
 def parse_params(items, parser=None):
-    """``--params`` items ``FAMILY:ARG=VALUE`` -> {family: {arg: value}}; a
-    value is read as JSON (``0.001``, ``[10, 1]``, ``true``), else kept as text."""
-    families = {family[0] for family in FAMILIES}
-    params = {}
-    for item in items or ():
-        family, sep, assignment = item.partition(":")
-        arg, eq, text = assignment.partition("=")
-        if not sep or not eq or not arg or family not in families:
-            message = (f"--params: expected FAMILY:ARG=VALUE with FAMILY one of {', '.join(sorted(families))}, "
-                       f"got {item!r}")
-            if parser is None:
-                raise ValueError(message)
-            parser.error(message)
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError:
-            value = text
-        params.setdefault(family, {})[arg] = value
-    return params
+    """``--params`` items ``FAMILY:ARG=VALUE`` -> {family: {arg: value}}
+    (:func:`_data.parse_params` over this script's families)."""
+    return _data.parse_params(items, {family[0] for family in FAMILIES}, parser)
 
 
 def _ours(family, search, split, seed, quick, params=None):

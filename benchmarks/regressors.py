@@ -14,6 +14,13 @@ set and on average, and the mean fit time.
     python benchmarks/regressors.py --quick            # diabetes and friedman1, seed 0, short fits
     python benchmarks/regressors.py --json out.json    # four sets, seeds 0, 1, 2
     python benchmarks/regressors.py --smoke            # CI: diabetes, seed 0, the --quick fits
+    python benchmarks/regressors.py --datasets make_regression sparse_uncorrelated friedman1_300 \
+        --models NonGreedyTreeRegressor cart-cv --params NonGreedyTreeRegressor:init_depth=max_depth
+
+``--datasets`` also takes three synthetic checks that are not in the default
+run (``EXTRA_SETS``: a linear target with 5 of 20 columns informative, the
+sparse uncorrelated problem, and Friedman #1 on 300 rows). ``--params
+MODEL:ARG=VALUE`` changes an estimator's default (a JSON value, else text).
 """
 
 import time
@@ -32,6 +39,8 @@ QUICK = {"TreeEnsembleRegressor": {"max_epochs": 3}, "HingeForestRegressor": {"m
          "ConvexPolytopeTreeRegressor": {"epochs_per_level": 2, "max_depth": 3},
          "NonGreedyTreeRegressor": {"max_epochs": 2, "max_depth": 3}}
 SETS = ("diabetes", "friedman1", "friedman2", "friedman3")
+#: Synthetic checks outside the default run (``--datasets``), for defaults chosen on ``SETS``.
+EXTRA_SETS = ("make_regression", "sparse_uncorrelated", "friedman1_300")
 
 
 def load(name):
@@ -41,13 +50,18 @@ def load(name):
         return _data.load_sklearn("diabetes")
     make = {"friedman1": lambda: datasets.make_friedman1(2000, noise=1.0, random_state=0),
             "friedman2": lambda: datasets.make_friedman2(2000, noise=50.0, random_state=0),
-            "friedman3": lambda: datasets.make_friedman3(2000, noise=0.1, random_state=0)}[name]
+            "friedman3": lambda: datasets.make_friedman3(2000, noise=0.1, random_state=0),
+            "make_regression": lambda: datasets.make_regression(2000, 20, n_informative=5, noise=10.0,
+                                                                random_state=0),
+            "sparse_uncorrelated": lambda: datasets.make_sparse_uncorrelated(2000, 10, random_state=0),
+            "friedman1_300": lambda: datasets.make_friedman1(300, noise=1.0, random_state=1)}[name]
     x, y = make()
     return x.astype(np.float32), y.astype(np.float32)
 
 
-def fit_predict(model, split, seed, quick):
-    """Test predictions and fit seconds of ``model`` on ``split``."""
+def fit_predict(model, split, seed, quick, params=None):
+    """Test predictions and fit seconds of ``model`` on ``split`` (``params``:
+    arguments of our estimators that replace their defaults)."""
     start = time.perf_counter()
     if model == "cart-d8":
         from sklearn.tree import DecisionTreeRegressor
@@ -67,17 +81,22 @@ def fit_predict(model, split, seed, quick):
         settings = QUICK[model] if quick else {}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            fitted = getattr(estimators, model)(random_state=seed, **settings).fit(split.x_fit, split.y_fit)
+            fitted = getattr(estimators, model)(random_state=seed, **settings, **(params or {})).fit(
+                split.x_fit, split.y_fit)
     seconds = time.perf_counter() - start
     return fitted.predict(split.x_test), seconds
 
 
 def main():
     parser = _data.arg_parser(__doc__.splitlines()[0])
-    parser.add_argument("--datasets", nargs="+", choices=SETS, default=None)
+    parser.add_argument("--datasets", nargs="+", choices=SETS + EXTRA_SETS, default=None)
     parser.add_argument("--seeds", type=int, nargs="+", default=None)
     parser.add_argument("--models", nargs="+", choices=("cart-d8", "cart-cv", "xgboost") + ESTIMATORS, default=None)
+    parser.add_argument("--params", nargs="+", metavar="MODEL:ARG=VALUE", default=[],
+                        help="an estimator's argument instead of its default, e.g. "
+                             "NonGreedyTreeRegressor:init_depth=max_depth (a JSON value, else text)")
     args = parser.parse_args()
+    params = _data.parse_params(args.params, set(ESTIMATORS), parser)
     sets = args.datasets or (["diabetes"] if args.smoke else ["diabetes", "friedman1"] if args.quick else list(SETS))
     seeds = _data.run_seeds(args)
     models = args.models or ["cart-d8", "cart-cv", "xgboost", *ESTIMATORS]
@@ -87,7 +106,7 @@ def main():
         for seed in seeds:
             split = _data.split(x, y, seed, regression=True, rows=_data.smoke_rows(args))
             for model in models:
-                pred, seconds = fit_predict(model, split, seed, args.quick or args.smoke)
+                pred, seconds = fit_predict(model, split, seed, args.quick or args.smoke, params.get(model))
                 row = {"seed": seed, "r2": float(r2_score(split.y_test, pred)), "train_seconds": seconds}
                 results.setdefault(name, {}).setdefault(model, []).append(row)
                 print(f"  {name} seed {seed} {model}: R^2 {row['r2']:.4f} fit {seconds:.1f} s", flush=True)
@@ -103,7 +122,7 @@ def main():
         print(f"{model:{width}s}  " + "  ".join(f"{v:9.4f}" for v in per_set)
               + f"  {np.mean(per_set):7.4f}  {seconds:5.1f}")
     _data.write_json(args.json, {"benchmark": "regressors", "sets": sets, "seeds": seeds, "results": results,
-                                 "summary": summary})
+                                 "summary": summary, "params": params})
 
 
 if __name__ == "__main__":

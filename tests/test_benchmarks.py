@@ -292,6 +292,35 @@ def test_regressors_smoke(tmp_path, capfd):
         assert np.isfinite(s["average"]) and s["average"] <= 1.0
 
 
+def test_regressors_extra_sets_and_params(tmp_path, capfd, monkeypatch):
+    """An extra synthetic set runs, ``--params`` reaches the estimator (each
+    fit of the non-greedy regressor sees ``init_depth="max_depth"``, not its
+    default ``"cv"``), and a bad item names the expected form."""
+    import _data
+    import pytest
+    import regressors
+
+    from keras_trees import estimators
+
+    seen = []
+    real_fit = estimators.NonGreedyTreeRegressor.fit
+
+    def fit(self, *args, **kwargs):
+        seen.append(self.init_depth)
+        return real_fit(self, *args, **kwargs)
+
+    monkeypatch.setattr(estimators.NonGreedyTreeRegressor, "fit", fit)
+    out, payload = smoke("benchmarks/regressors.py", tmp_path, capfd, "--datasets", "friedman1_300",
+                         "--models", "NonGreedyTreeRegressor", "--params",
+                         "NonGreedyTreeRegressor:init_depth=max_depth")
+    assert seen == ["max_depth"]
+    assert payload["sets"] == ["friedman1_300"] and payload["params"] == {
+        "NonGreedyTreeRegressor": {"init_depth": "max_depth"}}
+    line_with(out, "model", "friedman1_300", "average")
+    with pytest.raises(ValueError, match="--params: expected NAME:ARG=VALUE"):
+        _data.parse_params(["cart-cv:max_depth=3"], set(regressors.ESTIMATORS))
+
+
 def test_scale_smoke(tmp_path, capfd):
     out, payload = smoke("benchmarks/scale.py", tmp_path, capfd, "--data-dir", tmp_path / "data")
     assert "all runs in this process" in out

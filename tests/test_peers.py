@@ -79,11 +79,11 @@ def test_params_change_a_familys_defaults(capsys):
     assert peers.parse_params(["tel:node_l2=0.001", "nongreedy:nu=[10, 1]", "e2e:split_type=axis_aligned"]) == {
         "tel": {"node_l2": 0.001}, "nongreedy": {"nu": [10, 1]}, "e2e": {"split_type": "axis_aligned"}}
     for bad in ("tel", "tel:node_l2", "forest:num_trees=3", ":a=1"):
-        with pytest.raises(ValueError, match="--params: expected FAMILY:ARG=VALUE"):
+        with pytest.raises(ValueError, match="--params: expected NAME:ARG=VALUE"):
             peers.parse_params([bad])
     with pytest.raises(SystemExit):
         peers.main(["--quick", "--models", "tel", "--params", "tel=1"])
-    assert "--params: expected FAMILY:ARG=VALUE" in capsys.readouterr().err
+    assert "--params: expected NAME:ARG=VALUE" in capsys.readouterr().err
 
 
 def test_params_reach_the_estimator(monkeypatch):

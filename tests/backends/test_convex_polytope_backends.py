@@ -439,6 +439,6 @@ def test_host_mapping_uses_one_batch_shape_and_returns_every_row_once():
         assert set(shapes) == {(128, 3)}
     else:
         assert shapes == [(1, 3), (70, 3), (128, 3), (128, 3), (44, 3)]
-    # Split values of a grown layer through the same mapping: one compiled shape.
+    # The layer's split values through the mapping: the same in small (padded on JAX) and whole batches.
     values = layer._split_values_numpy(x[:70], batch_size=128)
     np.testing.assert_allclose(values, layer._split_values_numpy(x[:70], batch_size=4096), rtol=1e-6, atol=1e-6)
