@@ -151,7 +151,7 @@ def parameters(**defaults):
 #: forest on 5,000 x 20 took 16.5 s with 1 and 9.8 s with 32 on TensorFlow
 #: (JAX, 6 epochs: 8.8 s and 3.4 s; 2-core CPU). No keras-trees callback has
 #: per-batch hooks, which Keras calls once per execution. The estimators' own
-#: fits on TensorFlow run a whole epoch per call (:func:`_fit_on_one_iterator`);
+#: fits on TensorFlow and JAX run a whole epoch per call (:func:`_fit_on_one_iterator`);
 #: this is the compiled model's setting for any later ``fit``.
 STEPS_PER_EXECUTION = 32
 
@@ -335,17 +335,21 @@ class TreeEstimator(BaseEstimator):
         # fit(validation_data=...) would compute them: before any callback
         # changes the model (growth, EM leaves).
         validating = [] if validation is None else [_ValidationLogs(validation)]
-        # steps_per_epoch: one pass. On TensorFlow it cuts epochs out of one
-        # repeated dataset (_fit_on_one_iterator); elsewhere it is the number
-        # of batches fit takes anyway, and given, it stops Keras' epoch
-        # iterator from making a second data iterator per epoch (same batches).
+        # steps_per_epoch: one pass. On TensorFlow and JAX it cuts epochs out
+        # of one endless stream of batches (_fit_on_one_iterator); on PyTorch
+        # it is the number of batches fit takes anyway, and given, it stops
+        # Keras' epoch iterator from making a second data iterator per epoch.
         steps = -(-len(x) // self.batch_size)
         fit = dict(epochs=self._epochs(callbacks), steps_per_epoch=steps,
                    verbose=self._keras_verbose(), callbacks=validating + callbacks)
-        if keras.backend.backend() != "tensorflow":
-            history = model.fit(x, y, sample_weight=sample_weight, batch_size=self.batch_size, shuffle=True, **fit)
+        if keras.backend.backend() == "tensorflow":
+            batches = _one_pass_per_epoch(x, y, sample_weight, self.batch_size, self._seed)
+        elif keras.backend.backend() == "jax":
+            batches = _full_batches(x, y, sample_weight, self.batch_size, self._seed)
         else:
-            history = _fit_on_one_iterator(model, x, y, sample_weight, self.batch_size, steps, self._seed, fit)
+            history = model.fit(x, y, sample_weight=sample_weight, batch_size=self.batch_size, shuffle=True, **fit)
+            return dict(history.history)
+        history = _fit_on_one_iterator(model, batches, steps, fit)
         return dict(history.history)
 
     # ----------------------------------------------------------------- verbose
@@ -600,24 +604,45 @@ def _one_pass_per_epoch(x, y, sample_weight, batch_size, seed):
             .prefetch(1))
 
 
-def _fit_on_one_iterator(model, x, y, sample_weight, batch_size, steps, seed, fit_kwargs,
-                         steps_per_execution=None):
-    """``model.fit`` on TensorFlow from one ``tf.data`` iterator for the whole fit.
+def _full_batches(x, y, sample_weight, batch_size, seed):
+    """Endless mini-batches of ``min(batch_size, len(x))`` rows for ``fit`` on JAX.
 
-    Given NumPy arrays, Keras makes a new ``tf.data`` iterator every epoch; in
-    the estimators' short epochs that cost more than the training steps (the
-    end-to-end tree, 5,000 x 20, 2-core CPU: 7.0 s per fit with Keras'
-    iterators, 3.9 s with one). Here the data is one repeated dataset (:func:`_one_pass_per_epoch`)
-    that ``fit`` reads ``steps`` batches per epoch, one pass, from one
-    iterator. The compiled function runs the whole epoch in one call
-    (``steps_per_execution`` = ``steps``: from a repeated dataset a call takes
-    ``steps_per_execution`` batches whatever the epoch's length, so it must
-    divide ``steps``); the model's own setting is restored afterwards.
+    The rows are taken in passes, each a new order seeded by ``seed``, and a
+    batch that a pass cannot fill takes its last rows from the next pass: every
+    row comes once per pass and every batch has the same shape. JAX compiles
+    the training step once per input shape, so the smaller last batch of each
+    pass that ``fit`` makes from arrays cost a second compilation in every fit
+    (0.4 s of the Tree Ensemble estimator's 4-6 s on 5,000 x 20, 2-core CPU).
+    ``fit`` reads ``steps_per_epoch`` batches an epoch from this one generator."""
+    rng = np.random.default_rng(seed)
+    n = len(x)
+    size = min(batch_size, n)
+    order = np.zeros(0, dtype=np.int64)
+    while True:
+        while len(order) < size:
+            order = np.concatenate([order, rng.permutation(n)])
+        index, order = order[:size], order[size:]
+        yield x[index], y[index], sample_weight[index]
+
+
+def _fit_on_one_iterator(model, batches, steps, fit_kwargs, steps_per_execution=None):
+    """``model.fit`` on TensorFlow or JAX from one endless stream of mini-batches
+    for the whole fit (:func:`_one_pass_per_epoch`, :func:`_full_batches`).
+
+    Given NumPy arrays, Keras makes a new data iterator every epoch; on
+    TensorFlow, in the estimators' short epochs, that cost more than the
+    training steps (the end-to-end tree, 5,000 x 20, 2-core CPU: 7.0 s per fit
+    with Keras' iterators, 3.9 s with one). Here ``fit`` reads ``steps``
+    batches per epoch from one iterator, and one call of the training function
+    runs the whole epoch (``steps_per_execution`` = ``steps``: from an endless
+    stream a call takes ``steps_per_execution`` batches whatever the epoch's
+    length, so it must divide ``steps``); the model's own setting is restored
+    afterwards.
     """
     saved = model.steps_per_execution
     model.steps_per_execution = steps_per_execution or steps
     try:
-        return model.fit(_one_pass_per_epoch(x, y, sample_weight, batch_size, seed), shuffle=False, **fit_kwargs)
+        return model.fit(batches, shuffle=False, **fit_kwargs)
     finally:
         model.steps_per_execution = saved
 

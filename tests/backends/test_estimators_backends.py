@@ -154,11 +154,11 @@ def test_validation_logs_equal_those_of_fit_validation_data(monkeypatch):
 def test_fit_reads_one_data_iterator(monkeypatch):
     """On TensorFlow a fit reads all its epochs from one ``tf.data`` iterator
     (Keras makes a new one per epoch from arrays; plus one for the initial
-    validation score); elsewhere the estimators pass ``steps_per_epoch`` (the
-    batches of one pass), which stops Keras' epoch iterator from making a
-    second iterator per epoch: the batches are the same, so the fit is
-    bit-identical to one without it (JAX; PyTorch's data loader draws its
-    shuffles from the global generator per iterator)."""
+    validation score), on JAX from one generator (``_full_batches``); on
+    PyTorch the estimators pass ``steps_per_epoch`` (the batches of one pass),
+    which stops Keras' epoch iterator from making a second iterator per epoch."""
+    from keras_trees.estimators import _base
+
     x, y, _ = data()
     settings = dict(max_depth=2, num_trees=3, max_epochs=5, patience=100, learning_rate=0.1, random_state=0)
     created = []
@@ -168,16 +168,15 @@ def test_fit_reads_one_data_iterator(monkeypatch):
         make = iterator_ops.OwnedIterator._create_iterator
         monkeypatch.setattr(iterator_ops.OwnedIterator, "_create_iterator",
                             lambda self, *a, **k: created.append(1) or make(self, *a, **k))
+    if BACKEND == "jax":
+        stream = _base._full_batches
+        monkeypatch.setattr(_base, "_full_batches", lambda *a, **k: created.append(1) or stream(*a, **k))
     ours = E.TreeEnsembleClassifier(**settings).fit(x, y)
     assert len(ours.history_["loss"]) == 5
     if BACKEND == "tensorflow":
         assert len(created) <= 2, created  # the training data's, the initial validation score's
-    if BACKEND != "jax":
-        return
-    fit = keras.Model.fit
-    monkeypatch.setattr(keras.Model, "fit", lambda self, *a, steps_per_epoch=None, **k: fit(self, *a, **k))
-    plain = E.TreeEnsembleClassifier(**settings).fit(x, y)
-    np.testing.assert_array_equal(ours.predict_proba(x), plain.predict_proba(x))
+    if BACKEND == "jax":
+        assert len(created) == 1, created
 
 
 @pytest.mark.skipif(BACKEND != "tensorflow", reason="TensorFlow's input pipeline")
@@ -210,10 +209,44 @@ def test_tensorflow_epoch_is_one_pass_over_the_data():
     np.testing.assert_array_equal(np.stack(orders), np.stack(again))
 
 
-@pytest.mark.skipif(BACKEND != "tensorflow", reason="TensorFlow's input pipeline")
-def test_tensorflow_one_call_per_epoch_trains_the_same_weights(monkeypatch):
-    """A TensorFlow fit runs each epoch in one compiled call
-    (``steps_per_execution`` = the epoch's batches, from the repeated dataset):
+def test_jax_batches_are_full_and_each_pass_holds_every_row_once():
+    """The batches of a JAX fit (``_full_batches``, NumPy, checked on every
+    backend): all of one shape, so the training step compiles once; each run
+    of ``n`` rows (a pass) holds every row once, in a new order per pass, a
+    batch that a pass cannot fill finishing with the next pass's rows; the
+    columns stay aligned; the same batches for the same seed; a set smaller
+    than a batch gives batches of all its rows."""
+    import itertools
+
+    from keras_trees.estimators import _base
+
+    n, batch_size = 23, 5
+    x = np.arange(n, dtype="float32")[:, None] * np.ones((1, 2), "float32")
+    y, w = np.arange(n), np.arange(n, dtype="float32") / 10
+
+    def batches(seed, count=3 * n):  # 15 passes
+        return list(itertools.islice(_base._full_batches(x, y, w, batch_size, seed), count))
+
+    drawn = batches(seed=7)
+    assert {len(b[1]) for b in drawn} == {batch_size}
+    for xb, yb, wb in drawn:
+        np.testing.assert_array_equal(xb[:, 1], yb)
+        np.testing.assert_allclose(wb, yb / 10)
+    rows = np.concatenate([b[1] for b in drawn]).reshape(-1, n)
+    for one in rows:
+        np.testing.assert_array_equal(np.sort(one), np.arange(n))
+    assert len({tuple(one) for one in rows}) > 1
+    again = batches(seed=7)
+    np.testing.assert_array_equal(rows, np.concatenate([b[1] for b in again]).reshape(-1, n))
+    assert not np.array_equal(rows, np.concatenate([b[1] for b in batches(seed=8)]).reshape(-1, n))
+    small = list(itertools.islice(_base._full_batches(x[:3], y[:3], w[:3], batch_size, 0), 4))
+    assert [sorted(b[1]) for b in small] == [[0, 1, 2]] * 4
+
+
+@pytest.mark.skipif(BACKEND not in ("tensorflow", "jax"), reason="one stream of batches on TensorFlow and JAX")
+def test_one_call_per_epoch_trains_the_same_weights(monkeypatch):
+    """A TensorFlow or JAX fit runs each epoch in one call of the training
+    function (``steps_per_execution`` = the epoch's batches, from one endless stream):
     bit-identical to one batch per call, so a call reads exactly one epoch;
     the model's own ``steps_per_execution`` is restored after ``fit``."""
     import functools
@@ -229,3 +262,9 @@ def test_tensorflow_one_call_per_epoch_trains_the_same_weights(monkeypatch):
     batch_per_call = E.HingeForestClassifier(**settings).fit(x, y)
     np.testing.assert_array_equal(epoch_per_call.predict_proba(x), batch_per_call.predict_proba(x))
     assert len(epoch_per_call.history_["loss"]) == len(batch_per_call.history_["loss"]) == 3
+    # An epoch is its own batches: no call reads on into the next epoch's.
+    n_train = len(x) - int(np.floor(epoch_per_call.validation_fraction * len(x)))
+    repeat = -(-_base.TreeEstimator._min_epoch_steps * 16 // n_train)
+    steps = -(-n_train * repeat // 16)
+    for fitted in (epoch_per_call, batch_per_call):
+        assert int(keras.ops.convert_to_numpy(fitted.model_.optimizer.iterations)) == 3 * steps
