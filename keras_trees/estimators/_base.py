@@ -335,10 +335,12 @@ class TreeEstimator(BaseEstimator):
         # fit(validation_data=...) would compute them: before any callback
         # changes the model (growth, EM leaves).
         validating = [] if validation is None else [_ValidationLogs(validation)]
-        # steps_per_epoch: one pass. On TensorFlow and JAX it cuts epochs out
-        # of one endless stream of batches (_fit_on_one_iterator); on PyTorch
-        # it is the number of batches fit takes anyway, and given, it stops
-        # Keras' epoch iterator from making a second data iterator per epoch.
+        # steps_per_epoch: the batches of one pass (on JAX all full, so an
+        # epoch reads a few rows of the next pass). On TensorFlow and JAX it
+        # cuts epochs out of one endless stream of batches
+        # (_fit_on_one_iterator); on PyTorch it is the number of batches fit
+        # takes anyway, and given, it stops Keras' epoch iterator from making
+        # a second data iterator per epoch.
         steps = -(-len(x) // self.batch_size)
         fit = dict(epochs=self._epochs(callbacks), steps_per_epoch=steps,
                    verbose=self._keras_verbose(), callbacks=validating + callbacks)
