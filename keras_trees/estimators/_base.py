@@ -80,6 +80,15 @@ SHARED_CONSTRAINTS = {
 
 _PREDICT_BATCH = 8192
 
+# The single trees cut on validation data (end-to-end, convex polytope) go back
+# at most to depth 1, never to the root: a tree of depth 0 predicts a constant,
+# which no user fitting a tree on data with signal wants (issue #31, part 2),
+# and a validation part of 20-60 rows cannot tell a good first split from none
+# (on breast, bands and german, where CART's cross-validation keeps depth 1-4,
+# seeds 0-2 ended at the root). CART tuned by cross-validation also starts its
+# grid at depth 1.
+CUT_MIN_DEPTH = 1
+
 #: The ``verbose`` and ``n_jobs`` entries of the docstrings.
 VERBOSE_DOC = """verbose: 0 silent; 1 one line per fit stage ({stages}) and a closing
             line (trees, depth, parameters, seconds, epochs, best validation

@@ -13,6 +13,7 @@ from keras_trees.estimators._base import (
     SHARED_CONSTRAINTS,
     VERBOSE_DOC,
     TreeClassifierBase,
+    CUT_MIN_DEPTH,
     TreeRegressorBase,
     parameters,
 )
@@ -115,8 +116,8 @@ class _ConvexPolytope:
     def _fit_model(self, model, x, y, sample_weight, validation):
         tree = model.layers[-1]
         # Grown to full depth, cut back to the depth with the best validation
-        # score (error rate, then log loss; the layer's ``select_depth``),
-        # then the optional refinement.
+        # score (error rate, then log loss; the layer's ``select_depth``) but
+        # never to the root (CUT_MIN_DEPTH), then the optional refinement.
         history = tree.fit_greedy(
             x, y, epochs=self.epochs_per_level, batch_size=self.batch_size,
             learning_rate=self.learning_rate, annealing_increment=self.annealing_increment,
@@ -124,7 +125,7 @@ class _ConvexPolytope:
             refine_epochs=0, verbose=self.verbose, sample_weight=sample_weight,
         )
         if validation is not None:
-            history["validation"] = _polytope_training.select_depth(tree, *validation)
+            history["validation"] = _polytope_training.select_depth(tree, *validation, min_depth=CUT_MIN_DEPTH)
         if self.finetune_epochs:
             history["refine"] = tree.refine(
                 x, y, validation_data=validation, epochs=self.finetune_epochs, batch_size=self.batch_size,

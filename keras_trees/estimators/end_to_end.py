@@ -13,6 +13,7 @@ from keras_trees.api_export import keras_trees_export
 from keras_trees.callbacks import EMLeafUpdate, GreedyLevelGrowth, SteepnessAnnealing
 from keras_trees.estimators._base import (
     CLASS_WEIGHT_DOC,
+    CUT_MIN_DEPTH,
     EXPLAIN_DOC,
     SHARED_CONSTRAINTS,
     VERBOSE_DOC,
@@ -165,7 +166,8 @@ class _EndToEnd:
     def _select_depth(self, tree, x, y, sample_weight, validation):
         """Cuts the trained tree back to the depth with the best validation score
         (:meth:`_score_outputs`: error, then log loss; the squared error of a
-        regressor; ties: the deeper tree). Cutting at depth ``d`` turns the
+        regressor; ties: the deeper tree), never to the root of a tree that
+        has a split (``CUT_MIN_DEPTH``). Cutting at depth ``d`` turns the
         splits on level ``d`` into leaves holding the training data that
         reaches them (class distributions with the layer's smoothing, or mean
         targets); every other leaf keeps its trained value. Returns the scores
@@ -198,7 +200,7 @@ class _EndToEnd:
         full = topology.tree_depth(state, 0)
         scores = {d: self._score_outputs(table(d)[topology.ancestor_at_depth(reached_val, d)], *validation[1:])
                   for d in range(full + 1)}
-        best = min(scores, key=lambda d: (scores[d], -d))
+        best = min(range(min(CUT_MIN_DEPTH, full), full + 1), key=lambda d: (scores[d], -d))
         if best < full:
             values = table(best)
             tree.node_state.assign(topology.cut_at_depth(state, 0, best))

@@ -989,18 +989,21 @@ def depth_score(layer, pred, y, w=None):
     return list(validation_scores.error_and_log_loss(proba, y, w))
 
 
-def select_depth(layer, x_val, y_val, w_val=None):
+def select_depth(layer, x_val, y_val, w_val=None, min_depth=0):
     """Cuts the tree back to the depth with the best (weighted) validation
     score (:func:`depth_score`: the error rate, then the log loss, of a
-    classifier; the squared error of a regressor; ties: the shallowest).
-    Needs values at internal positions (set by :meth:`set_leaves_from_data`).
-    Returns ``{depth: score}``."""
+    classifier; the squared error of a regressor; ties: the shallowest),
+    among the depths from ``min_depth`` (or the tree's depth, if smaller) to
+    the tree's depth. Needs values at internal positions (set by
+    :meth:`set_leaves_from_data`). Returns ``{depth: score}`` (every depth,
+    those below ``min_depth`` included)."""
     state = np.asarray(to_numpy(layer.node_state))
     full = layer._route_numpy(x_val)
     values = np.asarray(to_numpy(layer.leaf_values))[0]
+    depth = topology.tree_depth(state, 0)
     scores = {d: depth_score(layer, values[topology.ancestor_at_depth(full, d)], y_val, w_val)
-              for d in range(0, topology.tree_depth(state, 0) + 1)}
-    best = min(scores, key=lambda d: (scores[d], d))
+              for d in range(0, depth + 1)}
+    best = min(range(min(min_depth, depth), depth + 1), key=lambda d: (scores[d], d))
     layer.node_state.assign(topology.cut_at_depth(state, 0, best))
     return scores
 

@@ -14,6 +14,7 @@ from sklearn.model_selection import train_test_split
 from sklearn.tree import DecisionTreeClassifier
 
 from keras_trees import estimators as E
+from tests.estimators._settings import tiny
 
 
 def _imbalanced(n=2000, rate=0.05, noise=1.5, seed=0):
@@ -95,3 +96,35 @@ def test_easy_regression_frame_with_categoricals_is_not_fitted_by_a_constant_end
     prediction = fitted.predict(x_test)
     assert np.ptp(prediction) > 0 and fitted.history_["depth"] >= 1
     assert r2_score(y_test, prediction) > 0.8
+
+
+def _distinct_rows(out, *_):
+    """A validation score that ranks a constant model first: the number of
+    distinct prediction rows (lower is better), as both parts of the score."""
+    distinct = float(len(np.unique(np.round(np.asarray(out, np.float64), 9), axis=0)))
+    return [distinct, distinct]
+
+
+@pytest.mark.parametrize("cls", [E.EndToEndTreeClassifier, E.EndToEndTreeRegressor,
+                                 E.ConvexPolytopeTreeClassifier, E.ConvexPolytopeTreeRegressor],
+                         ids=lambda c: c.__name__)
+def test_the_depth_cut_never_goes_back_to_the_root(cls, monkeypatch):
+    # Where the validation score prefers the root (as a 20-60 row validation
+    # part did on breast, bands and german), the single trees keep depth 1:
+    # a tree of depth 0 predicts a constant. Every depth is still scored.
+    from keras_trees.layers import _polytope_training
+
+    if cls in (E.EndToEndTreeClassifier, E.EndToEndTreeRegressor):
+        monkeypatch.setattr(cls, "_score_outputs", lambda self, out, y, w: _distinct_rows(out))
+        scores_key = "depth_scores"
+    else:
+        monkeypatch.setattr(_polytope_training, "depth_score", lambda layer, pred, y, w=None: _distinct_rows(pred))
+        scores_key = "validation"
+    x, _, y, _ = _imbalanced(n=600, rate=0.3, noise=0.5)
+    if cls._task == "regression":
+        y = x[:, 0] - x[:, 1]
+    fitted = tiny(cls, max_depth=3, random_state=0, validation_fraction=0.2).fit(x, y)
+    scores = fitted.history_[scores_key]
+    assert min(scores, key=lambda d: scores[d]) == 0 and max(scores) >= 2  # the score alone: the root
+    assert fitted.history_["depth"] == 1
+    assert np.ptp(fitted.predict(x)) > 0
