@@ -206,6 +206,34 @@ def set_random_seed(seed):
 ADAPTIVE_PATIENCE = (0.5, 10)
 
 
+def cv_cart_depth(task, x, y, sample_weight, max_depth, seed, criterion=None):
+    """The depth from 1 to ``max_depth`` that scikit-learn's CART picks by
+    5-fold cross-validation on ``(x, y)`` (accuracy, stratified folds, for
+    ``task="classification"``; R^2 for regression; ties: the shallower): the
+    depth of the tuned CART, issue #31's peer of the single trees. Fewer folds
+    where a class has fewer than 5 rows; ``max_depth`` where no 2 folds can
+    be made. ``criterion``: CART's (its default if None)."""
+    from sklearn.model_selection import GridSearchCV, KFold, StratifiedKFold
+    from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
+
+    if max_depth == 1:
+        return 1
+    folds, splitter = 5, KFold
+    if task == "classification":
+        smallest = int(np.bincount(np.asarray(y, dtype=np.int64)).min())
+        if smallest >= 2:  # stratified folds need two rows of each class at least
+            folds, splitter = min(5, smallest), StratifiedKFold
+    folds = min(folds, len(y))
+    if folds < 2:
+        return max_depth
+    cart = DecisionTreeClassifier if task == "classification" else DecisionTreeRegressor
+    search = GridSearchCV(cart(random_state=seed, **({"criterion": criterion} if criterion else {})),
+                          {"max_depth": list(range(1, max_depth + 1))},
+                          cv=splitter(folds, shuffle=True, random_state=seed))
+    search.fit(x, y, sample_weight=sample_weight)  # the first best: the shallower on ties
+    return int(search.best_params_["max_depth"])
+
+
 def adaptive_patience(best_epoch, patience, rule=ADAPTIVE_PATIENCE):
     """Epochs without improvement before stopping when the best so far is the
     0-based epoch ``best_epoch`` (-1: the initial model): see

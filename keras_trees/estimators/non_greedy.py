@@ -18,6 +18,7 @@ from keras_trees.estimators._base import (
     VERBOSE_DOC,
     TreeClassifierBase,
     TreeRegressorBase,
+    cv_cart_depth,
     parameters,
     steps_per_execution,
 )
@@ -166,22 +167,9 @@ class _NonGreedy:
 
     def _init_depth(self, x, y, sample_weight):
         """``max_depth``, or the depth CART's 5-fold cross-validation picks (``init_depth="cv"``)."""
-        if self.init_depth != "cv" or self.max_depth == 1:
+        if self.init_depth != "cv":
             return self.max_depth
-        from sklearn.model_selection import GridSearchCV, KFold, StratifiedKFold
-
-        folds, splitter = 5, KFold
-        if self._task == "classification":
-            smallest = int(np.bincount(np.asarray(y, dtype=np.int64)).min())
-            if smallest >= 2:  # stratified folds need two rows of each class at least
-                folds, splitter = min(5, smallest), StratifiedKFold
-        folds = min(folds, len(y))
-        if folds < 2:
-            return self.max_depth
-        search = GridSearchCV(self._cart(None), {"max_depth": list(range(1, self.max_depth + 1))},
-                              cv=splitter(folds, shuffle=True, random_state=self._seed))
-        search.fit(x, y, sample_weight=sample_weight)  # the first best: the shallower on ties
-        return int(search.best_params_["max_depth"])
+        return cv_cart_depth(self._task, x, y, sample_weight, self.max_depth, self._seed, self.criterion)
 
     def _prepare(self, model, x, y, sample_weight):
         depth = self.init_depth_ = self._init_depth(x, y, sample_weight)

@@ -320,15 +320,16 @@ def test_end_to_end_depth_is_cut_back_on_validation(cls, monkeypatch, eager):
     seen = {}
     select = cls._select_depth
 
-    def spy(self, tree, xt, yt, wt, validation):
+    def spy(self, tree, xt, yt, wt, validation, cap):
         seen.update(state=np.array(numpy(tree.node_state)), leaves=tree.leaves_numpy()[0],
                     weights=[np.array(numpy(v)) for v in tree.weights], train=(xt, yt, wt), validation=validation)
-        return select(self, tree, xt, yt, wt, validation)
+        assert cap == 4  # depth_cap=None: max_depth
+        return select(self, tree, xt, yt, wt, validation, cap)
 
     monkeypatch.setattr(cls, "_select_depth", spy)
     # 120 validation rows: fewer let a noisy full tree win by chance (the cut is tested only when made)
     fitted = tiny(cls, max_depth=4, min_samples_split=2, epochs_per_level=10, finetune_epochs=5,
-                  validation_fraction=0.3, random_state=0).fit(x, y)
+                  validation_fraction=0.3, depth_cap=None, random_state=0).fit(x, y)
     scores, best = fitted.history_["depth_scores"], fitted.history_["depth"]
     full = topology.tree_depth(seen["state"], 0)
     assert sorted(scores) == list(range(full + 1)) and full >= 2
@@ -356,6 +357,55 @@ def test_end_to_end_depth_is_cut_back_on_validation(cls, monkeypatch, eager):
         else:
             expected = np.average(yt[at], weights=wt[at], axis=0)
         np.testing.assert_allclose(leaves[n], expected, rtol=1e-4, atol=1e-6)
+
+
+def test_end_to_end_depth_cap_cv_keeps_at_most_the_cross_validated_cart_depth(monkeypatch):
+    """depth_cap="cv" (the regressor's default): the cut keeps the best
+    validation depth up to the depth CART's 5-fold CV picks on the training
+    part (``depth_cap_``); every depth is still scored. None: up to max_depth."""
+    from keras_trees.estimators import _base
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(400, 3)).astype("float32")
+    step = (x[:, 0] > 0) + 0.3 * rng.normal(size=len(x))  # one split, then noise
+    assert E.EndToEndTreeRegressor().depth_cap == "cv" and E.EndToEndTreeClassifier().depth_cap is None
+    seen = []
+    helper = _base.cv_cart_depth
+    monkeypatch.setattr("keras_trees.estimators.end_to_end.cv_cart_depth",
+                        lambda *a, **k: seen.append(a) or helper(*a, **k))
+    settings = dict(max_depth=4, min_samples_split=2, epochs_per_level=8, finetune_epochs=2,
+                    validation_fraction=0.3, random_state=0)
+    capped = tiny(E.EndToEndTreeRegressor, **settings).fit(x, step)
+    task, xt, yt, wt, max_depth, _ = seen[-1]
+    assert task == "regression" and len(xt) == 280 and max_depth == 4  # the training part
+    assert capped.depth_cap_ == helper(task, xt, yt, wt, 4, 0) == 1
+    scores = capped.history_["depth_scores"]
+    assert max(scores) >= 2 and capped.history_["depth"] == 1
+    free = tiny(E.EndToEndTreeRegressor, depth_cap=None, **settings).fit(x, step)
+    assert free.depth_cap_ == 4 and free.history_["depth_scores"] == scores
+    assert free.history_["depth"] == min(range(1, max(scores) + 1), key=lambda d: (scores[d], -d))
+    labels = (x[:, 0] > 0).astype(int)
+    classifier = tiny(E.EndToEndTreeClassifier, depth_cap="cv", **settings).fit(x, labels)
+    assert seen[-1][0] == "classification" and classifier.depth_cap_ == 1 == classifier.history_["depth"]
+    none = tiny(E.EndToEndTreeRegressor, **{**settings, "validation_fraction": 0.0}).fit(x, step)
+    assert not hasattr(none, "depth_cap_") and "depth" not in none.history_
+    with pytest.raises(ValueError, match="depth_cap"):
+        E.EndToEndTreeRegressor(depth_cap="max").fit(x, step)
+
+
+def test_cv_cart_depth_is_the_depth_of_the_tuned_cart():
+    """The shared helper: 5-fold CV (stratified for classes) over depths 1 to
+    max_depth, the shallower on ties; max_depth where no two folds exist."""
+    from keras_trees.estimators._base import cv_cart_depth
+
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(600, 2))
+    both = ((x[:, 0] > 0) & (x[:, 1] > 0)).astype(int)  # needs two levels
+    assert cv_cart_depth("classification", x, both, None, 6, 0) == 2
+    assert cv_cart_depth("classification", x, (x[:, 0] > 0).astype(int), None, 6, 0) == 1
+    assert cv_cart_depth("regression", x, 2.0 * (x[:, 0] > 0) + (x[:, 1] > 0), None, 6, 0) == 2
+    assert cv_cart_depth("classification", x[:1], both[:1], None, 6, 0) == 6  # one row: no folds
+    assert cv_cart_depth("regression", x, x[:, 0], None, 1, 0) == 1
 
 
 def test_ordered_categoricals_are_ranks():
