@@ -9,11 +9,11 @@ from sklearn.utils._param_validation import Interval
 from keras_trees.api_export import keras_trees_export
 from keras_trees.estimators._base import (
     CLASS_WEIGHT_DOC,
+    CUT_MIN_DEPTH,
     EXPLAIN_DOC,
     SHARED_CONSTRAINTS,
     VERBOSE_DOC,
     TreeClassifierBase,
-    CUT_MIN_DEPTH,
     TreeRegressorBase,
     parameters,
 )

@@ -20,8 +20,8 @@ from keras_trees.estimators._base import (
     TreeClassifierBase,
     TreeRegressorBase,
     _EarlyStopping,
-    cv_cart_depth,
     _PREDICT_BATCH,
+    cv_cart_depth,
     parameters,
 )
 from keras_trees.layers import EndToEndTree

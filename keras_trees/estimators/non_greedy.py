@@ -3,7 +3,6 @@
 import numbers
 
 import keras
-import numpy as np
 from sklearn.base import ClassifierMixin, RegressorMixin
 from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 from sklearn.utils._param_validation import Interval, StrOptions
