@@ -294,6 +294,11 @@ class TreeEstimator(BaseEstimator):
     def _epochs(self, callbacks):
         return self.max_epochs
 
+    def _validation_needed(self, model):
+        """None (every epoch's validation scores may be read), or a function
+        telling at an epoch's end whether they are (:class:`_ValidationLogs`)."""
+        return None
+
     def _early_stopping(self, initial=None):
         return _EarlyStopping(self._monitor, mode="min", patience=self.patience,
                               restore_best_weights=True, initial=initial, adaptive=self._adaptive_patience)
@@ -371,7 +376,7 @@ class TreeEstimator(BaseEstimator):
         # The validation metrics come first at each epoch's end, where
         # fit(validation_data=...) would compute them: before any callback
         # changes the model (growth, EM leaves).
-        validating = [] if validation is None else [_ValidationLogs(validation)]
+        validating = [] if validation is None else [_ValidationLogs(validation, self._validation_needed(model))]
         # steps_per_epoch: the batches of one pass (on JAX all full, so an
         # epoch reads a few rows of the next pass). On TensorFlow and JAX it
         # cuts epochs out of one endless stream of batches
@@ -695,14 +700,25 @@ class _ValidationLogs(keras.callbacks.Callback):
     validation creates a new ``tf.data`` iterator at every epoch on
     TensorFlow: 36-62 ms per epoch for a few hundred rows (2-core CPU),
     against 1.5 ms here; a fit of the end-to-end tree runs 130 epochs.
-    ``validation``: ``(x, y, sample_weight)`` NumPy arrays."""
+    ``validation``: ``(x, y, sample_weight)`` NumPy arrays.
 
-    def __init__(self, validation):
+    ``needed`` (optional, no arguments): False when nothing will read this
+    epoch's scores (the epochs inside a level of greedy growth: a partly grown
+    tree is no candidate of early stopping). Such an epoch writes NaN for each
+    validation metric instead (the history keeps one value per epoch); the
+    first epoch is always scored (to learn the metrics' names)."""
+
+    def __init__(self, validation, needed=None):
         super().__init__()
         self.validation = validation
+        self.needed = needed
+        self._names = None
 
     def on_epoch_end(self, epoch, logs=None):
         if logs is None:
+            return
+        if self._names is not None and self.needed is not None and not self.needed():
+            logs.update(dict.fromkeys(self._names, float("nan")))
             return
         x, y, w = self.validation
         if len(x) <= _PREDICT_BATCH:
@@ -710,7 +726,9 @@ class _ValidationLogs(keras.callbacks.Callback):
         else:
             values = self.model.evaluate(x, y, sample_weight=w, batch_size=_PREDICT_BATCH, verbose=0,
                                          return_dict=True)
-        logs.update({f"val_{name}": float(value) for name, value in values.items()})
+        scores = {f"val_{name}": float(value) for name, value in values.items()}
+        self._names = list(scores)
+        logs.update(scores)
 
 
 class _EarlyStopping(keras.callbacks.EarlyStopping):

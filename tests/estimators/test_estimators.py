@@ -173,6 +173,39 @@ def test_same_random_state_same_predictions_graph_mode():
         assert not np.array_equal(first._model_outputs(x), other._model_outputs(x))
 
 
+def test_end_to_end_scores_validation_only_where_early_stopping_reads_it(eager, monkeypatch):
+    """Inside a level of greedy growth the validation scores are not computed
+    (NaN in the history); the fit is the same as with every epoch scored."""
+    x, y = easy(200)
+    settings = dict(max_depth=3, epochs_per_level=4, finetune_epochs=3, random_state=0)
+    calls = []
+    test_on_batch = keras.Model.test_on_batch
+
+    def counted(self, *args, **kwargs):
+        calls.append(1)
+        return test_on_batch(self, *args, **kwargs)
+
+    monkeypatch.setattr(keras.Model, "test_on_batch", counted)
+    skipping = tiny(E.EndToEndTreeClassifier, **settings).fit(x, y)
+    skipped_calls = len(calls)
+    monkeypatch.setattr(E.EndToEndTreeClassifier, "_validation_needed", lambda self, model: None)
+    every = tiny(E.EndToEndTreeClassifier, **settings).fit(x, y)
+    np.testing.assert_array_equal(skipping._model_outputs(x), every._model_outputs(x))
+
+    history, full = skipping.history_, every.history_
+    epochs = len(full["loss"])
+    assert len(history["val_loss"]) == epochs == skipped_calls + np.isnan(history["val_loss"]).sum()
+    # growth_phase is logged for the next epoch: epochs 0 .. grown - 1 grew the tree.
+    grown = 1 + int(np.sum(np.asarray(full["growth_phase"]) == 1))
+    assert grown >= 2 * 4  # at least two levels, so some epochs were skipped
+    for epoch in range(epochs):
+        skip = 0 < epoch < grown and (epoch + 1) % 4 != 0
+        assert np.isnan(history["val_loss"][epoch]) == skip, epoch
+        if not skip:
+            assert history["val_loss"][epoch] == full["val_loss"][epoch]
+    assert history["depth_scores"] == full["depth_scores"]
+
+
 def test_class_weight_changes_the_fit_and_combines_with_sample_weight(eager):
     x, y = make_classification(300, 4, weights=[0.85], class_sep=0.5, random_state=0)
     plain = tiny(E.TreeEnsembleClassifier, random_state=0).fit(x, y)
