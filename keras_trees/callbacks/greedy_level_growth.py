@@ -290,6 +290,19 @@ class GreedyLevelGrowth(keras.callbacks.Callback):
         if all(p in (PHASE_DONE, PHASE_IDLE) for p in phases):
             self.model.stop_training = True
 
+    def may_end_growth(self):
+        """Whether the epoch now running can end greedy growth, read at its end
+        before this callback's ``on_epoch_end``: growth only ends with a level,
+        ``epochs_per_level`` epochs into it, so False inside a level of every
+        growing layer (True once a layer finetunes, is done or never grew).
+        The estimators' validation skips the epochs where it is False: early
+        stopping does not read them (a partly grown tree is no candidate)."""
+        for layer in end_to_end_layers(self.model, self.layer_names):
+            if (int(to_numpy(layer.growth_phase)) != PHASE_GROWING
+                    or int(to_numpy(layer.phase_epoch)) + 1 >= self.epochs_per_level):
+                return True
+        return False
+
     def _report(self, layer, epoch, logs, event):
         if not self.verbose:
             return

@@ -294,9 +294,10 @@ class TreeEstimator(BaseEstimator):
     def _epochs(self, callbacks):
         return self.max_epochs
 
-    def _validation_needed(self, model):
+    def _validation_needed(self, callbacks):
         """None (every epoch's validation scores may be read), or a function
-        telling at an epoch's end whether they are (:class:`_ValidationLogs`)."""
+        telling at an epoch's end whether they are (:class:`_ValidationLogs`);
+        ``callbacks``: those of :meth:`_callbacks`."""
         return None
 
     def _early_stopping(self, initial=None):
@@ -376,7 +377,7 @@ class TreeEstimator(BaseEstimator):
         # The validation metrics come first at each epoch's end, where
         # fit(validation_data=...) would compute them: before any callback
         # changes the model (growth, EM leaves).
-        validating = [] if validation is None else [_ValidationLogs(validation, self._validation_needed(model))]
+        validating = [] if validation is None else [_ValidationLogs(validation, self._validation_needed(callbacks))]
         # steps_per_epoch: the batches of one pass (on JAX all full, so an
         # epoch reads a few rows of the next pass). On TensorFlow and JAX it
         # cuts epochs out of one endless stream of batches

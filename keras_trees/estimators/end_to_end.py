@@ -25,7 +25,6 @@ from keras_trees.estimators._base import (
     parameters,
 )
 from keras_trees.layers import EndToEndTree
-from keras_trees.layers._level_growth import PHASE_GROWING
 
 # The recipe of tutorials/end_to_end_trees (its digits part): greedy level
 # growth with 15 epochs per level, then 3 x 15 epochs of joint finetuning,
@@ -172,19 +171,13 @@ class _EndToEnd:
     def _epochs(self, callbacks):
         return callbacks[0].max_epochs(self.max_depth)
 
-    def _validation_needed(self, model):
-        """Early stopping reads the validation loss from the epoch that ends
-        growth on (:class:`_FinetuneEarlyStopping`), and growth can only end
-        with a level: the epochs before a level's last are not scored (their
-        ``val_*`` entries in ``history_`` are NaN). On 5,000 x 20 (2-core CPU,
-        TensorFlow) about 120 of a fit's 130 epochs are growth epochs."""
-        tree = model.layers[-1]
-
-        def needed():
-            return not (int(to_numpy(tree.growth_phase)) == PHASE_GROWING
-                        and int(to_numpy(tree.phase_epoch)) + 1 < self.epochs_per_level)
-
-        return needed
+    def _validation_needed(self, callbacks):
+        """Growth's :meth:`GreedyLevelGrowth.may_end_growth`: early stopping
+        reads the validation loss from the epoch that ends growth on
+        (:class:`_FinetuneEarlyStopping`), so the epochs inside a level are not
+        scored (their ``val_*`` entries in ``history_`` are NaN). On 5,000 x 20
+        (2-core CPU, TensorFlow) about 120 of a fit's 130 epochs are growth epochs."""
+        return callbacks[0].may_end_growth
 
     def _fit_model(self, model, x, y, sample_weight, validation):
         history = super()._fit_model(model, x, y, sample_weight, validation)

@@ -188,7 +188,7 @@ def test_end_to_end_scores_validation_only_where_early_stopping_reads_it(eager, 
     monkeypatch.setattr(keras.Model, "test_on_batch", counted)
     skipping = tiny(E.EndToEndTreeClassifier, **settings).fit(x, y)
     skipped_calls = len(calls)
-    monkeypatch.setattr(E.EndToEndTreeClassifier, "_validation_needed", lambda self, model: None)
+    monkeypatch.setattr(E.EndToEndTreeClassifier, "_validation_needed", lambda self, callbacks: None)
     every = tiny(E.EndToEndTreeClassifier, **settings).fit(x, y)
     np.testing.assert_array_equal(skipping._model_outputs(x), every._model_outputs(x))
 
