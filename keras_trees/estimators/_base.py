@@ -71,6 +71,7 @@ SHARED_CONSTRAINTS = {
     "patience": [Interval(numbers.Integral, 1, None, closed="left")],
     "min_frequency": [Interval(numbers.Integral, 1, None, closed="left"),
                       Interval(numbers.Real, 0, 1, closed="neither"), None],
+    "code_indicators": [Interval(numbers.Integral, 3, None, closed="left"), None],
     "random_state": ["random_state"],
     "verbose": [Interval(numbers.Integral, 0, 2, closed="both")],
     "n_jobs": [Interval(numbers.Integral, 1, None, closed="left"),
@@ -523,7 +524,8 @@ class TreeEstimator(BaseEstimator):
         weights = weights.astype(np.float32)
 
         seed = int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
-        preprocessor = make_preprocessor(X, getattr(self, "min_frequency", None))
+        preprocessor = make_preprocessor(X, getattr(self, "min_frequency", None),
+                                         getattr(self, "code_indicators", None))
         x = np.asarray(preprocessor.fit_transform(X), dtype=np.float32)
         if x.shape[1] == 0:
             raise ValueError("X: no feature is left after preprocessing (every column was empty)")

@@ -19,7 +19,9 @@ input:
   for the grouped rare categories of ``min_frequency``);
 * the rank of an ordered categorical column's category (0 for the first of
   its categories), missing ranks replaced by the training median, with an
-  indicator like a numeric column's: ``size``, ``size=missing``.
+  indicator like a numeric column's: ``size``, ``size=missing``;
+* with ``code_indicators``, one 0/1 column per training value of a coded
+  numeric column, after all the others: ``hobby=2``.
 
 Folding an affine map into a split is exact: an oblique split reads
 ``<w, A d + c> + b = <A^T w, d> + (<w, c> + b)``; an axis-aligned split stays
@@ -102,6 +104,19 @@ def _categorical_part(pipeline, positions, names):
     return out_names, columns, binary, np.ones(k), np.zeros(k)
 
 
+def _codes_part(indicators, positions, names):
+    """The value indicators of coded numeric columns: ``hobby=2`` (0/1)."""
+    out_names, columns, binary = [], [], []
+    for j, values in zip(indicators.columns_, indicators.values_):
+        position = positions[j]
+        for value in values:
+            out_names.append(f"{names[position]}={value:g}")
+            columns.append(position)
+            binary.append([names[position], f"{value:g}"])
+    k = len(out_names)
+    return out_names, columns, binary, np.ones(k), np.zeros(k)
+
+
 def design(estimator, names=None):
     """The :class:`Design` of a fitted estimator's preprocessor (``names``:
     the original columns' names, default :func:`column_names`)."""
@@ -116,8 +131,8 @@ def design(estimator, names=None):
             if key == "remainder" or isinstance(transformer, str):
                 continue
             # numeric and ordered columns both end in an imputer and a scaler
-            part = _categorical_part if key == "categorical" else _numeric_part
-            result = part(transformer, positions, names)
+            part = {"categorical": _categorical_part, "codes": _codes_part}.get(key, _numeric_part)
+            result = part(transformer, list(positions), names)
             where = preprocessor.output_indices_[key]
             if len(result[0]) != where.stop - where.start:  # pragma: no cover - a scikit-learn change
                 raise RuntimeError(f"the {key} columns of preprocessor_ produce {where.stop - where.start} "

@@ -16,12 +16,21 @@ tabular data (NumPy arrays or pandas frames) to dense float32 features.
   ranks), then as numeric columns (median imputation with an indicator,
   scaling). A split on the rank is one threshold on the order, which one-hot
   columns can only approximate with a weight per category.
+* Coded numeric columns (``code_indicators``, off unless set): a numeric column
+  with 3 to ``code_indicators`` distinct values in the training data (a code:
+  hobby 1-3, a grade 1-5) keeps its scaled value and also gets one 0/1 column
+  per training value (``ValueIndicators``; missing and unseen values are all
+  zeros). One split on the value separates the codes below a threshold from
+  those above it; an oblique split, which weighs every feature, needs the
+  indicator to single out a middle code (hayes-roth's hobby 2). Two-valued
+  columns are their own indicator and get none.
 
 Plain arrays are all numeric (NaN allowed). Columns are selected by position,
 so a model fitted on a frame also predicts on the frame's ``to_numpy()``.
 """
 
 import numpy as np
+from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.compose import ColumnTransformer
 from sklearn.impute import SimpleImputer
 from sklearn.pipeline import Pipeline
@@ -78,6 +87,44 @@ def ordered_pipeline(categories):
     ])
 
 
+class ValueIndicators(TransformerMixin, BaseEstimator):
+    """One 0/1 column per training value of each column with 3 to
+    ``max_values`` distinct (non-missing) values; other columns give none.
+
+    Attributes (after ``fit``): ``columns_`` (positions of the coded columns),
+    ``values_`` (each one's sorted training values), ``n_features_in_``.
+    """
+
+    def __init__(self, max_values=10):
+        self.max_values = max_values
+
+    def fit(self, X, y=None):
+        x = np.asarray(X, dtype=np.float64)
+        self.n_features_in_ = x.shape[1]
+        self.columns_, self.values_ = [], []
+        for j in range(x.shape[1]):
+            column = x[:, j]
+            values = np.unique(column[~np.isnan(column)])
+            if 3 <= len(values) <= self.max_values:
+                self.columns_.append(j)
+                self.values_.append(values)
+        return self
+
+    def transform(self, X):
+        x = np.asarray(X, dtype=np.float64)
+        if x.ndim != 2 or x.shape[1] != self.n_features_in_:
+            raise ValueError(f"X: expected {self.n_features_in_} columns, got shape {x.shape}")
+        parts = [x[:, j, None] == values[None, :] for j, values in zip(self.columns_, self.values_)]
+        if not parts:
+            return np.zeros((len(x), 0), np.float32)
+        return np.concatenate(parts, axis=1).astype(np.float32)
+
+    def get_feature_names_out(self, input_features=None):
+        names = input_features if input_features is not None else [f"x{j}" for j in range(self.n_features_in_)]
+        return np.asarray([f"{names[j]}={v:g}" for j, values in zip(self.columns_, self.values_)
+                           for v in values], dtype=object)
+
+
 def _is_ordered(dtype):
     return str(dtype) == "category" and bool(getattr(dtype, "ordered", False))
 
@@ -103,12 +150,17 @@ def column_kinds(frame):
     return numeric, categorical, ordered
 
 
-def make_preprocessor(x, min_frequency=None):
+def make_preprocessor(x, min_frequency=None, code_indicators=None):
     """An unfitted transformer for ``x`` (a frame: numeric and categorical columns
-    by dtype; otherwise every column numeric). Its output is dense."""
+    by dtype; otherwise every column numeric). Its output is dense.
+    ``code_indicators``: the most distinct values of a numeric column that gets
+    value indicators (``ValueIndicators``, after all other columns); None: none."""
     if not is_frame(x):
-        return numeric_pipeline()
-    numeric, categorical, ordered = column_kinds(x)
+        if code_indicators is None:
+            return numeric_pipeline()
+        numeric, categorical, ordered = list(range(np.shape(x)[1])), [], []
+    else:
+        numeric, categorical, ordered = column_kinds(x)
     parts = []
     if numeric:
         parts.append(("numeric", numeric_pipeline(), numeric))
@@ -117,4 +169,6 @@ def make_preprocessor(x, min_frequency=None):
     if ordered:
         categories = [list(x.dtypes.iloc[i].categories) for i in ordered]
         parts.append(("ordered", ordered_pipeline(categories), ordered))
+    if numeric and code_indicators is not None:
+        parts.append(("codes", ValueIndicators(code_indicators), numeric))
     return ColumnTransformer(parts, sparse_threshold=0.0, verbose_feature_names_out=False)

@@ -41,7 +41,7 @@ from keras_trees.losses import GammaProcessPrior
 DEFAULTS = dict(
     max_depth=8, num_experts=20, epochs_per_level=30, annealing_increment=0.2, min_samples_split=10,
     min_gain=0.01, finetune_epochs=0, prior_weight=0.0, learning_rate=0.05, batch_size=256,
-    validation_fraction=0.1, min_frequency=None, random_state=None, verbose=0, n_jobs=None,
+    validation_fraction=0.1, min_frequency=None, code_indicators=None, random_state=None, verbose=0, n_jobs=None,
 )
 
 _DOC = """{summary}
@@ -76,7 +76,10 @@ _DOC = """{summary}
         learning_rate, batch_size: Adam's step size and mini-batch size.
         validation_fraction: share of the training data held out to choose
             the depth ({stratified}seeded by ``random_state``); 0: the full depth.
-        min_frequency: ``OneHotEncoder``'s ``min_frequency`` for categorical columns.{class_weight}
+        min_frequency: ``OneHotEncoder``'s ``min_frequency`` for categorical columns.
+        code_indicators: a numeric column with 3 to this many distinct values
+            in the training data (a code) keeps its scaled value and also gets
+            a 0/1 column per value; None: no such columns.{class_weight}
         random_state: seeds the split, the tree and Keras
             (``keras.utils.set_random_seed``, global); an int makes ``fit``
             repeatable on the TensorFlow backend.

@@ -41,7 +41,7 @@ from keras_trees.layers import EndToEndTree
 DEFAULTS = dict(
     max_depth=8, split_type="oblique", epochs_per_level=15, finetune_epochs=None, min_samples_split=2,
     annealing_increment=0.1, learning_rate=0.01, batch_size=200, patience=10, validation_fraction=0.1,
-    min_frequency=None, random_state=None, verbose=0, n_jobs=None, depth_cap=None,
+    min_frequency=None, code_indicators=None, random_state=None, verbose=0, n_jobs=None, depth_cap=None,
 )
 # The regressor's leaves are fitted by the optimizer (no closed-form EM step):
 # a node of fewer than 20 training rows stays a leaf. On diabetes and Friedman
@@ -100,7 +100,10 @@ _DOC = """{summary}
             5-fold cross-validation ({cv_score}) on the training part, as a
             user tunes CART (``depth_cap_`` is that depth); None:
             ``max_depth``. Default: {depth_cap_default}.
-        min_frequency: ``OneHotEncoder``'s ``min_frequency`` for categorical columns.{class_weight}
+        min_frequency: ``OneHotEncoder``'s ``min_frequency`` for categorical columns.
+        code_indicators: a numeric column with 3 to this many distinct values
+            in the training data (a code) keeps its scaled value and also gets
+            a 0/1 column per value; None: no such columns.{class_weight}
         random_state: seeds the split, the tree's random splits and Keras
             (``keras.utils.set_random_seed``, global); an int makes ``fit``
             repeatable on the TensorFlow backend.

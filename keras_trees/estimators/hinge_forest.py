@@ -25,7 +25,7 @@ from keras_trees.layers import HingeBatchNormalization, HingeFern, HingeForest
 DEFAULTS = dict(
     kind="forest", num_trees=100, max_depth=8, num_features=100,
     learning_rate=0.005, batch_size=32, max_epochs=200, patience=30, validation_fraction=0.1,
-    min_frequency=None, random_state=None, verbose=0, n_jobs=None,
+    min_frequency=None, code_indicators=None, random_state=None, verbose=0, n_jobs=None,
 )
 
 _DOC = """{summary}
@@ -57,7 +57,10 @@ _DOC = """{summary}
         validation_fraction: share of the training data held out for early
             stopping ({stratified}seeded by ``random_state``); 0 trains
             ``max_epochs`` without early stopping.
-        min_frequency: ``OneHotEncoder``'s ``min_frequency`` for categorical columns.{class_weight}
+        min_frequency: ``OneHotEncoder``'s ``min_frequency`` for categorical columns.
+        code_indicators: a numeric column with 3 to this many distinct values
+            in the training data (a code) keeps its scaled value and also gets
+            a 0/1 column per value; None: no such columns.{class_weight}
         random_state: seeds the split, the forest's feature draws and Keras
             (``keras.utils.set_random_seed``, global); an int makes ``fit``
             repeatable on the TensorFlow backend.

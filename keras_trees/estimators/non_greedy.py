@@ -41,7 +41,7 @@ from keras_trees.layers import NonGreedyTree, co2_tree
 DEFAULTS = dict(
     max_depth=8, nu=10.0, inference="fast", criterion="entropy", init="co2", init_depth="cv", stable_sgd=True,
     learning_rate=None, momentum=0.9, batch_size=64, max_epochs=30, patience=10, validation_fraction=0.1,
-    min_frequency=None, random_state=None, verbose=0, n_jobs=None,
+    min_frequency=None, code_indicators=None, random_state=None, verbose=0, n_jobs=None,
 )
 # The regressor: the same recipe on the squared loss (standardized targets),
 # started from scikit-learn's CART regression tree (CO2 is a classification
@@ -106,7 +106,10 @@ _DOC = """{summary}
         validation_fraction: share of the training data held out for early
             stopping ({stratified}seeded by ``random_state``); 0 trains
             ``max_epochs`` without early stopping.
-        min_frequency: ``OneHotEncoder``'s ``min_frequency`` for categorical columns.{class_weight}
+        min_frequency: ``OneHotEncoder``'s ``min_frequency`` for categorical columns.
+        code_indicators: a numeric column with 3 to this many distinct values
+            in the training data (a code) keeps its scaled value and also gets
+            a 0/1 column per value; None: no such columns.{class_weight}
         random_state: seeds the split, the initial tree and Keras
             (``keras.utils.set_random_seed``, global); an int makes ``fit``
             repeatable on the TensorFlow backend.

@@ -15,6 +15,8 @@ from sklearn.preprocessing import FunctionTransformer
 from sklearn.utils import compute_sample_weight
 
 from keras_trees import estimators as E
+from keras_trees.inspection.export import tree_layers
+from keras_trees.layers._layer_inputs import layer_input_fn
 from tests.estimators._settings import TINY, tiny
 
 CLASSIFIERS = [cls for cls in TINY if cls._task == "classification"]
@@ -484,3 +486,69 @@ def test_explained_design_of_an_ordered_categorical_is_its_rank(eager):
     rows = est.preprocessor_.transform(df) * d.scale + d.shift
     np.testing.assert_allclose(rows[:, 1], grade, atol=1e-5)
     assert set(est.feature_importances_.round(6) >= 0) == {True} and est.score(df, grade >= 3) > 0.8
+
+
+def test_coded_numeric_columns_get_value_indicators():
+    """``code_indicators``: a numeric column with 3 to that many distinct
+    training values keeps its scaled value and gets a 0/1 column per value,
+    after all other columns; two-valued and many-valued columns get none;
+    missing and unseen values are all zeros; arrays and the frame's
+    ``to_numpy()`` transform identically; None changes nothing."""
+    from keras_trees.estimators._preprocessing import ValueIndicators, make_preprocessor
+
+    df = pd.DataFrame({
+        "code": [1.0, 2.0, 3.0, np.nan, 2.0, 1.0, 3.0, 2.0],
+        "flag": [0, 1, 0, 1, 0, 1, 0, 1],
+        "wide": np.arange(8.0),
+        "colour": pd.Categorical(["red", "blue"] * 4),
+    })
+    pre = make_preprocessor(df, code_indicators=5).fit(df)
+    out = pre.transform(df)
+    assert list(pre.get_feature_names_out()) == [
+        "code", "flag", "wide", "missingindicator_code", "colour_blue", "colour_red",
+        "code=1", "code=2", "code=3"]
+    np.testing.assert_array_equal(out[:, 6:], [[1, 0, 0], [0, 1, 0], [0, 0, 1], [0, 0, 0],
+                                               [0, 1, 0], [1, 0, 0], [0, 0, 1], [0, 1, 0]])
+    np.testing.assert_array_equal(pre.transform(df.to_numpy()), out)
+    unseen = df.head(2).copy()
+    unseen["code"] = [4.0, 3.0]
+    np.testing.assert_array_equal(pre.transform(unseen)[:, 6:], [[0, 0, 0], [0, 0, 1]])
+    plain = make_preprocessor(df).fit(df)
+    np.testing.assert_array_equal(plain.transform(df), out[:, :6])
+    assert make_preprocessor(df, code_indicators=8).fit(df).transform(df).shape[1] == 6 + 3 + 8  # wide too
+    # plain arrays: every column numeric; the same values as the frame's numeric part
+    x = df[["code", "flag", "wide"]].to_numpy()
+    arr = make_preprocessor(x, code_indicators=5).fit(x)
+    np.testing.assert_array_equal(arr.transform(x), out[:, [0, 1, 2, 3, 6, 7, 8]])
+    assert list(arr.get_feature_names_out())[-3:] == ["x0=1", "x0=2", "x0=3"]
+    with pytest.raises(ValueError, match="expected 3 columns"):
+        ValueIndicators(5).fit(x).transform(x[:, :2])
+
+
+def test_value_indicators_explain_and_route_as_the_model(eager):
+    """An estimator with ``code_indicators`` names the indicator columns
+    ``hobby=2`` in its forest, sums their importance into their column, and
+    its folded forest routes as its layer."""
+    from keras_trees.estimators._explain import design
+
+    rng = np.random.default_rng(0)
+    hobby = rng.integers(1, 4, 150).astype(float)
+    df = pd.DataFrame({"x": rng.normal(size=150), "hobby": hobby})
+    y = hobby == 2  # the middle code: one threshold on hobby cannot separate it
+    est = tiny(E.TreeEnsembleClassifier, random_state=0, code_indicators=10).fit(df, y)
+    d = design(est)
+    assert d.names == ["x", "hobby", "hobby=1", "hobby=2", "hobby=3"]
+    assert list(d.columns) == [0, 1, 1, 1, 1] and d.binary[2:] == [["hobby", "1"], ["hobby", "2"], ["hobby", "3"]]
+    rows = est.forest_features(df)
+    np.testing.assert_array_equal(rows[:, 3], hobby == 2)
+    assert est.feature_importances_.shape == (2,)
+    layer = tree_layers(est.model_)[0]
+    inputs = np.asarray(est.preprocessor_.transform(df), np.float32)
+    own = layer.to_forest().route(layer.forest_features(layer_input_fn(est.model_, layer)(inputs)))
+    assert np.mean(own == est.forest_.route(rows)) > 0.99
+    assert est.score(df, y) > 0.9
+
+
+def test_code_indicators_is_validated():
+    with pytest.raises(ValueError, match="code_indicators"):
+        E.HingeForestClassifier(code_indicators=2).fit(np.zeros((4, 1)), [0, 1, 0, 1])
