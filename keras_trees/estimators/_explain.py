@@ -41,6 +41,7 @@ import dataclasses
 import numpy as np
 
 from keras_trees import topology
+from keras_trees.estimators._preprocessing import value_label
 from keras_trees.inspection.export import tree_layers
 from keras_trees.layers._forest_layer import numpy as _numpy
 from keras_trees.layers._layer_inputs import layer_input_fn
@@ -106,13 +107,11 @@ def _categorical_part(pipeline, positions, names):
 
 def _codes_part(indicators, positions, names):
     """The value indicators of coded numeric columns: ``hobby=2`` (0/1)."""
-    out_names, columns, binary = [], [], []
+    out_names = list(indicators.get_feature_names_out([names[p] for p in positions]))
+    columns, binary = [], []
     for j, values in zip(indicators.columns_, indicators.values_):
-        position = positions[j]
-        for value in values:
-            out_names.append(f"{names[position]}={value:g}")
-            columns.append(position)
-            binary.append([names[position], f"{value:g}"])
+        columns += [positions[j]] * len(values)
+        binary += [[names[positions[j]], value_label(v)] for v in values]
     k = len(out_names)
     return out_names, columns, binary, np.ones(k), np.zeros(k)
 

@@ -87,6 +87,13 @@ def ordered_pipeline(categories):
     ])
 
 
+def value_label(value):
+    """A coded column's value as its indicator names it (``hobby=2``): the
+    shortest decimal that reads back as the value (2.0 -> ``2``, 0.5 -> ``0.5``,
+    1000001.0 -> ``1000001``), so no two values of a column share a name."""
+    return np.format_float_positional(value, trim="-")
+
+
 class ValueIndicators(TransformerMixin, BaseEstimator):
     """One 0/1 column per training value of each column with 3 to
     ``max_values`` distinct (non-missing) values; other columns give none.
@@ -121,7 +128,7 @@ class ValueIndicators(TransformerMixin, BaseEstimator):
 
     def get_feature_names_out(self, input_features=None):
         names = input_features if input_features is not None else [f"x{j}" for j in range(self.n_features_in_)]
-        return np.asarray([f"{names[j]}={v:g}" for j, values in zip(self.columns_, self.values_)
+        return np.asarray([f"{names[j]}={value_label(v)}" for j, values in zip(self.columns_, self.values_)
                            for v in values], dtype=object)
 
 

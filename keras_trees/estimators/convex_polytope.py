@@ -11,6 +11,7 @@ from keras_trees.estimators._base import (
     CLASS_WEIGHT_DOC,
     CUT_MIN_DEPTH,
     EXPLAIN_DOC,
+    PREPROCESSING_DOC,
     SHARED_CONSTRAINTS,
     VERBOSE_DOC,
     TreeClassifierBase,
@@ -76,10 +77,7 @@ _DOC = """{summary}
         learning_rate, batch_size: Adam's step size and mini-batch size.
         validation_fraction: share of the training data held out to choose
             the depth ({stratified}seeded by ``random_state``); 0: the full depth.
-        min_frequency: ``OneHotEncoder``'s ``min_frequency`` for categorical columns.
-        code_indicators: a numeric column with 3 to this many distinct values
-            in the training data (a code) keeps its scaled value and also gets
-            a 0/1 column per value; None: no such columns.{class_weight}
+        """ + PREPROCESSING_DOC + """{class_weight}
         random_state: seeds the split, the tree and Keras
             (``keras.utils.set_random_seed``, global); an int makes ``fit``
             repeatable on the TensorFlow backend.

@@ -15,6 +15,7 @@ from keras_trees.estimators._base import (
     CLASS_WEIGHT_DOC,
     CUT_MIN_DEPTH,
     EXPLAIN_DOC,
+    PREPROCESSING_DOC,
     SHARED_CONSTRAINTS,
     VERBOSE_DOC,
     TreeClassifierBase,
@@ -100,10 +101,7 @@ _DOC = """{summary}
             5-fold cross-validation ({cv_score}) on the training part, as a
             user tunes CART (``depth_cap_`` is that depth); None:
             ``max_depth``. Default: {depth_cap_default}.
-        min_frequency: ``OneHotEncoder``'s ``min_frequency`` for categorical columns.
-        code_indicators: a numeric column with 3 to this many distinct values
-            in the training data (a code) keeps its scaled value and also gets
-            a 0/1 column per value; None: no such columns.{class_weight}
+        """ + PREPROCESSING_DOC + """{class_weight}
         random_state: seeds the split, the tree's random splits and Keras
             (``keras.utils.set_random_seed``, global); an int makes ``fit``
             repeatable on the TensorFlow backend.

@@ -10,6 +10,7 @@ from keras_trees.api_export import keras_trees_export
 from keras_trees.estimators._base import (
     CLASS_WEIGHT_DOC,
     EXPLAIN_DOC,
+    PREPROCESSING_DOC,
     SHARED_CONSTRAINTS,
     VERBOSE_DOC,
     TreeClassifierBase,
@@ -57,10 +58,7 @@ _DOC = """{summary}
         validation_fraction: share of the training data held out for early
             stopping ({stratified}seeded by ``random_state``); 0 trains
             ``max_epochs`` without early stopping.
-        min_frequency: ``OneHotEncoder``'s ``min_frequency`` for categorical columns.
-        code_indicators: a numeric column with 3 to this many distinct values
-            in the training data (a code) keeps its scaled value and also gets
-            a 0/1 column per value; None: no such columns.{class_weight}
+        """ + PREPROCESSING_DOC + """{class_weight}
         random_state: seeds the split, the forest's feature draws and Keras
             (``keras.utils.set_random_seed``, global); an int makes ``fit``
             repeatable on the TensorFlow backend.

@@ -523,6 +523,10 @@ def test_coded_numeric_columns_get_value_indicators():
     assert list(arr.get_feature_names_out())[-3:] == ["x0=1", "x0=2", "x0=3"]
     with pytest.raises(ValueError, match="expected 3 columns"):
         ValueIndicators(5).fit(x).transform(x[:, :2])
+    # names read back as their values: no two codes of a column share one
+    big = np.array([[1000001.0], [1000002.0], [0.5]])
+    assert list(ValueIndicators(5).fit(big).get_feature_names_out(["id"])) == [
+        "id=0.5", "id=1000001", "id=1000002"]
 
 
 def test_value_indicators_explain_and_route_as_the_model(eager):
