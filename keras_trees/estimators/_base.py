@@ -107,13 +107,13 @@ EXPLAIN_DOC = """``feature_importances_`` (per input column, one-hot
     columns summed back), ``forest_`` (the trees over the input columns, for
     ``keras_trees.inspection``; ``forest_features(X)`` gives the rows they read), """
 
-#: The ``class_weight`` entry of the classifiers' docstrings.
 #: The preprocessing arguments every estimator has, as its docstring lists them.
 PREPROCESSING_DOC = """min_frequency: ``OneHotEncoder``'s ``min_frequency`` for categorical columns.
         code_indicators: a numeric column with 3 to this many distinct values
             in the training data (a code) keeps its scaled value and also gets
             a 0/1 column per value (``hobby=2``); None: no such columns."""
 
+#: The ``class_weight`` entry of the classifiers' docstrings.
 CLASS_WEIGHT_DOC = """
         class_weight: None, ``"balanced"`` or ``{label: weight}``, multiplied
             into ``sample_weight`` (as in scikit-learn)."""
