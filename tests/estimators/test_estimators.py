@@ -362,6 +362,7 @@ def test_end_to_end_depth_is_cut_back_on_validation(cls, monkeypatch, eager):
         return select(self, tree, xt, yt, wt, validation, cap)
 
     monkeypatch.setattr(cls, "_select_depth", spy)
+    monkeypatch.setattr(cls, "_smoothed_leaves", lambda *args: None)  # the classifier's last step: tested below
     # 120 validation rows: fewer let a noisy full tree win by chance (the cut is tested only when made)
     fitted = tiny(cls, max_depth=4, min_samples_split=2, epochs_per_level=10, finetune_epochs=5,
                   validation_fraction=0.3, depth_cap=None, random_state=0).fit(x, y)
@@ -392,6 +393,35 @@ def test_end_to_end_depth_is_cut_back_on_validation(cls, monkeypatch, eager):
         else:
             expected = np.average(yt[at], weights=wt[at], axis=0)
         np.testing.assert_allclose(leaves[n], expected, rtol=1e-4, atol=1e-6)
+
+
+def test_end_to_end_classifier_leaves_are_smoothed_frequencies_of_all_fit_rows():
+    """After the cut, every leaf that rows of X reach (training and validation
+    parts) holds ``(n_k + 2 / K) / (n + 2)`` of the (weighted) rows it receives,
+    whatever the weights' scale; the predicted class is their majority."""
+    from keras_trees.estimators.end_to_end import _route
+
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(300, 3)).astype("float32")
+    y = np.digitize(x[:, 0] + 0.5 * rng.normal(size=300), [-0.5, 0.5]) * 2  # labels 0, 2, 4: K = 3
+    w = rng.uniform(0.5, 2.0, size=300)
+    fitted = tiny(E.EndToEndTreeClassifier, validation_fraction=0.2, random_state=0).fit(x, y, sample_weight=w)
+    tree = fitted.model_.layers[-1]
+    leaves = tree.leaves_numpy()[0]
+    features = fitted.preprocessor_.transform(x).astype("float32")
+    reached = _route(tree, features)
+    labels = np.searchsorted(fitted.classes_, y)
+    counts = np.zeros_like(leaves)
+    np.add.at(counts, (reached, labels), w * len(w) / w.sum())
+    hit = np.unique(reached)
+    assert len(hit) >= 2
+    expected = (counts[hit] + 2 / 3) / (counts[hit].sum(-1, keepdims=True) + 2)
+    np.testing.assert_allclose(leaves[hit], expected, rtol=1e-5)
+    assert 0 < leaves[hit].min() and leaves[hit].max() < 1
+    np.testing.assert_allclose(fitted.predict_proba(x), leaves[reached], rtol=1e-5)
+    np.testing.assert_array_equal(fitted.predict(x), fitted.classes_[np.argmax(counts[reached], axis=1)])
+    fitted._smoothed_leaves(tree, features, labels, 7.0 * w)  # the weights' scale does not matter
+    np.testing.assert_allclose(tree.leaves_numpy()[0], leaves, rtol=1e-6)
 
 
 def test_end_to_end_depth_cap_cv_keeps_at_most_the_cross_validated_cart_depth(monkeypatch):
