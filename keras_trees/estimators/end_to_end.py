@@ -39,10 +39,17 @@ from keras_trees.layers import EndToEndTree
 # of 16 above CART), -0.18 -> -0.37 on the second held-out group (tae, 31
 # test rows, lost 7.5 points); regressors (benchmarks/regressors.py) mean
 # R^2 0.619 -> 0.664.
+# Each new stump of the classifier reads only the features whose best single
+# threshold on its node's training rows gains at least half of what the best
+# feature's does (EndToEndTree's split_screening): sparse oblique splits where
+# one column carries a node's signal (one-hot votes, DNA positions, codes),
+# dense ones where many do. See docs/benchmarks.md ("Screened splits").
+SPLIT_SCREENING = 0.5
 DEFAULTS = dict(
     max_depth=8, split_type="oblique", epochs_per_level=15, finetune_epochs=None, min_samples_split=2,
     annealing_increment=0.1, learning_rate=0.01, batch_size=200, patience=10, validation_fraction=0.1,
     min_frequency=None, code_indicators=None, random_state=None, verbose=0, n_jobs=None, depth_cap=None,
+    split_screening=SPLIT_SCREENING,
 )
 # The classifier's leaves at the end of fit: the class frequencies of the rows
 # each leaf receives plus this many pseudo-rows spread evenly over the classes
@@ -67,7 +74,7 @@ LEAF_PSEUDO_ROWS = 2.0
 # benchmarks/regressors.py (its four and EXTRA_SETS, seeds 0-2): diabetes
 # 0.108 -> 0.285, friedman3 +0.005, friedman2 and friedman1_300 -0.001, the
 # other three unchanged (the cap was at or above the validation's choice).
-REGRESSOR_DEFAULTS = {**DEFAULTS, "min_samples_split": 20, "depth_cap": "cv"}
+REGRESSOR_DEFAULTS = {**DEFAULTS, "min_samples_split": 20, "depth_cap": "cv", "split_screening": None}
 
 _DOC = """{summary}
 
@@ -114,6 +121,12 @@ _DOC = """{summary}
             5-fold cross-validation ({cv_score}) on the training part, as a
             user tunes CART (``depth_cap_`` is that depth); None:
             ``max_depth``. Default: {depth_cap_default}.
+        split_screening: each new stump reads only the features whose best
+            single threshold on the training rows reaching it gains at least
+            this share of what the best feature's gains (``EndToEndTree``'s
+            ``split_screening``: sparse oblique splits where one column
+            carries a node's signal, such as one-hot and coded columns);
+            None: every feature (the paper's split). Default: {screening_default}.
         """ + PREPROCESSING_DOC + """{class_weight}
         random_state: seeds the split, the tree's random splits and Keras
             (``keras.utils.set_random_seed``, global); an int makes ``fit``
@@ -155,13 +168,15 @@ class _EndToEnd:
         "min_samples_split": [Interval(numbers.Integral, 1, None, closed="left")],
         "annealing_increment": [Interval(numbers.Real, 0, None, closed="left")],
         "depth_cap": [StrOptions({"cv"}), None],
+        "split_screening": [Interval(numbers.Real, 0, 1, closed="right"), None],
     }
 
     def _build_model(self, n_features, n_outputs, seed):
         task = {"num_classes": n_outputs} if self._task == "classification" else {"units": n_outputs}
         return keras.Sequential([
             keras.Input((n_features,)),
-            EndToEndTree(max_depth=self.max_depth, split_type=self.split_type, seed=seed, **task),
+            EndToEndTree(max_depth=self.max_depth, split_type=self.split_type, seed=seed,
+                         split_screening=self.split_screening, **task),
         ])
 
     def _early_stopping(self, initial=None):
@@ -294,7 +309,7 @@ class EndToEndTreeClassifier(ClassifierMixin, _EndToEnd, TreeClassifierBase):
         loss="the cross-entropy of the leaf distributions", stratified="stratified, ",
         cut_score="error rate, ties broken by log loss,", cut_leaves="class distributions",
         class_weight=CLASS_WEIGHT_DOC, attributes="``classes_``, ", outputs="class probabilities",
-        cv_score="accuracy", depth_cap_default="None",
+        cv_score="accuracy", depth_cap_default="None", screening_default=repr(DEFAULTS["split_screening"]),
         smoothed=(" Finally every leaf that rows of ``X`` reach (training and\n    validation parts) is set to "
                  "their smoothed class frequencies,\n    ``(n_k + 2 / K) / (n + 2)`` (Laplace's correction for two "
                  "classes):\n    the predicted class is their majority, and a leaf of few rows claims\n    no certainty, "
@@ -310,4 +325,4 @@ class EndToEndTreeRegressor(RegressorMixin, _EndToEnd, TreeRegressorBase):
         em="", loss="the mean squared error of the standardized targets (leaves trained by the optimizer)",
         stratified="", class_weight="", attributes="", cut_score="squared error", cut_leaves="mean targets",
         outputs="the standardized targets; ``predict`` maps them back", cv_score="R^2",
-        depth_cap_default='``"cv"``', smoothed="")
+        depth_cap_default='``"cv"``', smoothed="", screening_default="None")

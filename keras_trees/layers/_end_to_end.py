@@ -5,6 +5,7 @@ Not public: use :class:`keras_trees.layers.EndToEndTree` or
 """
 
 import math
+import numbers
 
 import keras
 import numpy as np
@@ -14,6 +15,7 @@ from keras_trees import _deprecation, topology
 from keras_trees.forest import Forest
 from keras_trees.layers import _validation
 from keras_trees.layers import _fit_checks
+from keras_trees.layers import _screening
 from keras_trees.layers._forest_layer import numpy
 from keras_trees.layers._heap import HeapTreeLayer, const as _const
 # Growth phases stored in the layer (``growth_phase``, written by GreedyLevelGrowth).
@@ -62,6 +64,7 @@ class EndToEndTreesBase(CheckedLoading, XLACompatibility, _fit_checks.FitChecks,
         leaf_smoothing=1e-6,
         leaf_learning="auto",
         prune_threshold=pruned_routing.DEFAULT_PRUNE_THRESHOLD,
+        split_screening=None,
         seed=None,
         **kwargs,
     ):
@@ -118,6 +121,14 @@ class EndToEndTreesBase(CheckedLoading, XLACompatibility, _fit_checks.FitChecks,
                              "regression leaves are trained by the optimizer")
         self.leaf_learning = leaf_learning
         self.prune_threshold = arguments.prune_threshold(prune_threshold)
+        if split_screening is not None:
+            if isinstance(split_screening, bool) or not isinstance(split_screening, numbers.Real) or not (
+                    0 < split_screening <= 1):
+                raise ValueError(f"split_screening must be None or a number in (0, 1], got {split_screening!r}")
+            if split_type == "per_split":
+                raise ValueError("split_screening excludes split_type='per_split' (each split reads one output)")
+            split_screening = float(split_screening)
+        self.split_screening = split_screening
         self.seed = seed
         # seed=None follows keras.utils.set_random_seed (NumPy's global generator).
         self._rng = numpy_generator(seed)
@@ -668,6 +679,12 @@ class EndToEndTreesBase(CheckedLoading, XLACompatibility, _fit_checks.FitChecks,
         a["leaves"][t, 2 * n + 1] = value
         a["leaves"][t, 2 * n + 2] = value
 
+    def _finish_stumps(self, growth, a, stumps):
+        """With ``split_screening``: each new stump reads only its node's
+        screened features (:func:`keras_trees.layers._screening.screen_stumps`)."""
+        if self.split_screening is not None:
+            _screening.screen_stumps(self, growth, a, stumps, self.split_screening)
+
     def _judge_stumps(self, growth, a, stumps):
         """A stump fails when all its samples go one way; its gain (best-first
         growth) is the information gain of its leaf distributions at its hard
@@ -730,6 +747,7 @@ class EndToEndTreesBase(CheckedLoading, XLACompatibility, _fit_checks.FitChecks,
                 "leaf_smoothing": self.leaf_smoothing,
                 "leaf_learning": self.leaf_learning,
                 "prune_threshold": self.prune_threshold,
+                "split_screening": self.split_screening,
                 "seed": self.seed,
             }
         )

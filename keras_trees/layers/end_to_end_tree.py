@@ -113,6 +113,16 @@ class EndToEndTree(EndToEndTreesBase):
             loses less than 1% of its mass there; as the steepness anneals
             almost every sample keeps one path. ``0`` is exact: the dense
             computation (every present split for every sample), unchanged.
+        split_screening: None (default: every stump reads all its features,
+            the paper's split) or ``r`` in (0, 1]: while
+            :class:`keras_trees.callbacks.GreedyLevelGrowth` grows the tree,
+            each new stump reads only the features whose best single
+            threshold on the training rows reaching it gains at least ``r``
+            times the best feature's (information gain; variance reduction
+            for regression), searched exactly in one pass over the data; the
+            others are masked out (``feature_mask``). Sparse splits where one
+            column carries a node's signal (one-hot and coded columns), dense
+            ones where many do. Needs every training row on one worker.
         seed: seed of the random split directions (unit sphere) and feature subsets.
 
     Example:

@@ -260,6 +260,10 @@ def test_split_feature_extractor_is_trained(rng):
         (dict(max_depth=3, num_classes=2, split_type="conic"), ValueError, "split_type"),
         (dict(max_depth=3, num_classes=2, inference_routing="maybe"), ValueError, "inference_routing"),
         (dict(max_depth=3, num_classes=2, split_features="cnn"), TypeError, "split_features"),
+        (dict(max_depth=3, num_classes=2, split_screening=0.0), ValueError, "split_screening"),
+        (dict(max_depth=3, num_classes=2, split_screening=1.5), ValueError, "split_screening"),
+        (dict(max_depth=3, num_classes=2, split_screening=True), ValueError, "split_screening"),
+        (dict(max_depth=3, num_classes=2, split_screening="half"), ValueError, "split_screening"),
     ],
 )
 def test_bad_arguments(kwargs, error, match):
@@ -344,3 +348,54 @@ def test_split_cnn_is_the_papers_architecture():
     dense = [layer for layer in cnn.layers if isinstance(layer, keras.layers.Dense)]
     assert [tuple(d.kernel.shape) for d in dense] == [(96, 50), (50, 1)]  # "96 x 50", "50 x 1"
     assert split_cnn((8, 8), kernel_size=3, padding="same").output_shape == (None, 1)
+
+
+def _brute_force_gains(x, y, w, num_classes):
+    """Best-threshold gain per feature by trying every cut between distinct values."""
+    def impurity(idx):
+        if num_classes is not None:
+            counts = np.bincount(y[idx], weights=w[idx], minlength=num_classes)
+            p = counts / counts.sum()
+            return -(counts * np.log(np.where(p > 0, p, 1.0))).sum()
+        mean = np.average(y[idx], weights=w[idx])
+        return (w[idx] * (y[idx] - mean) ** 2).sum()
+    every = np.arange(len(x))
+    gains = []
+    for j in range(x.shape[1]):
+        values = np.unique(x[:, j])
+        cuts = [impurity(every) - impurity(np.flatnonzero(x[:, j] <= v)) - impurity(np.flatnonzero(x[:, j] > v))
+                for v in values[:-1]]
+        gains.append(max(cuts, default=0.0))
+    return np.asarray(gains)
+
+
+@pytest.mark.parametrize("num_classes", [3, None])
+def test_screening_gains_equal_the_exhaustive_threshold_search(rng, num_classes):
+    from keras_trees.layers._screening import best_split_gains
+
+    x = np.round(rng.normal(size=(60, 4)), 1)  # ties inside features
+    x[:, 3] = 1.0  # constant: no cut, gain 0
+    y = rng.integers(0, 3, 60) if num_classes else x[:, 0] + rng.normal(size=60)
+    w = rng.uniform(0.5, 2.0, 60)
+    np.testing.assert_allclose(best_split_gains(x, y, w, num_classes), _brute_force_gains(x, y, w, num_classes),
+                               rtol=1e-9, atol=1e-9)
+
+
+def test_split_screening_masks_the_features_that_do_not_separate_a_node(rng):
+    keras.utils.set_random_seed(0)
+    x = rng.normal(size=(400, 6)).astype("float32")
+    y = (x[:, 2] > 0).astype("int32")  # the signal is in one column
+    tree = EndToEndTree(max_depth=2, num_classes=2, seed=0, split_screening=0.5)
+    model = model_for(tree, 6, lr=0.05)
+    g = GreedyLevelGrowth(x, y, epochs_per_level=4, finetune_epochs=0)
+    model.fit(x, y, batch_size=100, epochs=g.max_epochs(2), verbose=0,
+              callbacks=[g, EMLeafUpdate(x, y), SteepnessAnnealing(0.1)])
+    mask = np.asarray(tree.feature_mask)[0]
+    np.testing.assert_array_equal(mask[0], [0, 0, 1, 0, 0, 0])  # the root reads column 2 alone
+    kernel = np.asarray(tree.effective_kernel())[0, 0]
+    assert np.count_nonzero(kernel) == 1 and (np.argmax(model.predict(x, verbose=0), 1) == y).mean() > 0.97
+    assert EndToEndTree.from_config(tree.get_config()).split_screening == 0.5
+    # Without screening every split reads every column (the paper's oblique split).
+    plain = EndToEndTree(max_depth=2, num_classes=2, seed=0)
+    model_for(plain, 6)(x[:2])
+    assert plain.split_screening is None and np.asarray(plain.feature_mask).min() == 1
