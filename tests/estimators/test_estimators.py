@@ -364,9 +364,8 @@ def test_end_to_end_depth_is_cut_back_on_validation(cls, monkeypatch, eager):
     monkeypatch.setattr(cls, "_select_depth", spy)
     monkeypatch.setattr(cls, "_smoothed_leaves", lambda *args: None)  # the classifier's last step: tested below
     # 120 validation rows: fewer let a noisy full tree win by chance (the cut is tested only when made)
-    # Dense splits (no screening, as in the paper): this data's full tree overfits.
     fitted = tiny(cls, max_depth=4, min_samples_split=2, epochs_per_level=10, finetune_epochs=5,
-                  validation_fraction=0.3, depth_cap=None, split_screening=None, random_state=0).fit(x, y)
+                  validation_fraction=0.3, depth_cap=None, random_state=0).fit(x, y)
     scores, best = fitted.history_["depth_scores"], fitted.history_["depth"]
     full = topology.tree_depth(seen["state"], 0)
     assert sorted(scores) == list(range(full + 1)) and full >= 2
@@ -425,19 +424,19 @@ def test_end_to_end_classifier_leaves_are_smoothed_frequencies_of_all_fit_rows()
     np.testing.assert_allclose(tree.leaves_numpy()[0], leaves, rtol=1e-6)
 
 
-def test_end_to_end_classifier_screens_each_stumps_features_by_default():
-    """The classifier's stumps read only the features whose best threshold
-    gains at least half the best one's on their rows (split_screening=0.5);
-    the regressor's read all (None: not measured on regression sets)."""
-    assert E.EndToEndTreeClassifier().split_screening == 0.5 and E.EndToEndTreeRegressor().split_screening is None
+def test_end_to_end_classifier_screens_each_stumps_features_when_asked():
+    """split_screening=0.5: the stumps read only the features whose best
+    threshold gains at least half the best one's on their rows; the default
+    (None, the paper's split) reads all."""
+    assert E.EndToEndTreeClassifier().split_screening is None and E.EndToEndTreeRegressor().split_screening is None
     rng = np.random.default_rng(0)
     x = rng.normal(size=(300, 5)).astype("float32")
     y = (x[:, 3] > 0).astype(int)
-    fitted = tiny(E.EndToEndTreeClassifier, random_state=0).fit(x, y)
+    fitted = tiny(E.EndToEndTreeClassifier, random_state=0, split_screening=0.5).fit(x, y)
     tree = fitted.model_.layers[-1]
     assert tree.split_screening == 0.5
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(tree.feature_mask)[0, 0], [0, 0, 0, 1, 0])
-    plain = tiny(E.EndToEndTreeClassifier, random_state=0, split_screening=None).fit(x, y)
+    plain = tiny(E.EndToEndTreeClassifier, random_state=0).fit(x, y)
     assert keras.ops.convert_to_numpy(plain.model_.layers[-1].feature_mask)[0, 0].min() == 1
 
 
