@@ -16,84 +16,30 @@ so training, routing and the saved model all see the sparse split.
 import numpy as np
 
 from keras_trees import streaming, topology
-
-#: Rows x features of one chunk of the vectorized threshold search.
-_CHUNK = 1 << 21
-
+from keras_trees.layers._polytope_training import best_threshold
 
 def best_split_gains(x, y, weights, num_classes=None):
     """Per feature (column of ``x``), the gain of its best threshold on the
-    rows ``x``: the weighted information gain in nats (``num_classes`` given,
-    integer ``y``; the parent's weight times its entropy minus the
-    children's) or the weighted variance reduction (``y`` of shape ``(n,)``
-    or ``(n, units)``), cutting between distinct values only. 0 for a
-    constant feature.
+    rows ``x``: :func:`keras_trees.layers._polytope_training.best_threshold`
+    (the polytope tree's exact search: information gain in nats per unit of
+    weight, or variance reduction for ``y`` of shape ``(n,)`` or
+    ``(n, units)``) on each column; 0 where no cut exists (a constant column).
 
     >>> import numpy as np
     >>> x = np.array([[0.0, 5.0], [1.0, 5.0], [2.0, 6.0], [3.0, 5.0]])
     >>> np.round(best_split_gains(x, np.array([0, 0, 1, 1]), np.ones(4), 2), 4)
-    array([2.7726, 0.863 ])
+    array([0.6931, 0.2158])
     """
     x = np.asarray(x, np.float64)
-    w = np.asarray(weights, np.float64)
-    n, q = x.shape
-    if num_classes is not None:
-        stats = np.zeros((n, num_classes))
-        stats[np.arange(n), np.asarray(y, np.int64)] = w
-    else:
-        y = np.asarray(y, np.float64).reshape(n, -1)
-        stats = np.concatenate([w[:, None], w[:, None] * y, (w * (y * y).sum(1))[:, None]], 1)
-    gains = np.zeros(q)
-    if n < 2:
-        return gains
-    total = stats.sum(0)
-    step = max(1, _CHUNK // (n * stats.shape[1]))
-    for lo in range(0, q, step):
-        cols = slice(lo, min(q, lo + step))
-        order = np.argsort(x[:, cols], axis=0, kind="stable")
-        xs = np.take_along_axis(x[:, cols], order, 0)
-        left = np.cumsum(stats[order], axis=0)[:-1]  # (n - 1, c, s): the first i + 1 rows go left
-        right = total - left
-        cost = _impurity(left, num_classes) + _impurity(right, num_classes)
-        cost = np.where(xs[1:] > xs[:-1], cost, np.inf)  # cut between distinct values only
-        best = cost.min(0)
-        parent = _impurity(total[None], num_classes)[0]
-        gains[cols] = np.where(np.isfinite(best), np.maximum(parent - best, 0.0), 0.0)
-    return gains
-
-
-def _impurity(stats, num_classes):
-    """Weighted impurity of the rows summarized by ``stats`` (last axis):
-    mass times entropy (classes) or the within-part sum of squares."""
-    if num_classes is not None:
-        mass = stats.sum(-1)
-        p = stats / np.maximum(mass, 1e-300)[..., None]
-        return -(stats * np.log(np.where(p > 0, p, 1.0))).sum(-1)
-    mass, sums, squares = stats[..., 0], stats[..., 1:-1], stats[..., -1]
-    return squares - (sums * sums).sum(-1) / np.maximum(mass, 1e-300)
-
-
-def _route(layer, a, t, feats):
-    """Heap positions where ``feats`` stop in tree ``t`` of the growth arrays
-    ``a`` (hard routing: right iff the split's value is > 0)."""
-    state = a["state"][t]
-    kernel = a["kernel"][t] * a["mask"][t]
-    pos = np.zeros(len(feats), np.int64)
-    for _ in range(layer.max_depth):
-        inside = pos < layer.num_internal
-        at = np.flatnonzero(inside)
-        at = at[state[pos[at]] == topology.SPLIT]
-        if not len(at):
-            break
-        value = np.einsum("ij,ij->i", feats[at], kernel[pos[at]]) + a["bias"][t, pos[at]]
-        pos[at] = 2 * pos[at] + 1 + (value > 0)
-    return pos
+    gains = [best_threshold(x[:, j], y, num_classes, 1, sample_weight=weights)[1] for j in range(x.shape[1])]
+    return np.maximum(np.asarray(gains, np.float64), 0.0)
 
 
 def screen_stumps(layer, growth, a, stumps, ratio):
     """Restricts the new stumps ``[(t, n, nodes)]`` of one growth round to
     their screened features (module docstring): one pass over the growth
-    engine's data collects the rows that stop at each stump; its mask keeps
+    engine's data, routed by the layer (:meth:`route_rows`) through the
+    round's splits, collects the rows that stop at each stump; its mask keeps
     the features of gain ``>= ratio * best``, its drawn direction is kept on
     them (renormalized) and its bias put through the mean of its rows."""
     num_workers, _ = streaming.workers(getattr(growth, "model", None))
@@ -104,11 +50,16 @@ def screen_stumps(layer, growth, a, stumps, ratio):
     for t, n, _ in stumps:
         wanted.setdefault(t, set()).add(n)
     rows = {key: [] for key in ((t, n) for t, n, _ in stumps)}
+    # The layer's own hard routing, on the splits of this round (the new
+    # stumps are leaves: rows stop at them).
+    layer._write_growth(a)
+    is_split = topology.is_split_mask(a["state"])
     for feats, targets, weights in growth._source():
         feats = np.asarray(feats, np.float64).reshape(len(feats), -1)
         weights = np.asarray(weights, np.float64)
+        stops = layer.route_rows(feats, is_split, growth.batch_size)
         for t, nodes in wanted.items():
-            pos = _route(layer, a, t, feats)
+            pos = stops[:, t]
             for n in nodes:
                 at = np.flatnonzero((pos == n) & (weights > 0))
                 if len(at):
