@@ -228,6 +228,27 @@ def test_growth_logs_progress_round_trips_and_follows_set_random_seed(tmp_path, 
     assert not all(np.array_equal(a, b) for a, b in zip(initial, other))  # the seed matters
 
 
+def test_split_screening_grows_sparse_splits_that_round_trip(tmp_path):
+    """split_screening: the root stump reads only the column that separates
+    its rows (on every backend); the masked tree saves and loads exactly."""
+    x, y = blobs(240, noise_features=3)
+    y = (x[:, 0] > 0).astype("int32")  # one informative column of five
+    keras.utils.set_random_seed(0)
+    tree = EndToEndTree(max_depth=2, num_classes=2, seed=0, split_screening=0.5)
+    model = compiled(keras.Sequential([keras.Input((5,)), tree]))
+    growth = GreedyLevelGrowth(x, y, epochs_per_level=3, finetune_epochs=0)
+    model.fit(x, y, batch_size=60, epochs=growth.max_epochs(2), verbose=0,
+              callbacks=[growth, EMLeafUpdate(x, y), SteepnessAnnealing(0.1)])
+    np.testing.assert_array_equal(numpy(tree.feature_mask)[0, 0], [1, 0, 0, 0, 0])
+    assert np.count_nonzero(numpy(tree.effective_kernel())[0, 0]) == 1 and accuracy(model, x, y) > 0.95
+    path = str(tmp_path / "screened.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    assert loaded.layers[-1].split_screening == 0.5
+    np.testing.assert_array_equal(numpy(loaded.layers[-1].feature_mask), numpy(tree.feature_mask))
+    np.testing.assert_array_equal(predict(loaded, x), predict(model, x))
+
+
 def test_classifiers_saved_before_the_leaf_logits_load():
     # A classifier saved before the logits existed: 13 variables, EM leaves.
     old = EndToEndTree(max_depth=2, num_classes=3, seed=0)
