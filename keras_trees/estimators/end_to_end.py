@@ -330,4 +330,5 @@ class EndToEndTreeRegressor(RegressorMixin, _EndToEnd, TreeRegressorBase):
         em="", loss="the mean squared error of the standardized targets (leaves trained by the optimizer)",
         stratified="", class_weight="", attributes="", cut_score="squared error", cut_leaves="mean targets",
         outputs="the standardized targets; ``predict`` maps them back", cv_score="R^2",
-        depth_cap_default='``"cv"``', smoothed="", screening_default="None")
+        depth_cap_default='``"cv"``', smoothed="",
+        screening_default=repr(REGRESSOR_DEFAULTS["split_screening"]))

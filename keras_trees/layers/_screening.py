@@ -18,6 +18,7 @@ import numpy as np
 from keras_trees import streaming, topology
 from keras_trees.layers._polytope_training import best_threshold
 
+
 def best_split_gains(x, y, weights, num_classes=None):
     """Per feature (column of ``x``), the gain of its best threshold on the
     rows ``x``: :func:`keras_trees.layers._polytope_training.best_threshold`
@@ -56,14 +57,15 @@ def screen_stumps(layer, growth, a, stumps, ratio):
     is_split = topology.is_split_mask(a["state"])
     for feats, targets, weights in growth._source():
         feats = np.asarray(feats, np.float64).reshape(len(feats), -1)
-        weights = np.asarray(weights, np.float64)
+        targets, weights = np.asarray(targets), np.asarray(weights, np.float64)
         stops = layer.route_rows(feats, is_split, growth.batch_size)
+        counted = weights > 0
         for t, nodes in wanted.items():
             pos = stops[:, t]
             for n in nodes:
-                at = np.flatnonzero((pos == n) & (weights > 0))
+                at = np.flatnonzero((pos == n) & counted)
                 if len(at):
-                    rows[(t, n)].append((feats[at], np.asarray(targets)[at], weights[at]))
+                    rows[(t, n)].append((feats[at], targets[at], weights[at]))
     for (t, n), parts in rows.items():
         if not parts:
             continue
