@@ -5,7 +5,12 @@ Two parts:
 * **Fit time** (the default): each estimator with its defaults on a
   5,000 x 20 ``make_classification`` set (10 informative columns, 80% train),
   seeds ``--seeds``, printing the median seconds of ``fit``, the epochs and the
-  test accuracy. With ``--compare-patience`` every fit also runs with a fixed
+  test accuracy. Right before each fit the same rows fit CART with its depth
+  chosen by 5-fold cross-validation (the peer of issue #31, ``_data.cart_cv``),
+  and the median ratio of the two times is printed beside them: a machine
+  reference measured in the same minute (this 2-core machine's speed varies
+  by up to 2x over an hour, and an absolute time alone cannot say which state
+  a run met). With ``--compare-patience`` every fit also runs with a fixed
   ``patience`` (``_adaptive_patience = None``), alternating in one process, and
   the ratio is printed beside it (same seed, same trajectory: adaptive
   patience only stops it earlier).
@@ -33,6 +38,7 @@ import os
 import statistics
 import sys
 import time
+import types
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -68,6 +74,7 @@ def fit_time(args):
     x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=0.2, random_state=0)
     print(f"make_classification: {rows} rows x 20 columns, {len(x_train)} to fit; seeds {args.seeds}")
     rules = [("adaptive", ADAPTIVE_PATIENCE)] + ([("fixed", None)] if args.compare_patience else [])
+    fit_part = types.SimpleNamespace(x_fit=x_train, y_fit=y_train)
     results = []
     for name in args.models:
         cls = MODELS[name]
@@ -77,16 +84,22 @@ def fit_time(args):
                 estimator = cls(random_state=seed, **(SMOKE_SETTINGS.get(name, {}) if args.smoke else {}))
                 estimator._adaptive_patience = rule
                 start = time.perf_counter()
+                _data.cart_cv(fit_part, seed, quick=args.smoke)
+                cart_seconds = time.perf_counter() - start
+                start = time.perf_counter()
                 estimator.fit(x_train, y_train)
                 seconds = time.perf_counter() - start
                 epochs = len(estimator.history_.get("loss", []))
-                runs[label].append(dict(seconds=seconds, epochs=epochs, accuracy=float(estimator.score(x_test, y_test))))
+                runs[label].append(dict(seconds=seconds, epochs=epochs, accuracy=float(estimator.score(x_test, y_test)),
+                                        cart_cv_seconds=cart_seconds, cart_cv_ratio=seconds / cart_seconds))
         row = {"model": name}
         for label, _ in rules:
-            row[label] = {key: statistics.median(r[key] for r in runs[label]) for key in ("seconds", "epochs", "accuracy")}
+            row[label] = {key: statistics.median(r[key] for r in runs[label])
+                          for key in ("seconds", "epochs", "accuracy", "cart_cv_seconds", "cart_cv_ratio")}
             row[label]["runs"] = runs[label]
         text = (f"{name:11s} fit {row['adaptive']['seconds']:6.1f} s  epochs {row['adaptive']['epochs']:5.0f}  "
-                f"accuracy {row['adaptive']['accuracy']:.4f}")
+                f"accuracy {row['adaptive']['accuracy']:.4f}   | CART (CV) beside it "
+                f"{row['adaptive']['cart_cv_seconds']:5.2f} s, ratio {row['adaptive']['cart_cv_ratio']:5.1f}")
         if args.compare_patience:
             fixed = row["fixed"]
             text += (f"   | fixed patience: fit {fixed['seconds']:6.1f} s  epochs {fixed['epochs']:5.0f}  "

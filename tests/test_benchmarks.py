@@ -160,11 +160,13 @@ def test_end_to_end_letter_smoke(tmp_path, capfd):
 def test_fit_time_smoke(tmp_path, capfd):
     out, payload = smoke("benchmarks/fit_time.py", tmp_path, capfd, "--compare-patience")
     assert "make_classification: 600 rows x 20 columns, 480 to fit; seeds [0]" in out
-    line_with(out, "hinge", "fit", "epochs", "accuracy", "fixed patience", "time ratio")
+    line_with(out, "hinge", "fit", "epochs", "accuracy", "CART (CV) beside it", "fixed patience", "time ratio")
     line_with(out, "tel", "fit", "time ratio")
     assert payload["benchmark"] == "fit_time" and [r["model"] for r in payload["results"]] == ["hinge", "tel"]
     for row in payload["results"]:
         assert row["adaptive"]["epochs"] == row["fixed"]["epochs"] == 1 and row["adaptive"]["seconds"] > 0
+        for run in row["adaptive"]["runs"] + row["fixed"]["runs"]:  # the reference timed beside every fit
+            assert run["cart_cv_seconds"] > 0 and run["cart_cv_ratio"] == run["seconds"] / run["cart_cv_seconds"]
 
 
 def test_fit_time_curves_smoke(tmp_path, capfd):
