@@ -232,7 +232,7 @@ def cart_cv(split, seed, quick=False, regression=False):
     """CART with its depth (1-20 or unlimited; ``quick``: 1, 2, 4, 8, unlimited)
     chosen by 5-fold cross-validation on ``split.x_fit`` (accuracy, stratified
     folds, fewer where the smallest class has fewer than 5 rows; R^2 for a
-    regressor), refitted there: the CART a user tunes (issue #31). Returns
+    regressor), refitted there: the CART a user tunes. Returns
     the fitted ``GridSearchCV`` (its first best on ties: the shallower)."""
     from sklearn.model_selection import GridSearchCV, KFold, StratifiedKFold
     from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor

@@ -1,4 +1,4 @@
-"""Fit time of the estimators, and the early-stopping rule that saves it (issue #31).
+"""Fit time of the estimators, and the early-stopping rule that saves it.
 
 Two parts:
 
@@ -6,7 +6,7 @@ Two parts:
   5,000 x 20 ``make_classification`` set (10 informative columns, 80% train),
   seeds ``--seeds``, printing the median seconds of ``fit``, the epochs and the
   test accuracy. Right before each seed's fits the same rows fit CART with its
-  depth chosen by 5-fold cross-validation (the peer of issue #31,
+  depth chosen by 5-fold cross-validation (the single trees' peer,
   ``_data.cart_cv``), and the median ratio of the times is printed beside them: a machine
   reference measured in the same minute (this 2-core machine's speed varies
   by up to 2x over an hour, and an absolute time alone cannot say which state

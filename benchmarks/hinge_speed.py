@@ -1,6 +1,6 @@
 """Hinge forest custom op vs a dense keras.ops evaluation of every node.
 
-Setting of the issue: batch 256, 100 input features, 100 trees (and 100 ferns),
+Setting: batch 256, 100 input features, 100 trees (and 100 ferns),
 26 outputs, depths 2 to 10, float32. Both implementations run compiled
 (``tf.function`` / ``jax.jit``) on the same inputs, measured side by side in
 one process with their repetitions interleaved, so load from other processes
@@ -43,7 +43,7 @@ import numpy as np  # noqa: E402
 
 BATCH, FEATURES, TREES, UNITS = 256, 100, 100, 26
 DEPTHS = tuple(range(2, 11))
-# From the issue, measured on this 2-core machine; not re-measured here.
+# Quoted for the public PyTorch extension on a 2-core machine; not measured by this script.
 PYTORCH_REFERENCE_MS = {"train": 150.0, "inference": 44.0}
 
 

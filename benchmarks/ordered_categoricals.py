@@ -1,4 +1,4 @@
-"""Ordered categoricals as ranks or as one-hot columns (issue #31, part 3).
+"""Ordered categoricals as ranks or as one-hot columns.
 
 A synthetic five-class problem with two ordered categorical columns (6 and 10
 levels, ``pd.Categorical(..., ordered=True)``) and six numeric ones: the class
@@ -6,9 +6,9 @@ is the quintile of ``0.8 a + 0.5 b + 1.5 x0 + x1 x2 + noise`` (``a``, ``b``:
 the categories' ranks), 4,000 rows, a stratified 80/20 split per seed. Each
 estimator with its defaults is fitted twice on the same split: on the frame
 as it is (ordered columns become ranks, the estimators' preprocessing) and
-with the two columns made unordered (``cat.as_unordered()``: one-hot columns,
-as before ranks existed). xgboost (``enable_categorical``, early stopping on
-10% of the training rows) is the reference when it is installed.
+with the two columns made unordered (``cat.as_unordered()``: one-hot
+columns). xgboost (``enable_categorical``, early stopping on 10% of the
+training rows) is the reference when it is installed.
 
     python benchmarks/ordered_categoricals.py                 # hinge and tel, seeds 0 1 2
     python benchmarks/ordered_categoricals.py --models tel --seeds 0

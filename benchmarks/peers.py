@@ -24,9 +24,9 @@ several at once):
 * ``cart-cv``: ``DecisionTreeClassifier`` with its depth (1-20 or
   unlimited) chosen by stratified 5-fold cross-validation on train +
   validation (``GridSearchCV``, accuracy; ties: the shallower), refitted
-  there: the tuned CART a user gets (issue #31's peer for the single trees).
-* ``cart-d8``: the same tree at the fixed depth 8 (the depth the issue's goals
-  compare the single-tree families with), fitted on train + validation.
+  there: the tuned CART a user gets (the fair peer of a single tree).
+* ``cart-d8``: the same tree at the fixed depth 8 (the depth the defaults'
+  goals compare the single-tree families with), fitted on train + validation.
 * ``rf``: ``RandomForestClassifier`` with its defaults (100 trees), fitted on
   train + validation. Size: nodes.
 * ``node``, ``grande``: the differentiable-tree peers, each trained by
@@ -126,10 +126,10 @@ DATASET_GROUPS = {
     "held-out": _data.HELD_OUT_SETS,
     "held-out-2": _data.HELD_OUT_2_SETS,
 }
-# The goals of the defaults (issue 18): every single-tree family above CART of
-# the same depth on average and on at least 3 of 4 sets (issue 31: and at
-# least level with CART of depth chosen by 5-fold CV, in accuracy and AUC); the forests within
-# 0.5 accuracy points and 0.005 AUC of early-stopped xgboost on average.
+# The goals of the defaults: every single-tree family above CART of the same
+# depth on average and on at least 3 of 4 sets, and at least level with CART
+# of depth chosen by 5-fold CV, in accuracy and AUC; the forests within 0.5
+# accuracy points and 0.005 AUC of early-stopped xgboost on average.
 SINGLE_TREES = ("e2e", "polytope", "nongreedy")
 FORESTS = ("tel", "hinge")
 
@@ -388,7 +388,7 @@ def goal_rows(results, datasets, models):
         above, ties = int(np.sum(ours > ref + 1e-9)), int(np.sum(np.abs(ours - ref) <= 1e-9))
         if reference == "cart-d8":
             goal, met = "mean > 0, above on >= 3/4 of sets", points > 0 and above >= 0.75 * len(datasets)
-        elif reference == "cart-cv":  # issue #31: at least level with the CART a user tunes
+        elif reference == "cart-cv":  # at least level with the CART a user tunes
             goal, met = "accuracy >= 0 points, AUC >= 0", points >= 0 and auc >= 0
         else:
             goal, met = "accuracy >= -0.5 points, AUC >= -0.005", points >= -0.5 and auc >= -0.005

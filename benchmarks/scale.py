@@ -37,7 +37,7 @@ are independent draws, so they are not shuffled) and reports:
   that train longer, i.e. on more rows, can reach more leaves and get slower
   per row for that reason, not because of N).
 
-Then, per family, the ratios the issue's goals are about: rows/s at the
+Then, per family, the ratios the scaling goals are about: rows/s at the
 largest N over rows/s at the smallest (flat cost per row: about 1) and the
 same for peak memory (flat: about 1), and whether the Tree Ensemble Layer at
 depth 8 trains at least 100,000 rows/s. No time is asserted: figures vary with
@@ -60,7 +60,7 @@ Families (each trained by ``model.fit`` on the stream, Adam unless noted):
   ``PolytopeLeafUpdate(train_dataset)`` (empirical leaves from the stream at
   the end of the epoch; the warm-up sets the first leaves from its rows);
   skipped, with the reason printed, where ``PolytopeLeafUpdate`` does not
-  accept a dataset (it needs the streaming statistics of issue #17).
+  accept a dataset (it needs streaming statistics).
 * ``NonGreedyTree``: NonGreedyTree(depth 6, nu=1) initialized from a CART tree
   (scikit-learn, depth 6, entropy) fitted on the first 10,000 rows of the
   stream (a fixed-size sample, so memory does not grow with N), then SGD with
@@ -70,7 +70,7 @@ Families (each trained by ``model.fit`` on the stream, Adam unless noted):
   max_attempts=1)`` (growth statistics from the stream; no warm-up, since
   growth changes the model, so tracing at each level is inside the clock);
   skipped, with the reason printed, where the callback does not accept a
-  dataset (it needs the streaming GreedyLevelGrowth of issue #17).
+  dataset (it needs a streaming GreedyLevelGrowth).
 
     python benchmarks/scale.py [--quick] [--families ...] [--sizes 1e4 1e5 ...]
         [--batch-size 1024] [--data-dir PATH] [--threads N] [--json PATH]
@@ -352,7 +352,7 @@ def _build(family, args, n, data_dir):
         model = keras.Sequential([inputs, EndToEndTree(max_depth=depth, num_classes=CLASSES, seed=0)])
         model.compile(keras.optimizers.Adam(1e-2), keras.losses.SparseCategoricalCrossentropy())
         try:
-            # Streaming statistics (issue #17): the callback reads the training stream itself.
+            # Streaming statistics: the callback reads the training stream itself.
             growth = GreedyLevelGrowth(train, epochs_per_level=1, finetune_epochs=0, max_attempts=1)
         except (TypeError, ValueError) as error:
             raise Skip(f"needs the streaming GreedyLevelGrowth (it refused a tf.data.Dataset: {error})")

@@ -185,8 +185,8 @@ struct AddBlocks {
 // (sample, tree) pairs a chunk's walk should have at least where the
 // executor allows a wider chunk (Exec::kWideScratchBytes > 0: the GPU's). A
 // GPU walk is latency-bound, a serial path per thread, so a launch of a few
-// thousand pairs leaves the GPU almost idle (the first H200 run: pruned
-// routing in chunks of 50 samples x 70 trees, 82 chunks at batch 4096).
+// thousand pairs leaves the GPU almost idle (pruned routing at the paper's
+// forest shape would otherwise walk chunks of 50 samples x 70 trees).
 constexpr int64_t kChunkWalkPairs = int64_t{1} << 16;
 // A chunk is raised to one whole block where that takes at most this many
 // bytes: then chunks are whole blocks on every executor, and the blocked sums

@@ -22,9 +22,9 @@
 //      element, the previous chunks' sum plus the chunk's blocks in order
 //      (pipeline::AddBlocks). Chunks are whole blocks (but the last), so each
 //      element is the same sequence of additions whatever the chunk size, and
-//      the serial loops are a block long (the first GPU run, on an H200, had
-//      one loop over all of a chunk's 1,459 samples per element: 160 warps
-//      for the bias gradient of 20 trees of depth 8).
+//      the serial loops are a block long (one loop over all of a chunk's
+//      samples per element would leave a few warps, such as the bias
+//      gradient's, looping over more than a thousand samples).
 // No float atomics; every float output element has one writer per launch.
 // The reductions read every coefficient of the chunk (reached or not), so
 // their cost is batch * trees * 2**depth * (input_dim + units) reads: dense,

@@ -64,9 +64,9 @@ __global__ void __launch_bounds__(kThreads) ForKernel32(Body body, uint32_t n) {
 }
 
 // A body that declares `static constexpr bool kWideIndex = true` keeps the
-// 64-bit loop: measured per kernel on an H200 (Nsight Compute, hinge forest
-// fwd+bwd, batch 4096), the 32-bit loop took hinge::Output from 72 to 53 us
-// and GradX from 21 to 17 us but PairCoefficients from 46 to 106 us.
+// 64-bit loop: measured per kernel (Nsight Compute, hinge forest fwd+bwd), the
+// 32-bit loop made hinge::Output and GradX faster but PairCoefficients more
+// than twice as slow (tests/gpu/NOTES.md).
 template <class Body, class = void>
 struct WideIndex {
   static constexpr bool value = false;

@@ -1,5 +1,5 @@
 // TensorFlow GPU kernels of the trace-free Tree Ensemble Layer ops
-// (KerasTrees>SoftTreeEnsembleTraceFree and ...Grad, #32): the kernels of
+// (KerasTrees>SoftTreeEnsembleTraceFree and ...Grad): the kernels of
 // tree_ensemble_kernels.h with the pipeline of core/tree_ensemble_pipeline.h
 // on the op's CUDA stream (cuda/tf_entry.h), scratch memory from
 // allocate_temp. Every input, gamma included, stays in device memory (no

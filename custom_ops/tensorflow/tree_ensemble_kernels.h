@@ -1,5 +1,5 @@
 // The trace-free TensorFlow kernels of the Tree Ensemble Layer
-// (KerasTrees>SoftTreeEnsembleTraceFree and ...Grad, #32), written once for
+// (KerasTrees>SoftTreeEnsembleTraceFree and ...Grad), written once for
 // both devices: the shape checks of the traced CPU kernels, outputs sized from
 // the shapes alone (no host round trip), then `Run`'s pipeline
 // (core/tree_ensemble_pipeline.h), which checks the values where the data

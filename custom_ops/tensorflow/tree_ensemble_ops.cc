@@ -102,7 +102,7 @@ Returns the gradients of the loss with respect to x, the node weights, the node
 biases and the leaf weights.
 )doc");
 
-// The trace-free pair (#32): the output's size comes from the shapes alone (no
+// The trace-free pair: the output's size comes from the shapes alone (no
 // data-dependent trace), so a GPU kernel sizes it without a host round trip;
 // the gradient walks the reachable subtrees again instead of reading a trace.
 // gamma is an ordinary (device) input: the kernels read it where it lives.

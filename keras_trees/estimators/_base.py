@@ -83,18 +83,16 @@ _PREDICT_BATCH = 8192
 
 # The single trees cut on validation data (end-to-end, convex polytope) go back
 # at most to depth 1, never to the root: a tree of depth 0 predicts a constant,
-# which no user fitting a tree on data with signal wants (issue #31, part 2),
-# and a validation part of 20-60 rows cannot tell a good first split from none
-# (on breast, bands and german, where CART's cross-validation keeps depth 1-4,
-# seeds 0-2 ended at the root). CART tuned by cross-validation also starts its
-# grid at depth 1.
+# which no user fitting a tree on data with signal wants, and a validation
+# part of 20-60 rows cannot tell a good first split from none (on small sets
+# where CART's cross-validation keeps depth 1-4, cuts ended at the root). CART
+# tuned by cross-validation also starts its grid at depth 1.
 CUT_MIN_DEPTH = 1
 
 #: The ``verbose`` and ``n_jobs`` entries of the docstrings.
 VERBOSE_DOC = """verbose: 0 silent; 1 one line per fit stage ({stages}) and a closing
             line (trees, depth, parameters, seconds, epochs, best validation
-            loss); 2 also Keras' one line per epoch. (Before 0.2, 1 showed
-            Keras' progress bar per epoch.)
+            loss); 2 also Keras' one line per epoch.
         n_jobs: CPU threads of ``fit`` and prediction (None: unchanged, all
             cores; -1 all cores, -2 all but one): PyTorch's intra-op threads
             for the call; TensorFlow's intra-op and inter-op pools only if its
@@ -163,9 +161,8 @@ def parameters(**defaults):
 #: Optimizer steps per call of the compiled training function (TensorFlow,
 #: JAX): one Python round trip per 32 mini-batches instead of one per batch.
 #: The steps and their order are the same, so the trained weights are
-#: bit-identical to ``steps_per_execution=1`` (tested); a fit of the hinge
-#: forest on 5,000 x 20 took 16.5 s with 1 and 9.8 s with 32 on TensorFlow
-#: (JAX, 6 epochs: 8.8 s and 3.4 s; 2-core CPU). No keras-trees callback has
+#: bit-identical to ``steps_per_execution=1`` (tested), and fits of small
+#: models spend far less time in Python. No keras-trees callback has
 #: per-batch hooks, which Keras calls once per execution. The estimators' own
 #: fits on TensorFlow and JAX run a whole epoch per call (:func:`_fit_on_one_iterator`);
 #: this is the compiled model's setting for any later ``fit``.
@@ -182,8 +179,8 @@ def set_random_seed(seed):
     """``keras.utils.set_random_seed(seed)`` (Python, NumPy, Keras' global
     seed, PyTorch on its backend), without importing TensorFlow only to seed
     it: Keras imports TensorFlow whenever it is installed, which on the JAX
-    and PyTorch backends added about 3 s to the first ``fit`` of a process
-    (2-core CPU) although no estimator uses TensorFlow there. TensorFlow is
+    and PyTorch backends would add seconds to the first ``fit`` of a process
+    although no estimator uses TensorFlow there. TensorFlow is
     seeded as well on its own backend or once it is imported."""
     from keras.src.utils import module_utils
 
@@ -217,7 +214,7 @@ def cv_cart_depth(task, x, y, sample_weight, max_depth, seed, criterion=None):
     """The depth from 1 to ``max_depth`` that scikit-learn's CART picks by
     5-fold cross-validation on ``(x, y)`` (accuracy, stratified folds, for
     ``task="classification"``; R^2 for regression; ties: the shallower): the
-    depth of the tuned CART, issue #31's peer of the single trees. Fewer folds
+    depth of the tuned CART, the fair peer of a single tree. Fewer folds
     where a class has fewer than 5 rows; ``max_depth`` where no 2 folds can
     be made. ``criterion``: CART's (its default if None)."""
     from sklearn.model_selection import GridSearchCV, KFold, StratifiedKFold
@@ -664,8 +661,8 @@ def _full_batches(x, y, sample_weight, batch_size, seed):
     batch that a pass cannot fill takes its last rows from the next pass: every
     row comes once per pass and every batch has the same shape. JAX compiles
     the training step once per input shape, so the smaller last batch of each
-    pass that ``fit`` makes from arrays cost a second compilation in every fit
-    (0.4 s of the Tree Ensemble estimator's 4-6 s on 5,000 x 20, 2-core CPU).
+    pass that ``fit`` makes from arrays would cost a second compilation in
+    every fit, a sizeable share of a small one.
     ``fit`` reads ``steps_per_epoch`` batches an epoch from this one generator."""
     rng = np.random.default_rng(seed)
     n = len(x)
@@ -683,9 +680,8 @@ def _fit_on_one_iterator(model, batches, steps, fit_kwargs, steps_per_execution=
     for the whole fit (:func:`_one_pass_per_epoch`, :func:`_full_batches`).
 
     Given NumPy arrays, Keras makes a new data iterator every epoch; on
-    TensorFlow, in the estimators' short epochs, that cost more than the
-    training steps (the end-to-end tree, 5,000 x 20, 2-core CPU: 7.0 s per fit
-    with Keras' iterators, 3.9 s with one). Here ``fit`` reads ``steps``
+    TensorFlow, in the estimators' short epochs, that costs more than the
+    training steps. Here ``fit`` reads ``steps``
     batches per epoch from one iterator, and one call of the training function
     runs the whole epoch (``steps_per_execution`` = ``steps``: from an endless
     stream a call takes ``steps_per_execution`` batches whatever the epoch's
@@ -707,8 +703,8 @@ class _ValidationLogs(keras.callbacks.Callback):
     ``test_on_batch`` (the value of ``evaluate`` up to the order of the float
     sums), more with ``evaluate`` in batches of that size. ``fit``'s
     validation creates a new ``tf.data`` iterator at every epoch on
-    TensorFlow: 36-62 ms per epoch for a few hundred rows (2-core CPU),
-    against 1.5 ms here; a fit of the end-to-end tree runs 130 epochs.
+    TensorFlow, which for a few hundred rows costs many times this one call;
+    a fit of the end-to-end tree runs over a hundred epochs.
     ``validation``: ``(x, y, sample_weight)`` NumPy arrays.
 
     ``needed`` (optional, no arguments): False when nothing will read this

@@ -32,21 +32,18 @@ from keras_trees.layers import EndToEndTree
 # EM leaves, steepness +0.1 per epoch, Adam 0.01, batch 200; depth 8.
 # With validation data the trained tree is then cut back to the depth with
 # the best validation error (the polytope estimators' rule; ties: log loss,
-# which alone prefers shallow trees because EM leaves are nearly pure). Over
-# 43 classification sets (benchmarks/peers.py: the choosing, held-out and
-# second held-out groups, seeds 0-2) against CART of depth 8: +4.94 -> +5.38
-# points on the choosing sets, +3.01 -> +4.16 on the held-out sets (11 -> 13
-# of 16 above CART), -0.18 -> -0.37 on the second held-out group (tae, 31
-# test rows, lost 7.5 points); regressors (benchmarks/regressors.py) mean
-# R^2 0.619 -> 0.664.
+# which alone prefers shallow trees because EM leaves are nearly pure). On
+# the classification sets of benchmarks/peers.py the cut gains against CART
+# of depth 8 on the choosing and held-out sets and costs a little on the
+# second held-out group (mostly one small set); it raises the regressors'
+# mean R^2
+# (benchmarks/regressors.py).
 # split_screening (EndToEndTree's: each new stump reads only the features whose
 # best single threshold on its node's rows gains at least that share of the
-# best feature's) stays off by default: with 0.5 over the 43 classification
-# sets of benchmarks/peers.py (seeds 0-2) accuracy changed by -1.04, -0.02 and
-# +0.61 points (choosing, held-out, second held-out group; 11 of the 13
-# choosing sets lower, continuous columns), AUC by +0.0053, +0.0121 and
-# +0.0057; housevotes +2.8 and splice +2.1 points (one-hot columns). See
-# docs/benchmarks.md ("Screened splits").
+# best feature's) stays off by default: with 0.5 it raises AUC on every group
+# of sets of benchmarks/peers.py and helps sets of one-hot columns, but lowers
+# accuracy on most choosing sets (continuous columns). See docs/benchmarks.md
+# ("Screened splits").
 SPLIT_SCREENING = None
 DEFAULTS = dict(
     max_depth=8, split_type="oblique", epochs_per_level=15, finetune_epochs=None, min_samples_split=2,
@@ -58,25 +55,21 @@ DEFAULTS = dict(
 # each leaf receives plus this many pseudo-rows spread evenly over the classes
 # (_EndToEnd._smoothed_leaves; an m-estimate with a uniform prior, Laplace's
 # correction for two classes), so that the smoothing does not grow with the
-# number of classes. Over the 43 classification sets of benchmarks/peers.py
-# (seeds 0-2), against the trained EM leaves: accuracy +0.04, 0 and 0 points,
-# mean AUC 0.9515 -> 0.9522 (choosing sets), 0.8184 -> 0.8235 and
-# 0.8887 -> 0.8925 (the held-out groups); AUC higher on 20 sets, lower on 8.
-# One pseudo-row per class gave the same to 0.0004. Most sets that lose have
-# 4-15 classes (movement_libras -0.025, vowel -0.015): there the hard
-# counts themselves rank them worse than the soft EM leaves did (the raw
-# frequencies lose as much), not the smoothing.
+# number of classes. On the classification sets of benchmarks/peers.py,
+# against the trained EM leaves, accuracy is level and the mean AUC higher
+# on every group (one pseudo-row per class gives about the same). Most sets
+# that lose AUC have 4-15 classes: there the hard counts themselves rank
+# worse than the soft EM leaves (the raw frequencies lose as much), not the
+# smoothing.
 LEAF_PSEUDO_ROWS = 2.0
 # The regressor's leaves are fitted by the optimizer (no closed-form EM step):
-# a node of fewer than 20 training rows stays a leaf. On diabetes and Friedman
-# #1-#3 (benchmarks/regressors.py, seeds 0-2) the mean test R^2 rises from
-# 0.508 (every node split) to 0.619: higher on three sets, level on friedman2.
+# a node of fewer than 20 training rows stays a leaf (every node split fits
+# the optimizer's leaves to too few rows: lower test R^2 on diabetes and
+# Friedman 1 and 3 of benchmarks/regressors.py, level on Friedman 2).
 # Its depth cut keeps at most the depth of CART tuned by 5-fold cross-validation
-# (depth_cap="cv"): the MSE of a 10% validation part (35 rows on diabetes) kept
-# depths 5-6 where CART's CV picks 2. On the seven sets of
-# benchmarks/regressors.py (its four and EXTRA_SETS, seeds 0-2): diabetes
-# 0.108 -> 0.285, friedman3 +0.005, friedman2 and friedman1_300 -0.001, the
-# other three unchanged (the cap was at or above the validation's choice).
+# (depth_cap="cv"): the MSE of a 10% validation part (35 rows on diabetes) can
+# keep depths far deeper than CART's CV picks; the cap helps most on
+# diabetes and changes little elsewhere (benchmarks/regressors.py).
 REGRESSOR_DEFAULTS = {**DEFAULTS, "min_samples_split": 20, "depth_cap": "cv"}
 
 _DOC = """{summary}
@@ -210,7 +203,7 @@ class _EndToEnd:
         reads the validation loss from the epoch that ends growth on
         (:class:`_FinetuneEarlyStopping`), so the epochs inside a level are not
         scored (their ``val_*`` entries in ``history_`` are NaN). On 5,000 x 20
-        (2-core CPU, TensorFlow) about 120 of a fit's 130 epochs are growth epochs."""
+        about 120 of a fit's 130 epochs are growth epochs."""
         return callbacks[0].may_end_growth
 
     def _fit_model(self, model, x, y, sample_weight, validation):

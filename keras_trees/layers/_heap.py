@@ -32,8 +32,8 @@ base class owns what follows from that:
 A family implements one hook for routing, ``_routing_parameters()``: the
 split parameters of the hard-routing op (:func:`keras_trees.ops.hard_routing.hard_route`).
 
-Counts of perfect-tree families that used to be properties (``num_leaves``)
-are methods now; the property spelling still works for one release through
+Counts of perfect-tree families are methods (``num_leaves()``); the property
+spelling of release 0.1.0 still works for one release through
 :class:`DeprecatedCount` (an ``int`` that warns when used as a number and
 returns the plain value when called).
 """

@@ -49,8 +49,8 @@ class NonGreedyHyperModel(TreeHyperModel):
             cart = DecisionTreeClassifier(max_depth=model.max_depth, criterion="entropy", random_state=0)
         else:
             cart = DecisionTreeRegressor(max_depth=model.max_depth, random_state=0)
-        # The leaves of lowest training bound (issue #35): from the default
-        # smoothing SGD lowers the bound while the accuracy falls.
+        # The leaves of lowest training bound: from the default smoothing SGD
+        # lowers the bound while the accuracy falls.
         model.initialize_from(from_sklearn(cart.fit(x, y)), leaf_smoothing="bound", x=x, y=y)
         kwargs.pop("batch_size", None)
         return model.fit(x, y, *args, batch_size=hp.get("batch_size"), **kwargs)

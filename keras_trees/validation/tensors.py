@@ -209,7 +209,7 @@ def jax_check(oks, messages, error=ValueError, output=None):
     would read the custom call's result, and a side-effecting custom call
     would both slow JAX's dispatch and break sharded (multi-device) programs:
     a ``jax.debug.callback`` taken only when a condition is false reports
-    instead (a host trip, about 0.1-0.5 ms per call). Hot paths (the layers'
+    instead (a host round trip per call). Hot paths (the layers'
     calls) pass ``output``.
     """
     import jax

@@ -71,8 +71,8 @@ def nu_sweep(x, y, xt, yt, depth, nus, epochs, out):
     for nu in nus:
         keras.utils.set_random_seed(0)
         model = NonGreedyTree(max_depth=depth, num_classes=2, nu=nu)
-        # The leaves of lowest training bound (issue #35; the default pseudo-count
-        # leaves the near-pure CART leaves overconfident and the bound loose).
+        # The leaves of lowest training bound (the default pseudo-count leaves
+        # the near-pure CART leaves overconfident and the bound loose).
         model.initialize_from(from_sklearn(cart), leaf_smoothing="bound", x=x, y=y)
         model.compile(keras.optimizers.SGD(0.005 * nu, momentum=0.9), metrics=["accuracy"])
         hist = model.fit(x, y, batch_size=64, epochs=epochs, verbose=0,
