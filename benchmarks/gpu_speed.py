@@ -7,8 +7,8 @@ under ``jax.jit``:
   compiled kernels (XLA FFI custom calls; CUDA handlers on a GPU) where they
   are available for the device;
 * ``keras.ops``: the same functions traced inside
-  ``keras_trees.ops.reference_only()``, the ``keras.ops`` path a GPU user ran
-  before the CUDA kernels (level-by-level gathers).
+  ``keras_trees.ops.reference_only()``, the ``keras.ops`` path (level-by-level
+  gathers), which a GPU runs for families without CUDA kernels.
 
 Rows (float32):
 
@@ -20,14 +20,21 @@ Rows (float32):
 * hard routing forward (``hard_route``: leaf node and path values), 100
   oblique trees over 64 inputs, every internal node a split, depth 10 and 12,
   batch 1024;
-* Tree Ensemble Layer (``soft_tree_ensemble``, #32), 20 trees of depth 8 over
+* Tree Ensemble Layer (``soft_tree_ensemble``), 20 trees of depth 8 over
   64 inputs, 10 units, transition width 1, forward and backward at batch 4096
   (gradients with respect to x, node weights, biases and leaf weights), twice:
   at initialization (the layer's initializers: SplitUniform node weights, zero
   biases, N(0, 0.05) leaves) and after training (TEL_TRAIN_STEPS full-batch
   Adam steps, through the kernels, on a fixed nonlinear regression target).
   The setting names the mean reachable leaves per (sample, tree)
-  (``mean_reachable_leaves``): the conditional passes' work follows it.
+  (``mean_reachable_leaves``): the conditional passes' work follows it;
+* pruned probabilistic routing (``pruned_route``) forward and backward, and
+  the fused EM E-step (``pruned_em_statistics``), the paper's letter forest:
+  70 oblique trees of depth 10 over 16 inputs, 26 classes, prune threshold
+  1e-4, at batch 4096, against the dense ``keras.ops`` path;
+* loss-augmented inference (``loss_augmented_inference``), fast and exact
+  search, one tree of depth 14 over 16 inputs, 26 classes, log loss, batch
+  1024.
 
 Timing: a few warm-up calls, then the median of N calls (fewer, at least 5,
 where a row's calls would take more than about 10 s), each waited for with
@@ -83,7 +90,7 @@ import numpy as np  # noqa: E402
 INPUT_SETS = 3
 PIPELINE_CALLS = 50
 # Each row's timed calls (both paths, the medians and the pipelined runs
-# together) take about this long at most: a slow row (on the H200 the pruned
+# together) take about this long at most: a slow row (on a GPU the pruned
 # routing row at the paper's forest shape) gets fewer calls, at least
 # MIN_REPS, so the whole table fits the GPU check's step.
 ROW_BUDGET_S = 10.0
@@ -95,9 +102,9 @@ PUBLISHED_PYTORCH_CUDA_HINGE_MS = {"atomics": {256: 0.89, 4096: 1.90},
                                    "deterministic": {256: 5.0, 4096: 69.7}}
 HINGE_GOAL = {"max_ms": 0.15, "min_ratio": 9.0}
 ROUTING_GOAL = {"min_ratio": 10.0}
-PRUNED_GOAL = {"min_ratio": 5.0}  # #33: pruned routing fwd+bwd at batch 4096, vs the dense keras.ops path
+PRUNED_GOAL = {"min_ratio": 5.0}  # pruned routing fwd+bwd at batch 4096, vs the dense keras.ops path
 TEL_TRAIN_STEPS = {"smoke": 5, "full": 200}
-LAI_GOAL = {"min_ratio": 10.0}  # #33: loss-augmented inference, fast and exact, depth 14, vs the dense keras.ops path
+LAI_GOAL = {"min_ratio": 10.0}  # loss-augmented inference, fast and exact, depth 14, vs the dense keras.ops path
 # Loss-augmented inference: samples whose chosen leaves may differ from the
 # keras.ops path's (float32 near-ties among 2**14 leaf scores: the two paths
 # round the split values and log-sum-exps differently).
@@ -106,20 +113,20 @@ AGREE_RTOL = 1e-4  # kernels vs keras.ops, relative to each output's largest mag
 # Rows whose float32 outputs sum many terms (gradients over the batch): where
 # the two paths differ by more than AGREE_RTOL, both are judged against the
 # keras.ops path in float64 on the same inputs, and the kernels agree when
-# their error is at most max(AGREE_RTOL, the keras.ops path's own error). On
-# the CPU, pruned routing at the benchmark's shape (batch 256): kernels 1.0e-6
-# from float64, the float32 keras.ops path 4.0e-4 (its gamma gradient).
+# their error is at most max(AGREE_RTOL, the keras.ops path's own error): at
+# pruned routing's shape the float32 keras.ops path is itself the one far from
+# float64 (its gamma gradient).
 WIDE_JUDGED = ("hinge", "tel", "pruned", "pruned_em")
 NODE_MISMATCH_FRACTION = 1e-4  # routing: leaf nodes that may differ (split values within rounding of 0)
 
 
 def settings(smoke):
     """The rows: dicts of family, shapes and goal."""
-    # Pruned probabilistic routing (#33): the paper's forest on letter (70
+    # Pruned probabilistic routing: the paper's forest on letter (70
     # trees, depth 10, 16 features, 26 classes), default prune threshold.
     pruned_smoke = dict(trees=3, depth=3, features=5, units=2, gamma=2.0, threshold=1e-3)
     pruned = dict(trees=70, depth=10, features=16, units=26, gamma=2.0, threshold=1e-4)
-    # Loss-augmented inference (#33), log loss: a non-greedy tree of depth 14.
+    # Loss-augmented inference, log loss: a non-greedy tree of depth 14.
     lai_smoke = dict(depth=3, features=5, classes=3)
     lai = dict(depth=14, features=16, classes=26)
     if smoke:
@@ -285,7 +292,7 @@ def tel_step(gamma):
 
 
 def pruned_inputs(s, rng):
-    """Pruned routing (#33), oblique splits, every node split: input sets
+    """Pruned routing, oblique splits, every node split: input sets
     ``(x, split_weights, split_bias, gamma, leaf_values)`` (leaf values: class
     distributions for the E-step) and the shared ``(is_split, cotangent)`` or
     ``(is_split, labels)``."""
@@ -333,7 +340,7 @@ def pruned_em_step(threshold):
 
 
 def lai_inputs(s, rng):
-    """Loss-augmented inference (#33), one tree, log loss: input sets ``(x,
+    """Loss-augmented inference, one tree, log loss: input sets ``(x,
     split_weights, split_bias, leaf_values, labels)``, nothing shared."""
     import jax.numpy as jnp
 

@@ -3,7 +3,8 @@
 Importing the package loads (and on first use compiles) the compiled kernels
 of the active Keras backend: the custom TensorFlow ops under TensorFlow (which
 also registers the ops needed to ``tf.saved_model.load`` a SavedModel exported
-from a keras-trees model), the XLA FFI handlers under JAX.
+from a keras-trees model), the XLA FFI handlers under JAX, the
+``torch.library`` ops under PyTorch.
 """
 
 __version__ = "0.2.0"

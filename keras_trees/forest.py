@@ -324,12 +324,15 @@ class Forest:
         feature, threshold: axis-aligned splits: ``(T, I)`` feature ids and
             thresholds (``threshold`` also for noisy-OR splits).
         expert_weights: noisy-OR splits: ``(T, I, K_experts)`` ``r_k >= 0``.
-        right_if: ``"positive"`` (right iff value > 0) or ``"negative"``
-            (right iff value < 0: the Tree Ensemble Layer, whose activation of
-            the value is the probability of going left).
+        right_if: ``"positive"`` (right iff value > 0: what every layer's
+            ``to_forest()`` and :func:`~keras_trees.interop.sklearn.from_sklearn`
+            write, the Tree Ensemble Layer included, whose activation of the
+            value is the probability of going right) or ``"negative"`` (right
+            iff value < 0: for split values that measure going left, such as
+            the raw convention of :func:`keras_trees.ops.soft_tree_ensemble`).
         aggregation: how tree outputs combine: ``"sum"``, ``"mean"`` or ``"none"``.
         family: where the trees come from (``"end_to_end_tree"``,
-            ``"sklearn"``, ...).
+            ``"sklearn_decision_tree"``, ...).
         leaf_output: one line on what a leaf's value means.
         inputs: what the splits read (``"layer input"`` or a description).
         leaf_prediction: whether the source's (inference) output is exactly

@@ -25,20 +25,15 @@ from keras_trees.losses import GammaProcessPrior
 # fit_greedy, Adam 0.05, batch 256, min_gain 0.01; depth 8, cut back on the
 # validation data), with its annealing path in half the epochs: 30 epochs per
 # level with lambda +0.2 per epoch instead of 60 with +0.1 (the same lambda at
-# the end of each level). Over the 43 sets of benchmarks/peers.py (seeds 0-2):
-# accuracy +0.06, +0.14 and +0.00 points and AUC +0.0054, +0.0017 and -0.0007
-# on the choosing, held-out and second held-out groups, with fits about half
-# as long; 20 epochs with +0.3 lost 0.2 points on both held-out groups;
-# regression R^2 0.662 -> 0.694 (regressors.py). The
-# paper tunes the epochs per data set by cross-validation. No gamma-process
-# prior by default: at the weight 1 of its default hyperparameters it
-# dominates the objective of the deep nodes, which few rows reach (on bupa
-# the tree fell back to its root, a constant). Without it (benchmarks/peers.py,
-# seeds 0-2): +0.3 points and +0.010 AUC on the 13 choosing sets (above CART-8
-# on 11 of them instead of 13), +0.6 points and
-# +0.010 AUC on the 16 held-out sets, +1.6 points and +0.007 AUC on the 14
-# sets of the second held-out group; letter +1.8 (polytope_letter.py);
-# regression R^2 0.606 -> 0.662.
+# the end of each level): level in accuracy and AUC on the sets of
+# benchmarks/peers.py with fits about half as long, and a higher regression
+# R^2 (benchmarks/regressors.py); shorter still (20 epochs, +0.3) lost
+# accuracy on the held-out groups. The paper tunes the epochs per data set by
+# cross-validation. No gamma-process prior by default: at the weight 1 of its
+# default hyperparameters it dominates the objective of the deep nodes, which
+# few rows reach (on bupa the tree fell back to its root, a constant);
+# without it accuracy and AUC are higher on every group of sets of
+# benchmarks/peers.py, on letter (polytope_letter.py) and in regression.
 DEFAULTS = dict(
     max_depth=8, num_experts=20, epochs_per_level=30, annealing_increment=0.2, min_samples_split=10,
     min_gain=0.01, finetune_epochs=0, prior_weight=0.0, learning_rate=0.05, batch_size=256,
@@ -144,10 +139,11 @@ class ConvexPolytopeTreeClassifier(ClassifierMixin, _ConvexPolytope, TreeClassif
     __doc__ = _DOC.format(
         verbose=VERBOSE_DOC.format(stages='a line per grown level'), explain=EXPLAIN_DOC,
         summary="A convex polytope tree classifier (splits are noisy-ORs of K linear experts).",
-        objective="the conditional entropy with the gamma-process prior", leaves="class distributions",
+        objective="the conditional entropy (with the gamma-process prior when ``prior_weight`` > 0)",
+        leaves="class distributions",
         score="""error rate, ties broken by the log loss (on
-    imbalanced data every depth may predict the majority class: the accuracy
-    alone, shallowest on ties, kept the root, a constant)""",
+    imbalanced data every depth may predict the majority class, and the
+    accuracy alone, shallowest on ties, would keep the root, a constant)""",
         stratified="stratified, ", class_weight=CLASS_WEIGHT_DOC,
         attributes="``classes_``, ", outputs="class probabilities")
 
@@ -158,6 +154,7 @@ class ConvexPolytopeTreeRegressor(RegressorMixin, _ConvexPolytope, TreeRegressor
     __doc__ = _DOC.format(
         verbose=VERBOSE_DOC.format(stages='a line per grown level'), explain=EXPLAIN_DOC,
         summary="A convex polytope tree regressor (splits are noisy-ORs of K linear experts).",
-        objective="the leaf variance with the gamma-process prior", leaves="mean (standardized) targets",
+        objective="the leaf variance (with the gamma-process prior when ``prior_weight`` > 0)",
+        leaves="mean (standardized) targets",
         score="mean squared error", stratified="", class_weight="", attributes="",
         outputs="the standardized targets; ``predict`` maps them back")

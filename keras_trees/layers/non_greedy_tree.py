@@ -60,8 +60,9 @@ class NonGreedyTree(CheckedLoading, CheckedInputs, XLACompatibility, HeapTreeLay
     Training (``fit``) uses Keras' own training step on every backend
     (TensorFlow, JAX, PyTorch; XLA on JAX): the objective is
     :meth:`compute_loss`. For each mini-batch, loss-augmented inference (the
-    compiled ``KerasTrees>LossAugmentedInference`` op on TensorFlow, its
-    ``keras.ops`` reference elsewhere; not differentiated) finds the
+    compiled kernels on every backend: the ``KerasTrees>LossAugmentedInference``
+    op, its XLA FFI call or its ``torch.library`` op; the ``keras.ops``
+    reference where they are unavailable; not differentiated) finds the
     loss-augmented leaf ``f(g)`` of every sample (fast Hamming-ball search of
     Eq. 13 by default, ``inference="exact"`` for Eq. 10); the loss is the
     (sample-weighted) mean of the surrogate of Eq. 9 at those leaves, whose
@@ -454,8 +455,8 @@ class NonGreedyTree(CheckedLoading, CheckedInputs, XLACompatibility, HeapTreeLay
                 crosses into leaves whose loss for ``y`` is large, the bound is
                 loose (letter, depth 8: 1.74 against a log loss of 0.68 with
                 ``s = 1``) and SGD lowers the bound by blurring leaves and
-                widening margins while the loss and accuracy fall (issue #35);
-                from the bound-minimizing leaves (1.10 against 0.88 there) SGD
+                widening margins while the loss and accuracy fall;
+                from the bound-minimizing leaves (1.10 against 0.89 there) SGD
                 lowers the bound, the loss and the error together.
             scale_to_nu: rescale every non-zero row ``[w_i, b_i]`` to norm ``nu``
                 (the tightest bound the constraint allows, Proposition 1);

@@ -3,7 +3,7 @@
 Each function is written once in ``keras.ops`` (the reference path and the test
 oracle for the compiled kernels); the public entry points dispatch to the
 compiled kernels of the active backend (TensorFlow custom ops, JAX XLA FFI
-handlers) when they are loaded. ``reference_only()`` forces the reference path.
+handlers, PyTorch ``torch.library`` ops) when they are loaded. ``reference_only()`` forces the reference path.
 
 The public names are declared where they are defined (``@keras_trees_export``):
 

@@ -31,9 +31,9 @@ _DISABLE_ENV = "KERAS_TREES_DISABLE_CUSTOM_OPS"
 # prepared GPU check, tests/gpu/, and benchmarks that time the kernels).
 _GPU_KERNELS_ENV = "KERAS_TREES_GPU_KERNELS"
 _GPU_KERNELS_CHOICES = ("measured", "all")
-# Families whose CUDA kernels ran slower than the keras.ops path on a GPU
-# (docs/backends.md#gpu-kernels): the Tree Ensemble Layer, 9.8-12.6 ms against
-# 1.7-1.8 ms fwd+bwd at batch 4096 (20 trees of depth 8) on an H200, 2026-11-27.
+# Families whose CUDA kernels measured slower than the keras.ops path on the
+# GPUs measured (docs/backends.md#gpu-kernels): the Tree Ensemble Layer, whose
+# per-(sample, tree) walks lose to the dense path's matrix products there.
 _GPU_SLOWER = ("soft_tree",)
 # Backends with compiled kernels -> prefix of their wrapper modules.
 _BINDINGS = {"tensorflow": "tf", "jax": "jax", "torch": "torch"}
@@ -41,7 +41,10 @@ _BINDINGS = {"tensorflow": "tf", "jax": "jax", "torch": "torch"}
 # (keras_trees/_build.py: TORCH_TARGET_VERSION).
 _TORCH_MINIMUM = (2, 10)
 # Every op family with compiled kernels; its wrapper module is
-# keras_trees.ops._<prefix>_<family> ("check": the runtime input checks).
+# keras_trees.ops._<prefix>_<family> ("check": the runtime input checks; under
+# JAX it has no wrapper module: keras_trees/validation/tensors.py calls its FFI
+# target KerasTreesCheck itself, so only the family's presence in DISPATCH
+# counts there and the "_jax_check" names below are never imported).
 FAMILIES = ("soft_tree", "hinge", "hard_routing", "loss_augmented", "pruned_routing", "check")
 _GPU_FAMILIES = ("hinge", "hard_routing", "loss_augmented")
 # The families bound to PyTorch (torch.library ops of custom_ops/torch/).
@@ -51,9 +54,10 @@ _TORCH_FAMILIES = ("hinge", "hard_routing", "soft_tree", "loss_augmented", "prun
 # (JAX) is the same, and the framework picks the kernel of the device.
 DISPATCH = {
     ("tensorflow", "cpu"): {f: f"_tf_{f}" for f in FAMILIES},
-    # The Tree Ensemble Layer (#32) on a GPU: TensorFlow GPU kernels of its
+    # The Tree Ensemble Layer on a GPU: TensorFlow GPU kernels of its
     # trace-free ops (the wrapper picks them there, _tf_soft_tree.py), XLA FFI
-    # CUDA handlers under JAX. Built with nvcc, not yet run on a GPU.
+    # CUDA handlers under JAX; both run only with KERAS_TREES_GPU_KERNELS=all
+    # (_GPU_SLOWER). The TensorFlow GPU kernels have not run on a GPU.
     ("tensorflow", "gpu"): {f: f"_tf_{f}" for f in (*_GPU_FAMILIES, "soft_tree", "pruned_routing")},
     ("jax", "cpu"): {f: f"_jax_{f}" for f in FAMILIES},
     ("jax", "gpu"): {f: f"_jax_{f}" for f in (*_GPU_FAMILIES, "soft_tree", "pruned_routing", "check")},
@@ -83,7 +87,7 @@ PORTABLE_TARGETS = (
     "KerasTreesHingeForestGrad",
     "KerasTreesHardRouting",
     "KerasTreesHardRoutingExperts",
-    "KerasTreesLossAugmentedInference",  # xla/loss_augmented_portable_ffi.cc (#33)
+    "KerasTreesLossAugmentedInference",  # xla/loss_augmented_portable_ffi.cc
 )
 # The handlers of the JAX CUDA library (symbol: the target name + "Cuda").
 CUDA_TARGETS = (*PORTABLE_TARGETS, "KerasTreesCheck")
@@ -91,10 +95,9 @@ _lock = threading.Lock()
 _state = {"loaded": None, "module": None, "error": None, "warned": False,
           "gpu": None, "gpu_error": None}
 _local = threading.local()
-# Pruned probabilistic routing (#33): the CPU emulation of its GPU kernels
+# Pruned probabilistic routing: the CPU emulation of its GPU kernels
 # (xla/pruned_routing_portable_ffi.cc, "<Target>Portable") and its CUDA handlers
 # (cuda/xla_pruned_routing.cu, "<Target>Cuda"), under the CPU handlers' targets.
-# Built with nvcc, not yet run on a GPU.
 _PRUNED_TARGETS = (
     "KerasTreesPrunedRouting",
     "KerasTreesPrunedRoutingGrad",
@@ -471,9 +474,10 @@ def custom_ops_available(family=None):
     That needs the loaded kernels, no :func:`reference_only` context, and
     kernels of the family for the device the call runs on (:data:`DISPATCH`):
     every family on the CPU (PyTorch: CPU tensors); hinge forests and ferns,
-    hard routing and the Tree Ensemble Layer (``"soft_tree"``) also on CUDA
-    GPUs under TensorFlow and JAX, and so does pruned routing
-    (``"pruned_routing"``), when nvcc built them. The device is
+    hard routing, loss-augmented inference and pruned routing also on CUDA
+    GPUs under TensorFlow and JAX (and ``"check"`` under JAX), when nvcc
+    built them; the Tree Ensemble Layer (``"soft_tree"``) there only with
+    ``KERAS_TREES_GPU_KERNELS=all`` (:func:`gpu_kernels_choice`). The device is
     TensorFlow's placement (the innermost device scope, else the GPU when one
     is visible), JAX's default device or the device Keras puts PyTorch
     tensors on. On TensorFlow
@@ -518,7 +522,8 @@ def execution_report():
     puts tensors on, e.g. ``"cpu"``) to
     ``"kernels"`` (compiled kernels for every op family), ``"reference"`` (the
     ``keras.ops`` path) or ``"kernels for <families>; reference otherwise"``
-    (a GPU: the families with CUDA kernels); ``families``, the same per op
+    (a GPU: the families whose CUDA kernels run there, see
+    :func:`custom_ops_available`); ``families``, the same per op
     family (``{device: {family: "kernels" or "reference"}}``); ``gpu_error``,
     why GPU kernels are not loaded (None when they are, or when no GPU is
     visible); ``xla`` ("reference path" on TensorFlow when XLA compiles,
