@@ -484,6 +484,23 @@ class EndToEndTreesBase(CheckedLoading, XLACompatibility, _fit_checks.FitChecks,
         idx = node + ops.arange(self.num_trees, dtype="int32")[None] * self.num_positions
         return ops.mean(ops.take(self._flat_leaves(feats.dtype), idx, axis=0), axis=1)
 
+    def _training_posterior(self, feats):
+        """The training-time model: the greedy-growth model while ``growing``,
+        else the probabilistic posterior; only the one in use is computed.
+
+        Two conditionals, each with one branch that returns a zero tensor made
+        outside it, added up: the gradient of a conditional whose two branches
+        both compute something pairs the intermediates of one branch with those
+        of the other, position by position, whatever their dtypes, which
+        TensorFlow's graph type inference reports as an invalid graph. A
+        branch that computes nothing has no intermediates to pair.
+        """
+        growing = self.growing > 0
+        zero = ops.zeros((ops.shape(feats)[0], self.output_dim), feats.dtype)
+        growth = ops.cond(growing, lambda: self.growth_posterior(feats), lambda: zero)
+        soft = ops.cond(growing, lambda: zero, lambda: self.soft_posterior(feats))
+        return growth + soft
+
     def call(self, inputs, training=None, routing=None):
         """Training: probabilistic routing (greedy-growth model while growing).
 
@@ -497,11 +514,7 @@ class EndToEndTreesBase(CheckedLoading, XLACompatibility, _fit_checks.FitChecks,
         if training and self.split_regularizer is not None:
             self.add_loss(self.split_regularizer(self.trained_kernel()))
         if training:
-            out = ops.cond(
-                self.growing > 0,
-                lambda: self.growth_posterior(feats),
-                lambda: self.soft_posterior(feats),
-            )
+            out = self._training_posterior(feats)
         else:
             routing = routing or self.inference_routing
             if routing not in ROUTINGS:
