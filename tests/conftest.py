@@ -46,6 +46,25 @@ def _same_random_state_for_every_test():
 
 
 @pytest.fixture
+def eager_tensorflow():
+    """On TensorFlow, ``tf.function``s run eagerly for the test: a fit of a few
+    steps on tiny data costs less eagerly than traced (the traced path is
+    tested by the layer tests); elsewhere a no-op."""
+    import keras
+
+    if keras.backend.backend() != "tensorflow":
+        yield
+        return
+    import tensorflow as tf
+
+    tf.config.run_functions_eagerly(True)
+    try:
+        yield
+    finally:
+        tf.config.run_functions_eagerly(False)
+
+
+@pytest.fixture
 def rng():
     return np.random.default_rng(1234)
 
@@ -69,6 +88,57 @@ def run_python(code, cwd, env=None, timeout=600):
     if proc.returncode != 0:
         pytest.fail(f"child process failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc.stdout
+
+
+class FreshProcess:
+    """Snippets of code that run one after another in one fresh Python process,
+    each in its own namespace, for tests that each read one snippet's result:
+    one process start and import for all of them instead of one per test.
+
+    ``output(name)`` runs the process on first use and returns the snippet's
+    stdout, or fails the calling test with the snippet's traceback (the other
+    snippets still run and report on their own).
+    """
+
+    _MARK = "<<fresh-process-results>>"
+    _RUNNER = textwrap.dedent("""
+        import contextlib, io, json, sys, textwrap, traceback
+        results = {}
+        for name, code in json.loads(sys.stdin.read()).items():
+            out = io.StringIO()
+            try:
+                with contextlib.redirect_stdout(out):
+                    exec(compile(textwrap.dedent(code), name, "exec"), {"__name__": "__main__"})
+                results[name] = ["ok", out.getvalue()]
+            except BaseException:
+                results[name] = ["failed", out.getvalue() + traceback.format_exc()]
+        print(MARK + json.dumps(results))
+    """)
+
+    def __init__(self, snippets, cwd, env=None, timeout=600):
+        self.snippets, self.cwd, self.env, self.timeout = dict(snippets), cwd, env, timeout
+        self._results = None
+
+    def output(self, name):
+        if self._results is None:
+            import json
+
+            child_env = dict(os.environ)
+            child_env["PYTHONPATH"] = REPO_ROOT + os.pathsep + child_env.get("PYTHONPATH", "")
+            child_env.update(self.env or {})
+            proc = subprocess.run([sys.executable, "-c", self._RUNNER.replace("MARK", repr(self._MARK))],
+                                  input=json.dumps(self.snippets), cwd=self.cwd, env=child_env,
+                                  capture_output=True, text=True, timeout=self.timeout)
+            lines = [line for line in proc.stdout.splitlines() if line.startswith(self._MARK)]
+            if proc.returncode != 0 or not lines:
+                failure = ["failed", f"child process failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"]
+                self._results = {snippet: failure for snippet in self.snippets}
+            else:
+                self._results = json.loads(lines[-1][len(self._MARK):])
+        status, text = self._results[name]
+        if status != "ok":
+            pytest.fail(f"{name} failed in the shared child process:\n{text}")
+        return text
 
 
 def finite_difference_check(loss, params, num_coords=12, eps=1e-6, rng=None):

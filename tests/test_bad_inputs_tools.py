@@ -283,6 +283,7 @@ def test_export_portable_refuses_non_finite_weights(tensorflow_backend, tmp_path
     assert not (tmp_path / "p").exists()
 
 
+@pytest.mark.slow
 def test_export_portable_of_a_grown_end_to_end_tree(tensorflow_backend, tmp_path):
     # candidate_gain holds -inf by design ("no candidate"): not a reason to refuse.
     model = _tree_model()

@@ -15,6 +15,7 @@ import re
 import sys
 
 import numpy as np
+import pytest
 
 from tests._scripts import line_with, lines_matching, run_in_process
 from tests.conftest import REPO_ROOT, run_python
@@ -71,6 +72,7 @@ def run_script(script, args, tmp_path):
     return run_python(code, cwd=tmp_path)
 
 
+@pytest.mark.slow
 def test_scale_script_prints_its_table(tmp_path):
     """Without --smoke: one (family, N) in its own child process, as the full run does."""
     out_json = tmp_path / "scale.json"
@@ -87,6 +89,7 @@ def test_scale_script_prints_its_table(tmp_path):
     assert (tmp_path / "data" / "manifest.json").exists()
 
 
+@pytest.mark.slow
 def test_polytope_letter_search_chooses_on_validation_and_refits_the_choice(tmp_path, rng):
     import _data
     import polytope_letter
@@ -110,6 +113,7 @@ def smoke(script, tmp_path, capfd, *args):
     return out, json.loads(out_json.read_text())
 
 
+@pytest.mark.slow
 def test_end_to_end_finetune_speed_smoke(tmp_path, capfd):
     out, payload = smoke("benchmarks/end_to_end_finetune_speed.py", tmp_path, capfd)
     assert "letter forest: 2 trees, depth <= 3" in out and "grown in" in out
@@ -129,6 +133,7 @@ def test_end_to_end_finetune_speed_smoke(tmp_path, capfd):
     assert dense["peak_device_memory_gb"] is None and "(dense keras.ops): epochs" in out
 
 
+@pytest.mark.slow
 def test_em_estep_speed_smoke(tmp_path, capfd):
     out, payload = smoke("benchmarks/em_estep_speed.py", tmp_path, capfd)
     assert "letter forest: 2 trees, depth <= 3" in out
@@ -139,6 +144,7 @@ def test_em_estep_speed_smoke(tmp_path, capfd):
     assert payload["largest_count_difference"] < 1e-3  # the fused kernel counts what the two walks count
 
 
+@pytest.mark.slow
 def test_end_to_end_forest_smoke(tmp_path, capfd):
     out, payload = smoke("benchmarks/end_to_end_forest.py", tmp_path, capfd)
     line_with(out, "increment", "accuracy", "splits/sample")
@@ -148,6 +154,7 @@ def test_end_to_end_forest_smoke(tmp_path, capfd):
     assert 0 < row["split_evals"] <= row["max_split_evals"]
 
 
+@pytest.mark.slow
 def test_end_to_end_letter_smoke(tmp_path, capfd):
     out, payload = smoke("benchmarks/end_to_end_letter.py", tmp_path, capfd)
     line_with(out, "depth", "Greedy", "Finetune", "CART")
@@ -157,6 +164,7 @@ def test_end_to_end_letter_smoke(tmp_path, capfd):
     assert row["depth"] == 2 and 1 <= row["leaves"] <= 4 and 0 <= row["finetune"] <= 1 and 0 <= row["cart"] <= 1
 
 
+@pytest.mark.slow
 def test_fit_time_smoke(tmp_path, capfd):
     out, payload = smoke("benchmarks/fit_time.py", tmp_path, capfd, "--compare-patience")
     assert "make_classification: 600 rows x 20 columns, 480 to fit; seeds [0]" in out
@@ -171,6 +179,7 @@ def test_fit_time_smoke(tmp_path, capfd):
         assert row["adaptive"]["cart_cv_ratio"] == adaptive["seconds"] / adaptive["cart_cv_seconds"]
 
 
+@pytest.mark.slow
 def test_fit_time_curves_smoke(tmp_path, capfd):
     out, payload = smoke("benchmarks/fit_time.py", tmp_path, capfd, "--curves", "iris")
     line_with(out, "hinge", "iris", "1 epochs recorded")
@@ -197,6 +206,7 @@ def test_hard_routing_speed_smoke(tmp_path, capfd):
     assert payload["backend"] == "tensorflow" and row["depth"] == 4 and row["op_ms"] > 0 and row["dense_ms"] > 0
 
 
+@pytest.mark.slow
 def test_hinge_speed_smoke(tmp_path, capfd):
     out, payload = smoke("benchmarks/hinge_speed.py", tmp_path, capfd)
     assert "smoke run" in out
@@ -207,6 +217,7 @@ def test_hinge_speed_smoke(tmp_path, capfd):
     assert [r["impl"] for r in payload["keras_train_on_batch_depth3"]] == ["op", "dense"]
 
 
+@pytest.mark.slow
 def test_hinge_letter_smoke(tmp_path, capfd):
     out, payload = smoke("benchmarks/hinge_letter.py", tmp_path, capfd)
     line_with(out, "model", "paper", "final test err", "best over epochs", "ms/step")
@@ -216,6 +227,7 @@ def test_hinge_letter_smoke(tmp_path, capfd):
     assert all(0 <= r["final_test_error_pct"] <= 100 for r in payload["runs"])
 
 
+@pytest.mark.slow
 def test_non_greedy_letter_smoke(tmp_path, capfd):
     out, payload = smoke("benchmarks/non_greedy_letter.py", tmp_path, capfd)
     line_with(out, "depth", "CART test", "non-greedy test", "diff", "CART leaves", "NG active")
@@ -232,6 +244,7 @@ def test_non_greedy_speed_smoke(tmp_path, capfd):
     assert payload["batch"] == 200 and row["depth"] == 4 and 0.5 <= row["agree"] <= 1.0
 
 
+@pytest.mark.slow
 def test_peers_smoke(tmp_path, capfd):
     out, payload = smoke("benchmarks/peers.py", tmp_path, capfd)
     assert "--smoke: 600 rows of each set" in out
@@ -253,6 +266,7 @@ def test_peers_smoke(tmp_path, capfd):
         assert 0.5 < run["auc"] <= 1.0 and run["size"] > 0, (model, run)
 
 
+@pytest.mark.slow
 def test_polytope_circles_smoke(tmp_path, capfd):
     out, payload = smoke("benchmarks/polytope_circles.py", tmp_path, capfd)
     for name in ("cpt", "cart_d2", "cart_d6", "cart_d10"):
@@ -261,6 +275,7 @@ def test_polytope_circles_smoke(tmp_path, capfd):
     assert 1 <= payload["results"]["cpt"][0]["leaves"] <= 4 and 0 <= payload["summary"]["cpt"]["auc_mean"] <= 1
 
 
+@pytest.mark.slow
 def test_polytope_diabetes_smoke(tmp_path, capfd):
     out, payload = smoke("benchmarks/polytope_diabetes.py", tmp_path, capfd)
     for name in ("cpt", "cpt_k1", "cart"):
@@ -268,6 +283,7 @@ def test_polytope_diabetes_smoke(tmp_path, capfd):
     assert payload["depth"] == 2 and all(np.isfinite(s["rmse_mean"]) for s in payload["summary"].values())
 
 
+@pytest.mark.slow
 def test_polytope_letter_smoke(tmp_path, capfd):
     out, payload = smoke("benchmarks/polytope_letter.py", tmp_path, capfd)
     for name in ("cart", "cart_unlimited", "cpt_k1", "cpt_k2"):
@@ -277,6 +293,7 @@ def test_polytope_letter_smoke(tmp_path, capfd):
     assert "refine" in payload["results"]["cpt_k2"][0]
 
 
+@pytest.mark.slow
 def test_prune_threshold_accuracy_smoke(tmp_path, capfd):
     out, payload = smoke("benchmarks/prune_threshold_accuracy.py", tmp_path, capfd)
     line_with(out, "task", "thr 0", "thr 0.0001", "max |diff| to thr 0")
@@ -285,6 +302,7 @@ def test_prune_threshold_accuracy_smoke(tmp_path, capfd):
         assert set(payload["results"][task]) == {"0.0", "0.0001"}
 
 
+@pytest.mark.slow
 def test_regressors_smoke(tmp_path, capfd):
     out, payload = smoke("benchmarks/regressors.py", tmp_path, capfd)
     line_with(out, "model", "diabetes", "average", "fit s")
@@ -296,6 +314,7 @@ def test_regressors_smoke(tmp_path, capfd):
         assert np.isfinite(s["average"]) and s["average"] <= 1.0
 
 
+@pytest.mark.slow
 def test_regressors_extra_sets_and_params(tmp_path, capfd, monkeypatch):
     """An extra synthetic set runs, ``--params`` reaches the estimator (each
     fit of the non-greedy regressor sees ``init_depth="max_depth"``, not its
@@ -325,6 +344,7 @@ def test_regressors_extra_sets_and_params(tmp_path, capfd, monkeypatch):
         _data.parse_params(["cart-cv:max_depth=3"], set(regressors.ESTIMATORS))
 
 
+@pytest.mark.slow
 def test_scale_smoke(tmp_path, capfd):
     out, payload = smoke("benchmarks/scale.py", tmp_path, capfd, "--data-dir", tmp_path / "data")
     assert "all runs in this process" in out
@@ -338,6 +358,7 @@ def test_scale_smoke(tmp_path, capfd):
             assert r["rows_per_s"] > 0 and 0.0 <= r["accuracy"] <= 1.0
 
 
+@pytest.mark.slow
 def test_tel_pmlb_smoke(tmp_path, capfd):
     out, payload = smoke("benchmarks/tel_pmlb.py", tmp_path, capfd)
     line_with(out, "data set", "TEL", "XGBoost", "CART", "paper TEL")
@@ -348,6 +369,7 @@ def test_tel_pmlb_smoke(tmp_path, capfd):
     assert run["xgboost"]["test_auc"] > 0.8  # scored, not just run (one TEL trial of one epoch can be poor)
 
 
+@pytest.mark.slow
 def test_tel_speed_smoke(tmp_path, capfd):
     out, payload = smoke("benchmarks/tel_speed.py", tmp_path, capfd)
     line_with(out, "depth", "state", "leaves", "train op", "smooth", "logistic", "infer op")
@@ -356,6 +378,7 @@ def test_tel_speed_smoke(tmp_path, capfd):
     assert [(r["depth"], r["state"]) for r in payload["rows"]] == [(2, "init"), (2, "trained")]
 
 
+@pytest.mark.slow
 def test_check_cost_graph_checks_smoke(tmp_path, capfd):
     out, payload = smoke("benchmarks/check_cost.py", tmp_path, capfd, "--graph-checks")
     line_with(out, "layer", "step", "without", "with", "ratio", "scans", "total")
@@ -363,6 +386,7 @@ def test_check_cost_graph_checks_smoke(tmp_path, capfd):
     assert payload["mode"] == "graph-checks" and set(payload["results"]) == set(check_cost.SMOKE_CASES)
 
 
+@pytest.mark.slow
 def test_check_cost_paired_smoke(tmp_path, capfd):
     """The comparison of two trees (here this checkout against itself, no worktree)."""
     out, payload = smoke("benchmarks/check_cost.py", tmp_path, capfd, "--paired")
@@ -371,6 +395,7 @@ def test_check_cost_paired_smoke(tmp_path, capfd):
     assert payload["paired"] and len(payload["results"]) == 2 * len(check_cost.SMOKE_CASES)
 
 
+@pytest.mark.slow
 def test_export_formats_smoke(tmp_path, capfd):
     out, payload = smoke("benchmarks/export_formats.py", tmp_path, capfd)
     line_with(out, "family", "format", "size KB", "median us", "p90 us", "max|diff|", "export s")
@@ -382,6 +407,7 @@ def test_export_formats_smoke(tmp_path, capfd):
         assert row["bytes"] > 0 and row["median_us"] > 0 and row["max_abs_diff"] < 1e-5
 
 
+@pytest.mark.slow
 def test_ordered_categoricals_smoke(tmp_path, capfd):
     out, payload = smoke("benchmarks/ordered_categoricals.py", tmp_path, capfd)
     assert "five classes, 6 numeric + 2 ordered categorical columns, 400 rows" in out

@@ -58,6 +58,7 @@ def test_torch_library_is_keyed_by_torch_version_and_its_sources():
         _build.library_path("torch", cuda=True)
 
 
+@pytest.mark.slow
 def test_kernel_cores_compile_without_tensorflow():
     """custom_ops/core/ is framework-free: its sources compile with nothing but
     the C++ standard library on the include path, so no TensorFlow (or XLA, CUDA)
@@ -77,6 +78,7 @@ def test_kernel_cores_compile_without_tensorflow():
     assert result.returncode == 0, result.stdout
 
 
+@pytest.mark.slow
 def test_disable_env_var_forces_reference_path(tmp_path):
     out = run_python(
         """
@@ -98,6 +100,7 @@ def test_disable_env_var_forces_reference_path(tmp_path):
     assert "(3, 2)" in out
 
 
+@pytest.mark.slow
 def test_failed_build_falls_back_with_one_warning(tmp_path):
     out = run_python(
         """

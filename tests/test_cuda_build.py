@@ -187,6 +187,7 @@ def test_every_cu_file_is_compiled_by_a_cuda_build():
     assert everything and everything <= built, sorted(str(p) for p in everything - built)
 
 
+@pytest.mark.slow
 @needs_nvcc
 def test_jax_cuda_library_links_loads_and_exports_its_handlers(jax_cuda_library, tmp_path):
     assert jax_cuda_library.name == "_keras_trees_xla_cuda.so" and jax_cuda_library.exists()
@@ -205,6 +206,7 @@ def test_jax_cuda_library_links_loads_and_exports_its_handlers(jax_cuda_library,
         assert "libcudart" not in dynamic, dynamic
 
 
+@pytest.mark.slow
 @needs_nvcc
 def test_tensorflow_cuda_library_registers_gpu_kernels(tf_cuda_library, tmp_path):
     assert tf_cuda_library.name == "_keras_trees_ops_cuda.so" and tf_cuda_library.exists()

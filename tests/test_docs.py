@@ -52,6 +52,7 @@ def run_blocks(page, tmp_path, monkeypatch):
     return ran
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page", PAGES + ["README.md"])
 def test_code_blocks_run(page, tmp_path, monkeypatch):
     run_blocks(page, tmp_path, monkeypatch)
@@ -101,6 +102,7 @@ def test_api_reference_lists_the_public_api():
                 assert (symbol.__module__, symbol.__qualname__) == where, f"{package}.{name} is defined elsewhere"
 
 
+@pytest.mark.slow
 def test_site_builds_strict(tmp_path):
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
     start = time.time()

@@ -20,6 +20,7 @@ def run(script, tmp_path, capfd, *args):
     return run_in_process(script, ["--smoke", *args], tmp_path, capfd)
 
 
+@pytest.mark.slow
 def test_quickstart(tmp_path, capfd):
     out = run("examples/quickstart.py", tmp_path, capfd)
     assert "letter: 384 train, 96 validation, 120 test samples" in out
@@ -28,6 +29,7 @@ def test_quickstart(tmp_path, capfd):
     assert "identical predictions = True" in out
 
 
+@pytest.mark.slow
 def test_cnn_tel_digits(tmp_path, capfd):
     out = run("examples/cnn_tel_digits.py", tmp_path, capfd)
     line_with(out, "model", "test accuracy", "test loss", "# params")
@@ -35,6 +37,7 @@ def test_cnn_tel_digits(tmp_path, capfd):
         lines_matching(out, rf"^\s*{name} \| [\d.]+ ± [\d.]+ \| [\d.]+ ± [\d.]+ \|\s+[\d,]+$")
 
 
+@pytest.mark.slow
 def test_interpret_breast_cancer(tmp_path, capfd):
     """Without --png the plot goes to a temporary folder, never into the working directory."""
     out = run("examples/interpret_breast_cancer.py", tmp_path, capfd)
@@ -61,6 +64,7 @@ def _multi_worker_lines(out, workers=2, epochs=1):
     return lines
 
 
+@pytest.mark.slow
 def test_multi_worker_tf_config(tmp_path, capfd):
     out = run("examples/multi_worker.py", tmp_path, capfd, "--launch", "local")
     lines = _multi_worker_lines(out)
@@ -75,6 +79,7 @@ def test_multi_worker_ray(tmp_path, capfd):
     assert [line.split(":")[0] for line in _multi_worker_lines(out, epochs=2)] == ["worker 0 of 2"]
 
 
+@pytest.mark.slow
 def test_tree_ensemble_layer_tutorial(tmp_path, capfd):
     out = run("tutorials/tree_ensemble_layer/tree_ensemble_layer.py", tmp_path, capfd, "--out", tmp_path / "out")
     lines_matching(out, r"^transition_width\s+1\.0: reachable leaves after epoch 1\s+[\d.]+, .* test AUC [\d.]+$")
@@ -82,6 +87,7 @@ def test_tree_ensemble_layer_tutorial(tmp_path, capfd):
     assert (tmp_path / "out" / "reachable_leaves.png").exists()
 
 
+@pytest.mark.slow
 def test_hinge_forests_tutorial(tmp_path, capfd):
     out = run("tutorials/hinge_forests/hinge_forests.py", tmp_path, capfd, "--out", tmp_path / "out")
     line_with(out, "x", "leaf", "vertex v*", "margin r*", "output")
@@ -91,6 +97,7 @@ def test_hinge_forests_tutorial(tmp_path, capfd):
     assert (tmp_path / "out" / "hinge_tree_1d.png").exists()
 
 
+@pytest.mark.slow
 def test_end_to_end_trees_tutorial(tmp_path, capfd):
     out = run("tutorials/end_to_end_trees/end_to_end_trees.py", tmp_path, capfd, "--out", tmp_path / "out")
     assert len(lines_matching(out, r"^epoch\s+\d+: steepness [\d.]+, mean \|soft - hard\| posterior gap")) == 2
@@ -100,6 +107,7 @@ def test_end_to_end_trees_tutorial(tmp_path, capfd):
     assert (tmp_path / "out" / "split_weights.png").exists()
 
 
+@pytest.mark.slow
 def test_deployment_tutorial(tmp_path, capfd):
     out = run("tutorials/deployment/deployment.py", tmp_path, capfd, "--out", tmp_path / "out")
     lines_matching(out, r"^test accuracy: TEL [\d.]+, tree [\d.]+ \(\d+ leaves\), both [\d.]+$")
@@ -109,6 +117,7 @@ def test_deployment_tutorial(tmp_path, capfd):
     assert "4. tree.json" in out and out.rstrip().endswith("identical predictions = True")
 
 
+@pytest.mark.slow
 def test_tuning_tutorial(tmp_path, capfd):
     out = run("tutorials/tuning/tuning.py", tmp_path, capfd, "--out", tmp_path / "out")
     lines_matching(out, r"^TEL test accuracy [\d.]+$")
@@ -117,6 +126,7 @@ def test_tuning_tutorial(tmp_path, capfd):
     assert (tmp_path / "out" / "best_tree.png").exists() and (tmp_path / "out" / "trials.png").exists()
 
 
+@pytest.mark.slow
 def test_convex_polytope_trees_tutorial(tmp_path, capfd):
     out = run("tutorials/convex_polytope_trees/convex_polytope_trees.py", tmp_path, capfd, "--out",
               tmp_path / "out")
@@ -125,6 +135,7 @@ def test_convex_polytope_trees_tutorial(tmp_path, capfd):
     assert (tmp_path / "out" / "polytopes.png").exists()
 
 
+@pytest.mark.slow
 def test_non_greedy_trees_tutorial(tmp_path, capfd):
     out = run("tutorials/non_greedy_trees/non_greedy_trees.py", tmp_path, capfd, "--out", tmp_path / "out")
     lines_matching(out, r"^\[1\] CART depth 4 -> NonGreedyTree: same predictions = True")

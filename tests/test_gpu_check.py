@@ -16,6 +16,7 @@ from tests.conftest import REPO_ROOT, run_python
 GPU_DIR = os.path.join(REPO_ROOT, "tests", "gpu")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed")
 def test_gpu_speed_smoke_prints_its_table_and_writes_json(tmp_path):
     out_json = tmp_path / "gpu_speed.json"

@@ -228,6 +228,7 @@ def test_to_forest_predicts_like_the_layer(case, trained):
         np.testing.assert_allclose(predicted.reshape(run.prediction.shape), run.prediction, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_keras_files_load_in_a_fresh_process(trained, workdir):
     for case in CASES:
         trained(case)

@@ -26,6 +26,7 @@ def _importable(module):
         return False
 
 
+@pytest.mark.slow
 def test_quick_run_prints_rows_for_each_set_and_model(tmp_path):
     out_json = tmp_path / "peers.json"
     benchmarks = os.path.join(REPO_ROOT, "benchmarks")

@@ -135,6 +135,7 @@ def test_export_checks():
         api_export.keras_trees_export("keras_trees.layers", name="TreeEnsembleLayer")(lambda: None)
 
 
+@pytest.mark.slow
 def test_keras_trees_imports_without_keras_tuner(tmp_path):
     out = run_python(
         """

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from tests.conftest import run_python
+from tests.conftest import FreshProcess, run_python
 
 BUILD_AND_SAVE = """
 import numpy as np, keras
@@ -37,9 +37,9 @@ def saved(tmp_path_factory):
     return workdir
 
 
-def test_keras_file_round_trip(saved):
-    run_python(
-        """
+# Run one after another in one fresh process (tests.conftest.FreshProcess).
+RELOADS = {
+    "keras_file_round_trip": """
         import numpy as np, keras
         import keras_trees  # registers the serializable classes
         model = keras.saving.load_model("model.keras")
@@ -49,13 +49,7 @@ def test_keras_file_round_trip(saved):
         # The reloaded model keeps training.
         model.fit(np.load("x.npy"), np.zeros(300, dtype="int32"), epochs=1, verbose=0)
         """,
-        cwd=saved,
-    )
-
-
-def test_saved_model_with_custom_ops(saved):
-    out = run_python(
-        """
+    "saved_model_with_custom_ops": """
         import numpy as np, tensorflow as tf
         import keras_trees  # registers the KerasTrees ops before loading
         loaded = tf.saved_model.load("savedmodel")
@@ -64,11 +58,46 @@ def test_saved_model_with_custom_ops(saved):
         ops = {op.type for f in loaded.serve.concrete_functions for op in f.graph.get_operations()}
         print("custom" if any(t.startswith("KerasTrees") for t in ops) else "stock")
         """,
-        cwd=saved,
-    )
+    "weights_reload_into_a_freshly_built_model": """
+        import numpy as np, keras
+        import keras_trees
+        model = keras.saving.load_model("model.keras")
+        model.save_weights("w.weights.h5")
+        fresh = keras.models.clone_model(model)
+        fresh.load_weights("w.weights.h5")
+        np.testing.assert_array_equal(fresh.predict(np.load("x.npy"), verbose=0), np.load("pred.npy"))
+        """,
+    "saved_model_is_differentiable_after_import": """
+        import numpy as np, tensorflow as tf
+        import keras_trees
+        loaded = tf.saved_model.load("savedmodel")
+        x = tf.constant(np.load("x.npy")[:5])
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = loaded.serve(x)
+        g = tape.gradient(y, x)
+        assert g is not None and np.abs(g.numpy()).sum() > 0
+        """,
+}
+
+
+@pytest.fixture(scope="module")
+def reloaded(saved):
+    return FreshProcess(RELOADS, cwd=saved)
+
+
+@pytest.mark.slow
+def test_keras_file_round_trip(reloaded):
+    reloaded.output("keras_file_round_trip")
+
+
+@pytest.mark.slow
+def test_saved_model_with_custom_ops(reloaded):
+    out = reloaded.output("saved_model_with_custom_ops")
     assert out.strip().endswith("custom")
 
 
+@pytest.mark.slow
 def test_portable_saved_model_needs_no_keras_trees(saved):
     out = run_python(
         """
@@ -86,36 +115,14 @@ def test_portable_saved_model_needs_no_keras_trees(saved):
     assert out.strip().endswith("ok")
 
 
-def test_weights_reload_into_a_freshly_built_model(saved):
-    run_python(
-        """
-        import numpy as np, keras
-        import keras_trees
-        model = keras.saving.load_model("model.keras")
-        model.save_weights("w.weights.h5")
-        fresh = keras.models.clone_model(model)
-        fresh.load_weights("w.weights.h5")
-        np.testing.assert_array_equal(fresh.predict(np.load("x.npy"), verbose=0), np.load("pred.npy"))
-        """,
-        cwd=saved,
-    )
+@pytest.mark.slow
+def test_weights_reload_into_a_freshly_built_model(reloaded):
+    reloaded.output("weights_reload_into_a_freshly_built_model")
 
 
-def test_saved_model_is_differentiable_after_import(saved):
-    run_python(
-        """
-        import numpy as np, tensorflow as tf
-        import keras_trees
-        loaded = tf.saved_model.load("savedmodel")
-        x = tf.constant(np.load("x.npy")[:5])
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            y = loaded.serve(x)
-        g = tape.gradient(y, x)
-        assert g is not None and np.abs(g.numpy()).sum() > 0
-        """,
-        cwd=saved,
-    )
+@pytest.mark.slow
+def test_saved_model_is_differentiable_after_import(reloaded):
+    reloaded.output("saved_model_is_differentiable_after_import")
 
 
 def test_truncated_keras_file_is_diagnosed_as_the_readme_says(tmp_path):

@@ -150,6 +150,7 @@ def test_user_xla_function_takes_the_reference_path():
     np.testing.assert_allclose(gw.numpy(), kw.numpy(), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_jit_support_follows_the_op_library(tmp_path):
     """With the custom ops disabled the layers are plain keras.ops and may be XLA-compiled."""
     from tests.conftest import run_python

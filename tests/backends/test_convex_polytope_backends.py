@@ -206,6 +206,7 @@ def test_model_fit_trains_a_tree_that_has_not_split_yet():
 
 
 # ------------------------------------------------------------------ seeds
+@pytest.mark.slow
 def test_set_random_seed_reproduces_construction_growth_and_fit(reference, tmp_path):
     # Twice in a fresh process, both bit-identical to this process's run. The
     # fresh process first shows that importing keras_trees and growing a tree
@@ -366,6 +367,7 @@ def test_mixed_precision_trains_like_float32(policy, reference):
 
 
 # ------------------------------------------------------------------ replicas
+@pytest.mark.slow
 def test_two_replicas_train_like_one_device(reference, tmp_path):
     out = run_replicated(
         RECIPE

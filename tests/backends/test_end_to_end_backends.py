@@ -83,6 +83,7 @@ def numpy(value):
 
 
 # ---------------------------------------------------------------- leaf learning
+@pytest.mark.slow
 def test_leaves_learn_by_gradient_in_plain_fit_and_by_em_with_the_callback(tmp_path):
     x, y = blobs()
     tree = EndToEndTree(max_depth=2, num_classes=4, seed=0)
@@ -145,6 +146,7 @@ def test_leaves_learn_by_gradient_in_plain_fit_and_by_em_with_the_callback(tmp_p
         EndToEndTree(max_depth=2, units=1, leaf_learning="em")
 
 
+@pytest.mark.slow
 def test_classifier_inside_sklearn_grid_search():
     pytest.importorskip("sklearn")
     from sklearn.model_selection import GridSearchCV, ShuffleSplit
@@ -172,6 +174,7 @@ def test_classifier_inside_sklearn_grid_search():
 
 
 # ------------------------------------------------ growth, progress, save, seeds
+@pytest.mark.slow
 def test_growth_logs_progress_round_trips_and_follows_set_random_seed(tmp_path, capsys):
     x, y = blobs(200, noise_features=2)
 
@@ -389,6 +392,7 @@ def _subclassed(trees):
     return model, [[model.dense]]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("build, num_trees", [(_nested_graphs, 2), (_subclassed, 1)])
 def test_callbacks_reach_trees_in_nested_models(build, num_trees):
     x, y = blobs(160, noise_features=1)
@@ -443,6 +447,7 @@ def float32_run():
     return _mixed_run("float32")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
 def test_mixed_precision_trains_like_float32(policy, float32_run):
     loss, accuracies, dtype, phases = _mixed_run(policy)
@@ -455,6 +460,7 @@ def test_mixed_precision_trains_like_float32(policy, float32_run):
 
 
 # ------------------------------------------------------------------- replicas
+@pytest.mark.slow
 def test_em_gradient_leaves_and_growth_train_on_two_replicas(tmp_path):
     # The tree learns its leaves by EM, the forest by gradient (leaf_learning
     # "auto" without EM for it); both grow.

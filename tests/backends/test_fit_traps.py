@@ -108,6 +108,7 @@ def test_logit_outputs_with_a_probability_loss_warn(family):
     assert "raw values (units=2)" in message and "from_logits=True" in message and "num_classes=2" in message
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["probabilities", "logits", "regression", "softmax_after", "functional"])
 def test_matching_setups_do_not_warn(case):
     x_in = keras.Input((4,))

@@ -170,6 +170,7 @@ def seeded_run(seed):
     return stages
 
 
+@pytest.mark.slow
 def test_set_random_seed_makes_construction_initialization_and_fit_reproducible():
     first, second = seeded_run(5), seeded_run(5)
     for stage_a, stage_b in zip(first, second):
@@ -234,6 +235,7 @@ class Pipeline(keras.Model):
         return self.tree.compute_loss(self.norm(x), y, y_pred, sample_weight, training=training)
 
 
+@pytest.mark.slow
 def test_stable_sgd_finds_a_tree_nested_in_another_model():
     x, y = problem()
     mean, var = x.mean(0), x.var(0)
@@ -271,6 +273,7 @@ def train_for_precision(policy):
     return model, hist, out, x, y
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
 def test_mixed_precision_trains_like_float32(policy):
     _, ref_hist, ref_out, x, y = train_for_precision("float32")
@@ -318,6 +321,7 @@ print("tensorflow loaded:", "tensorflow" in sys.modules)
 """
 
 
+@pytest.mark.slow
 def test_trains_on_two_replicas_like_on_one(tmp_path):
     out = run_replicated(REPLICATED, tmp_path)
     single, replicated = (float(v) for v in out.split("ACC")[-1].split()[:2])

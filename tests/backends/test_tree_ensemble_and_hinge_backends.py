@@ -48,6 +48,7 @@ def accuracy(model, x, y):
     return float((np.argmax(model.predict(x, verbose=0), -1) == y).mean())
 
 
+@pytest.mark.slow
 def test_import_does_not_load_tensorflow_on_other_backends(tmp_path):
     out = run_fresh(
         """
@@ -99,6 +100,7 @@ def test_mixed_precision_trains_like_float32(family, policy):
         keras.mixed_precision.set_dtype_policy("float32")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_trains_on_two_replicas(family, tmp_path):
     if BACKEND == "torch":

@@ -8,6 +8,8 @@ import pytest
 
 kt = pytest.importorskip("keras_tuner")
 
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("eager_tensorflow")]
+
 from tests.backends.conftest import run_fresh  # noqa: E402
 
 # name -> constructor expression, evaluated in this process and in the child.

@@ -26,6 +26,7 @@ def test_each_new_stump_anneals_on_its_own(rng):
     np.testing.assert_allclose(gamma, 1.0 + 0.5 * 4)
 
 
+@pytest.mark.slow
 def test_steepness_schedules_of_table_1(rng):
     x = rng.normal(size=(64, 2)).astype("float32")
     y = (x[:, 0] > 0).astype("int32")

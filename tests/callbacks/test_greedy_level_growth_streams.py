@@ -68,6 +68,7 @@ def same_trees(a, b, x):
     np.testing.assert_allclose(ma.predict(x, verbose=0), mb.predict(x, verbose=0), atol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("best_first", [False, True])
 def test_classification_grows_the_same_tree_from_arrays_dataset_and_batches(rng, best_first):
     x, y, w = classification_data(rng)
@@ -81,6 +82,7 @@ def test_classification_grows_the_same_tree_from_arrays_dataset_and_batches(rng,
         same_trees(ref, grown(make, loss, x, y, w, source, **kwargs), x)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("best_first", [False, True])
 def test_regression_forest_grows_the_same_trees_from_arrays_dataset_and_batches(rng, best_first):
     x, y, w = regression_data(rng)
@@ -150,6 +152,7 @@ def _grow_without_training(make_layer, callback, rounds):
             ("node_state", "attempts", "split_kernel", "split_bias", "leaf_values", "candidate_gain")}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("classifier", [True, False])
 def test_two_workers_take_the_decisions_of_one_worker_on_all_the_data(rng, monkeypatch, classifier):
     if classifier:

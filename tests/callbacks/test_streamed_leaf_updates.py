@@ -252,6 +252,7 @@ print("RESULT" + json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_two_real_tensorflow_workers_set_the_one_worker_leaves(tmp_path):
     """Two processes of a MultiWorkerMirroredStrategy (CPU, localhost): each
     reads half of the batches and the all-reduced statistics give every worker

@@ -66,6 +66,7 @@ def results(tmp_path_factory):
             dict(np.load(os.path.join(ref, "jax_0.npz"))))
 
 
+@pytest.mark.slow
 def test_shares_and_all_reduce_sum(results):
     processes, reference = results
     rows = np.arange(23)

@@ -184,6 +184,7 @@ def expected_share(name, worker, num_workers=2, n=23):
 SOURCES = ["arrays", "callable", "dataset", "dataset_shard_off", "list"]
 
 
+@pytest.mark.slow
 def test_workers_and_shards(results):
     for index, worker in enumerate(results["workers"]):
         s = worker["streaming"]

@@ -13,7 +13,8 @@ Cost: every check fits a new Keras model (about 70 fits per estimator for the
 * the reference estimators (the Tree Ensemble Layer classifier and regressor)
   run every check; the other families run the checks whose outcome depends on
   the family's model, training and prediction (``MODEL_CHECKS``, plain variant
-  only). The checks left out for them exercise only code all estimators share
+  only; their regressors the checks of the head and loss,
+  ``REGRESSOR_CHECKS``). The checks left out for them exercise only code all estimators share
   (:class:`keras_trees.estimators._base.TreeEstimator`: argument, input,
   target and sample-weight validation, tags, cloning, fitted attributes), so
   they pass or fail alike for every family.
@@ -26,7 +27,7 @@ import os
 
 import keras
 import pytest
-from sklearn.base import BaseEstimator
+from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.estimator_checks import estimator_checks_generator
 
 from keras_trees import estimators as E
@@ -48,6 +49,9 @@ MODEL_CHECKS = {
     "check_methods_subset_invariance",  # predictions independent of the batch
     "check_methods_sample_order_invariance",
 }
+# A family's regressor shares its model, training and prediction with the
+# classifier but for the output head and the loss: it runs the checks of those.
+REGRESSOR_CHECKS = {"check_regressors_train", "check_regressor_multioutput", "check_fit_idempotent"}
 ALL_CHECKS = os.environ.get("KERAS_TREES_ALL_ESTIMATOR_CHECKS") == "1"
 
 
@@ -66,7 +70,8 @@ def _cases():
         ):
             _, check = getattr(case, "values", case)
             name = _name(check)
-            if ALL_CHECKS or cls in REFERENCE or (name in MODEL_CHECKS and name not in seen):
+            wanted = REGRESSOR_CHECKS if issubclass(cls, RegressorMixin) else MODEL_CHECKS
+            if ALL_CHECKS or cls in REFERENCE or (name in wanted and name not in seen):
                 seen.add(name)
                 yield case
 
@@ -90,6 +95,7 @@ def _eager_functions():
     tf.config.run_functions_eagerly(False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("estimator, check", list(_cases()), ids=_id)
 def test_sklearn_compatible_estimator(estimator, check):
     check(estimator)

@@ -84,6 +84,7 @@ def test_unsupported_column_dtype_is_named():
         tiny(E.TreeEnsembleClassifier).fit(df, y)
 
 
+@pytest.mark.slow
 def test_pipeline_grid_search_and_cross_validation(eager):
     x, y = easy()
     pipe = Pipeline([("square", FunctionTransformer(np.square)),
@@ -124,6 +125,7 @@ def test_polytope_prior_weight_reaches_the_layer():
         assert tree.prior is None if weight == 0 else tree.prior.weight == weight
 
 
+@pytest.mark.slow
 def test_end_to_end_min_samples_split_stops_growth():
     x, y = easy(60)
     depths = {n: tiny(E.EndToEndTreeClassifier, min_samples_split=n, validation_fraction=0.0, random_state=0)
@@ -131,6 +133,7 @@ def test_end_to_end_min_samples_split_stops_growth():
     assert depths[61] == 0 and depths[2] > 0, depths  # 60 rows: a root leaf
 
 
+@pytest.mark.slow
 def test_non_greedy_co2_initialization_fits_an_oblique_boundary():
     rng = np.random.default_rng(0)
     x = rng.normal(size=(300, 3))
@@ -140,6 +143,7 @@ def test_non_greedy_co2_initialization_fits_an_oblique_boundary():
     assert scores["co2"] > 0.95 and scores["co2"] >= scores["cart"] + 0.03, scores
 
 
+@pytest.mark.slow
 def test_non_greedy_init_depth_cv_starts_from_the_cross_validated_cart_depth():
     """init_depth="cv": the start's depth is the one CART's 5-fold CV picks on
     the training part (a one-split boundary: depth 1), the perfect tree stays
@@ -163,6 +167,7 @@ def test_non_greedy_init_depth_cv_starts_from_the_cross_validated_cart_depth():
     assert regressor.init_depth_ == 1 and regressor.model_.depth == 4
 
 
+@pytest.mark.slow
 def test_same_random_state_same_predictions_graph_mode():
     x, y = easy(160)
     for cls in (E.TreeEnsembleClassifier, E.HingeForestRegressor):
@@ -175,6 +180,7 @@ def test_same_random_state_same_predictions_graph_mode():
         assert not np.array_equal(first._model_outputs(x), other._model_outputs(x))
 
 
+@pytest.mark.slow
 def test_end_to_end_scores_validation_only_where_early_stopping_reads_it(eager, monkeypatch):
     """Inside a level of greedy growth the validation scores are not computed
     (NaN in the history); the fit is the same as with every epoch scored."""
@@ -235,6 +241,7 @@ def test_pickle_and_keras_save_round_trips(cls, tmp_path, eager):
         keras.ops.convert_to_numpy(est.model_(x, training=False)))
 
 
+@pytest.mark.slow
 def test_regression_targets_come_back_in_their_units(eager):
     x, y = easy(200)
     target = np.stack([1000.0 * x[:, 0] + 5000.0, -x[:, 1]], axis=1)
@@ -247,6 +254,7 @@ def test_regression_targets_come_back_in_their_units(eager):
     assert single.predict(x).shape == (200,) and single.score(x, target[:, 0]) > 0.5
 
 
+@pytest.mark.slow
 def test_an_epoch_is_at_least_16_mini_batches(eager, monkeypatch):
     from keras_trees.estimators._base import TreeEstimator
     from tests.estimators.conftest import REAL_MIN_EPOCH_STEPS
@@ -316,6 +324,7 @@ def test_early_stopping_patience_adapts_to_the_best_epoch(losses, patience, adap
     assert adaptive_patience(2, 5) == 5 and adaptive_patience(2, 30, rule=None) == 30
 
 
+@pytest.mark.slow
 def test_non_greedy_nu_candidates_keep_the_best_on_validation(eager):
     x, y = easy(120)
     fitted = tiny(E.NonGreedyTreeClassifier, nu=[10.0, 1.0], random_state=0).fit(x, y)
@@ -338,6 +347,7 @@ def test_non_greedy_nu_candidates_keep_the_best_on_validation(eager):
             tiny(E.NonGreedyTreeClassifier, nu=bad).fit(x, y)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cls", [E.EndToEndTreeClassifier, E.EndToEndTreeRegressor], ids=lambda c: c.__name__)
 def test_end_to_end_depth_is_cut_back_on_validation(cls, monkeypatch, eager):
     """The trained tree is cut back to the depth with the best validation
@@ -424,6 +434,7 @@ def test_end_to_end_classifier_leaves_are_smoothed_frequencies_of_all_fit_rows()
     np.testing.assert_allclose(tree.leaves_numpy()[0], leaves, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_end_to_end_classifier_screens_each_stumps_features_when_asked():
     """split_screening=0.5: the stumps read only the features whose best
     threshold gains at least half the best one's on their rows; the default
@@ -440,6 +451,7 @@ def test_end_to_end_classifier_screens_each_stumps_features_when_asked():
     assert keras.ops.convert_to_numpy(plain.model_.layers[-1].feature_mask)[0, 0].min() == 1
 
 
+@pytest.mark.slow
 def test_end_to_end_depth_cap_cv_keeps_at_most_the_cross_validated_cart_depth(monkeypatch):
     """depth_cap="cv" (the regressor's default): the cut keeps the best
     validation depth up to the depth CART's 5-fold CV picks on the training

@@ -105,6 +105,7 @@ def _distinct_rows(out, *_):
     return [distinct, distinct]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cls", [E.EndToEndTreeClassifier, E.EndToEndTreeRegressor,
                                  E.ConvexPolytopeTreeClassifier, E.ConvexPolytopeTreeRegressor],
                          ids=lambda c: c.__name__)

@@ -128,6 +128,7 @@ def test_export_needs_a_tree_layer_and_matching_data(rng):
         route_exported(doc, x[:, :2])
 
 
+@pytest.mark.slow
 def test_plots_for_every_family(rng, tmp_path):
     matplotlib = pytest.importorskip("matplotlib")
     matplotlib.use("Agg")

@@ -66,6 +66,7 @@ def assert_same(a, b, atol=1e-5):
 FIT = dict(epochs=6, batch_size=100, learning_rate=0.05, min_gain=0.01, verbose=0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", ["classification", "regression"])
 def test_dataset_and_list_of_batches_grow_the_same_tree(task):
     x, y, w = disk_data() if task == "classification" else regression_data()
@@ -79,6 +80,7 @@ def test_dataset_and_list_of_batches_grow_the_same_tree(task):
     assert_same(*results)
 
 
+@pytest.mark.slow
 def test_streams_reach_the_accuracy_of_arrays_and_leaves_are_the_data_distribution():
     x, y, w = disk_data()
     accuracy = {}
@@ -104,6 +106,7 @@ def test_streams_reach_the_accuracy_of_arrays_and_leaves_are_the_data_distributi
     assert abs(accuracy["arrays"] - accuracy["stream"]) < 0.03, accuracy
 
 
+@pytest.mark.slow
 def test_regression_stream_with_validation_and_refinement():
     x, y, w = regression_data()
     tree, model = new_tree(units=1)
@@ -180,6 +183,7 @@ def test_stream_errors_name_the_argument():
         tree.fit_greedy(batches(x, y + 3, w), epochs=1)
 
 
+@pytest.mark.slow
 def test_two_workers_take_the_decisions_of_one_worker_on_all_the_data(monkeypatch):
     # Without stump training (epochs=0) every decision comes from statistics:
     # the stumps' polytopes around the node data, S0, the thresholds, the
@@ -225,6 +229,7 @@ def test_new_stumps_on_a_stream_start_as_on_arrays():
     np.testing.assert_allclose(s1, s0, rtol=0.03)
 
 
+@pytest.mark.slow
 def test_workers_with_fewer_batches_take_part_in_every_step(monkeypatch):
     # Synchronized (tf.distribute) steps are collectives: a worker whose shard
     # holds fewer mini-batches makes steps on rows of weight 0.

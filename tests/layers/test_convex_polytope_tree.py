@@ -17,6 +17,7 @@ def disk_data(n=600, seed=0):
     return x, (np.linalg.norm(x, axis=1) < 0.6).astype("int32")
 
 
+@pytest.mark.slow
 def test_greedy_growth_learns_a_polytope_and_sets_empirical_leaves():
     x, y = disk_data()
     tree = ConvexPolytopeTree(max_depth=3, num_experts=8, num_classes=2, seed=0)
@@ -46,6 +47,7 @@ def test_greedy_growth_learns_a_polytope_and_sets_empirical_leaves():
     assert "split" in tree.describe() and "leaf" in tree.describe()
 
 
+@pytest.mark.slow
 def test_validation_depth_selection_and_refinement_regression():
     rng = np.random.default_rng(1)
     x = rng.normal(size=(500, 3)).astype("float32")
@@ -62,6 +64,7 @@ def test_validation_depth_selection_and_refinement_regression():
     assert "kept" in history["refine"]
 
 
+@pytest.mark.slow
 def test_soft_training_in_model_fit_with_callbacks():
     x, y = disk_data(300)
     tree = ConvexPolytopeTree(max_depth=2, num_experts=4, num_classes=2, seed=0)
@@ -150,6 +153,7 @@ def saved(tmp_path_factory):
     return workdir
 
 
+@pytest.mark.slow
 def test_grown_tree_round_trips_keras_file_weights_and_savedmodel(saved):
     run_python(
         """

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.conftest import run_python
+from tests.conftest import FreshProcess, run_python
 
 GROW_AND_SAVE = """
 import numpy as np, keras
@@ -45,9 +45,9 @@ def saved(tmp_path_factory):
     return workdir
 
 
-def test_keras_file_round_trip_keeps_grown_topology(saved):
-    run_python(
-        """
+# Run one after another in one fresh process (tests.conftest.FreshProcess).
+RELOADS = {
+    "keras_file_round_trip_keeps_grown_topology": """
         import numpy as np, keras
         import keras_trees
         model = keras.saving.load_model("model.keras")
@@ -57,13 +57,7 @@ def test_keras_file_round_trip_keeps_grown_topology(saved):
         np.testing.assert_array_equal(model.predict(x, verbose=0), np.load("pred.npy"))
         np.testing.assert_allclose(np.asarray(layer.posterior(x)), np.load("soft.npy"), rtol=1e-6)
         """,
-        cwd=saved,
-    )
-
-
-def test_weights_reload_into_a_freshly_built_model(saved):
-    run_python(
-        """
+    "weights_reload_into_a_freshly_built_model": """
         import numpy as np, keras
         import keras_trees
         model = keras.saving.load_model("model.keras")
@@ -72,13 +66,7 @@ def test_weights_reload_into_a_freshly_built_model(saved):
         fresh.load_weights("w.weights.h5")
         np.testing.assert_array_equal(fresh.predict(np.load("x.npy"), verbose=0), np.load("pred.npy"))
         """,
-        cwd=saved,
-    )
-
-
-def test_saved_model_export_uses_the_hard_routing_op(saved):
-    out = run_python(
-        """
+    "saved_model_export_uses_the_hard_routing_op": """
         import numpy as np, tensorflow as tf
         import keras_trees
         loaded = tf.saved_model.load("savedmodel")
@@ -87,11 +75,31 @@ def test_saved_model_export_uses_the_hard_routing_op(saved):
         ops = {op.type for f in loaded.serve.concrete_functions for op in f.graph.get_operations()}
         print("hard" if "KerasTrees>HardRouting" in ops else sorted(ops))
         """,
-        cwd=saved,
-    )
+}
+
+
+@pytest.fixture(scope="module")
+def reloaded(saved):
+    return FreshProcess(RELOADS, cwd=saved)
+
+
+@pytest.mark.slow
+def test_keras_file_round_trip_keeps_grown_topology(reloaded):
+    reloaded.output("keras_file_round_trip_keeps_grown_topology")
+
+
+@pytest.mark.slow
+def test_weights_reload_into_a_freshly_built_model(reloaded):
+    reloaded.output("weights_reload_into_a_freshly_built_model")
+
+
+@pytest.mark.slow
+def test_saved_model_export_uses_the_hard_routing_op(reloaded):
+    out = reloaded.output("saved_model_export_uses_the_hard_routing_op")
     assert out.strip().endswith("hard")
 
 
+@pytest.mark.slow
 def test_portable_export_of_grown_trees_needs_no_keras_trees(saved):
     # export_portable traces under reference_only(): the hard-routing dispatch
     # must take the keras.ops reference path, leaving only stock TF ops.

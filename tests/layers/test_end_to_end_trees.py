@@ -55,6 +55,7 @@ def test_deterministic_model_equals_probabilistic_as_gamma_grows(rng):
     assert gaps[0] > gaps[1] > gaps[2] and gaps[2] < 2e-3, gaps
 
 
+@pytest.mark.slow
 def test_end_to_end_training_learns_and_routes_hard(rng):
     x, y = blobs(rng)
     tree = EndToEndTree(max_depth=2, num_classes=4, seed=0)
@@ -67,6 +68,7 @@ def test_end_to_end_training_learns_and_routes_hard(rng):
     assert tree.split_evaluations(x) == 2.0
 
 
+@pytest.mark.slow
 def test_growth_stops_when_one_split_makes_both_sides_pure(rng):
     keras.utils.set_random_seed(0)  # fit() shuffles batches
     x = rng.normal(size=(400, 2)).astype("float32")
@@ -85,6 +87,7 @@ def test_growth_stops_when_one_split_makes_both_sides_pure(rng):
     assert (np.argmax(model.predict(x, verbose=0), 1) == y).mean() == 1.0
 
 
+@pytest.mark.slow
 def test_growth_makes_pure_nodes_leaves(rng):
     keras.utils.set_random_seed(0)
     x = rng.normal(size=(300, 2)).astype("float32")
@@ -137,6 +140,7 @@ def attempts_exhausted(tree, growth, leaf):
     return leaf < tree.num_internal and int(attempts[leaf]) == growth.max_attempts
 
 
+@pytest.mark.slow
 def test_finetuning_after_growth_trains_every_split_on_the_sparse_path():
     # Axis-aligned splits over 2 informative and 2 constant features: a stump
     # that draws a constant feature sends all its samples one way and fails, so
@@ -297,6 +301,7 @@ def dense_bank(dim, max_depth, num_trees=1):
     return per_split_features((dim,), max_depth, num_trees, split_model=lambda i: keras.layers.Dense(1))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_per_split_features_give_every_split_its_own_model(rng, tmp_path, seed):
     keras.utils.set_random_seed(seed)

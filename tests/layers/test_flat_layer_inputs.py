@@ -90,7 +90,7 @@ def variable_message(name, variable):
 
 
 @pytest.mark.parametrize("name, variable", FLOAT_VARIABLES)
-@pytest.mark.parametrize("bad", [np.nan, np.inf])
+@pytest.mark.parametrize("bad", [np.nan, pytest.param(np.inf, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("reference", [False, True])
 def test_non_finite_variable_is_rejected_on_every_path(name, variable, bad, reference):
     layer = built(name)
@@ -476,6 +476,7 @@ def test_non_greedy_tree_rejects_fractional_labels_and_accepts_whole_floats():
         layer.loss_augmented_inference(x, y)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("label", [2**32 + 1, 2**31, 3, -1])
 def test_non_greedy_tree_rejects_labels_out_of_range_never_wrapped(label):
     x = x_data()

@@ -149,6 +149,7 @@ def test_growth_model_rejects_nan_x():
 
 
 # ------------------------------------------------------------------ item 3
+@pytest.mark.slow
 @pytest.mark.parametrize("family", FAMILIES)
 def test_nan_weights_are_rejected_naming_the_variable(family):
     x, y = data()

@@ -114,6 +114,7 @@ def test_end_to_end_gradients_reach_the_feature_layer(rng, cls):
         assert np.abs(tf.convert_to_tensor(g).numpy()).sum() > 0, f"no gradient reached {name}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cls", LAYERS)
 def test_classification_and_regression_fit(rng, cls):
     x = rng.normal(size=(400, 6)).astype("float32")
@@ -166,6 +167,7 @@ keras_trees.export_portable(model, "portable", verbose=False)
 """
 
 
+@pytest.mark.slow
 def test_keras_file_round_trip_in_a_fresh_process(tmp_path):
     run_python(SAVE, cwd=tmp_path)
     out = run_python(

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.conftest import run_python
+from tests.conftest import FreshProcess, run_python
 
 pytest.importorskip("sklearn")
 
@@ -38,9 +38,9 @@ def saved(tmp_path_factory):
     return workdir
 
 
-def test_keras_file_round_trip_and_training_resumes(saved):
-    run_python(
-        """
+# Run one after another in one fresh process (tests.conftest.FreshProcess).
+RELOADS = {
+    "keras_file_round_trip_and_training_resumes": """
         import numpy as np, keras
         import keras_trees
         from keras_trees.layers.non_greedy_tree import NonGreedyTree
@@ -53,13 +53,7 @@ def test_keras_file_round_trip_and_training_resumes(saved):
         model.fit(x, y, batch_size=50, epochs=1, verbose=0)   # optimizer state restored
         assert np.all(model.row_norms() <= 3.0 * (1 + 1e-5))
         """,
-        cwd=saved,
-    )
-
-
-def test_weights_reload_into_a_fresh_model(saved):
-    run_python(
-        """
+    "weights_reload_into_a_fresh_model": """
         import numpy as np
         import keras_trees
         from keras_trees.layers.non_greedy_tree import NonGreedyTree
@@ -68,13 +62,7 @@ def test_weights_reload_into_a_fresh_model(saved):
         fresh.load_weights("w.weights.h5")
         np.testing.assert_array_equal(fresh.predict(np.load("x.npy"), verbose=0), np.load("pred.npy"))
         """,
-        cwd=saved,
-    )
-
-
-def test_saved_model_export_uses_the_hard_routing_op(saved):
-    out = run_python(
-        """
+    "saved_model_export_uses_the_hard_routing_op": """
         import numpy as np, tensorflow as tf
         import keras_trees
         loaded = tf.saved_model.load("savedmodel")
@@ -83,6 +71,25 @@ def test_saved_model_export_uses_the_hard_routing_op(saved):
         ops = {op.type for f in loaded.serve.concrete_functions for op in f.graph.get_operations()}
         print("hard" if "KerasTrees>HardRouting" in ops else sorted(ops))
         """,
-        cwd=saved,
-    )
+}
+
+
+@pytest.fixture(scope="module")
+def reloaded(saved):
+    return FreshProcess(RELOADS, cwd=saved)
+
+
+@pytest.mark.slow
+def test_keras_file_round_trip_and_training_resumes(reloaded):
+    reloaded.output("keras_file_round_trip_and_training_resumes")
+
+
+@pytest.mark.slow
+def test_weights_reload_into_a_fresh_model(reloaded):
+    reloaded.output("weights_reload_into_a_fresh_model")
+
+
+@pytest.mark.slow
+def test_saved_model_export_uses_the_hard_routing_op(reloaded):
+    out = reloaded.output("saved_model_export_uses_the_hard_routing_op")
     assert out.strip().endswith("hard")

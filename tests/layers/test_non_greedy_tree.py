@@ -200,6 +200,7 @@ def _noisy_four_classes():
     return x[:800], y[:800], x[800:], y[800:]
 
 
+@pytest.mark.slow
 def test_training_from_the_co2_start_keeps_its_validation_accuracy():
     """Issue #35: from the greedy CO2 tree with near-pure leaves (the fixed
     leaf_smoothing=1 before the fix) the bound is loose and three epochs of

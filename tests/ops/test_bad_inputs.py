@@ -35,6 +35,10 @@ def _paths():
 
 
 PATHS = _paths()
+# The traced paths of the two largest matrices run in the full suite only (the
+# fast tier keeps their eager paths, and the traced path of the other tests).
+TIERED_PATHS = [pytest.param(p, m, id=f"{p}-{m}", marks=[pytest.mark.slow] if m == "graph" else [])
+                for p, m in PATHS]
 
 
 def _numpy(out):
@@ -294,7 +298,7 @@ def _case_id(case):
     return f"{op}-{name}-{CASES.index(case)}"
 
 
-@pytest.mark.parametrize("path,mode", PATHS, ids=[f"{p}-{m}" for p, m in PATHS])
+@pytest.mark.parametrize("path,mode", TIERED_PATHS)
 @pytest.mark.parametrize("case", CASES, ids=[_case_id(c) for c in CASES])
 def test_bad_input_is_rejected_naming_the_argument(case, path, mode):
     op, (name, change), error, message = case
@@ -310,7 +314,7 @@ def test_bad_input_is_rejected_naming_the_argument(case, path, mode):
 # ---------------------------------------------------------------- features: dtypes and static shapes
 
 
-@pytest.mark.parametrize("path,mode", PATHS, ids=[f"{p}-{m}" for p, m in PATHS])
+@pytest.mark.parametrize("path,mode", TIERED_PATHS)
 @pytest.mark.parametrize("op", sorted(OPS))
 @pytest.mark.parametrize("kind", ["int32", "int64", "bool"])
 def test_integer_and_boolean_x_give_floating_outputs(op, kind, path, mode):

@@ -337,6 +337,7 @@ def determinism_digest():
     return h.hexdigest()
 
 
+@pytest.mark.slow
 def test_bit_identical_across_runs_and_thread_counts(tmp_path):
     first = determinism_digest()
     assert determinism_digest() == first

@@ -215,6 +215,7 @@ except Exception as e:
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not hasattr(__import__("resource"), "RLIMIT_AS"), reason="needs RLIMIT_AS")
 def test_out_of_memory_raises_instead_of_aborting(tmp_path):
     # The kernel's trace lives in std::vector: a failed allocation (here under

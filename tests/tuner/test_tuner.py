@@ -8,6 +8,8 @@ import pytest
 
 kt = pytest.importorskip("keras_tuner")
 
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("eager_tensorflow")]
+
 from keras_trees.tuner import (  # noqa: E402
     ConvexPolytopeHyperModel,
     EndToEndTreeHyperModel,
