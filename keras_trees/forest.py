@@ -736,6 +736,151 @@ class Forest:
         except (TypeError, ValueError) as exc:
             raise type(exc)(f"doc does not describe a valid forest: {exc}") from None
 
+    # ------------------------------------------------------------ pruning
+    def prune(self, x=None, bounds=None, samples=None):
+        """The smallest forest that routes to the same values: a new
+        :class:`Forest` (this one is not changed).
+
+        A split is replaced by the subtree of the one child its samples can
+        reach, and two sibling leaves holding equal values become one leaf:
+
+        * a split is *constant* when no input inside ``bounds`` can flip it
+          (a split with all weights zero; an axis-aligned or one-column split
+          narrows the box of the splits below it, so a test repeated on a
+          path, or ``1.75*sex=male <= -1.0`` on a 0/1 column, is constant).
+          Pruning constant splits is exact: the pruned forest predicts what
+          this one predicts for every input inside ``bounds`` (everywhere
+          without them);
+        * with rows ``x`` (or ``samples``, their per-position counts, as
+          :meth:`node_statistics` returns them), a split is also replaced
+          when every row of ``x`` arriving there goes the same way (the other
+          child is reached by none). The pruned forest then predicts exactly
+          what this one predicts on the rows of ``x``; another input that
+          reaches a pruned split follows its rows' side.
+
+        Args:
+            x: optional ``(n, input_dim)`` rows the splits read (e.g. the
+                training rows).
+            bounds: optional ``(lower, upper)`` ``(input_dim,)`` arrays: the
+                range of each feature (``-inf`` / ``inf`` for unbounded ones,
+                ``0, 1`` for a 0/1 column). Used for linear and axis-aligned
+                splits; noisy-OR splits are constant only by ``x``.
+            samples: optional ``(num_trees, N)`` counts of rows through every
+                position of this forest (instead of ``x``).
+
+        Returns:
+            A :class:`Forest` of the same kind whose ``source_node`` maps every
+            position back to this forest's (or, if this forest has one, to
+            its source's) node id; ``extra["pruned"]`` says what was pruned.
+
+        >>> from keras_trees import topology
+        >>> state = topology.perfect(1, 2)   # the right split tests x[0] > 0 again
+        >>> f = Forest(node_state=state, split_kind="axis_aligned", feature=np.zeros((1, 3), int),
+        ...            threshold=np.zeros((1, 3)), leaves=np.arange(7.0).reshape(1, 7, 1), input_dim=1)
+        >>> g = f.prune()
+        >>> g.num_leaves().tolist(), g.predict(np.array([[-1.0], [1.0]]))[:, 0].tolist()
+        ([2], [3.0, 6.0])
+        """
+        if x is not None and samples is not None:
+            raise ValueError("prune: pass rows x or their samples, not both")
+        if x is not None:
+            samples = self.node_statistics(x)["samples"]
+        if samples is not None:
+            samples = _numeric("samples", samples)
+            _shape_error("samples", samples, self.node_state.shape)
+        p = self.input_dim
+        lower, upper = (np.full(p, -np.inf), np.full(p, np.inf)) if bounds is None else \
+            (np.broadcast_to(np.asarray(b, np.float64), (p,)).copy() for b in bounds)
+        if bounds is not None and (np.isnan(lower).any() or np.isnan(upper).any() or (lower > upper).any()):
+            raise ValueError("bounds must be (lower, upper) with lower <= upper for every feature")
+        linear = self.split_kind != "noisy_or"
+        w, b = self.linear_form() if linear else (None, None)
+        counts = {"constant": 0, "unreached": 0, "merged": 0}
+
+        def side(t, i, box):
+            """0 (left) or 1 (right) when the split goes one way, else None."""
+            if linear:
+                lo, hi, open_lo, open_hi = box
+                wi = w[t, i]
+                used = np.flatnonzero(wi)
+                at_low = [(lo[j], open_lo[j]) if wi[j] > 0 else (hi[j], open_hi[j]) for j in used]
+                low = b[t, i] + sum(wi[j] * v for j, (v, _) in zip(used, at_low))
+                high = b[t, i] + sum(wi[j] * (hi[j] if wi[j] > 0 else lo[j]) for j in used)
+                if high <= 0:
+                    counts["constant"] += 1
+                    return 0
+                if low > 0 or (low == 0 and any(is_open for _, is_open in at_low)):
+                    counts["constant"] += 1
+                    return 1
+            if samples is not None and samples[t, i] > 0:
+                reached = samples[t, 2 * i + 1] > 0, samples[t, 2 * i + 2] > 0
+                if reached[0] != reached[1]:
+                    counts["unreached"] += 1
+                    return int(reached[1])
+            return None
+
+        def build(t, i, box):
+            if self.node_state[t, i] != topology.SPLIT:
+                return i
+            way = side(t, i, box)
+            if way is not None:
+                return build(t, 2 * i + 1 + way, box)
+            boxes = [box, box]
+            if linear and np.count_nonzero(w[t, i]) == 1:  # one column: narrow its range below
+                j = int(np.flatnonzero(w[t, i])[0])
+                cut = -b[t, i] / w[t, i, j]
+                left, right = ([v.copy() for v in box] for _ in range(2))
+                if w[t, i, j] > 0:  # left: x_j <= cut; right: x_j > cut
+                    if cut < box[1][j]:
+                        left[1][j], left[3][j] = cut, False
+                    if cut >= box[0][j]:
+                        right[0][j], right[2][j] = cut, True
+                else:  # left: x_j >= cut; right: x_j < cut
+                    if cut > box[0][j]:
+                        left[0][j], left[2][j] = cut, False
+                    if cut <= box[1][j]:
+                        right[1][j], right[3][j] = cut, True
+                boxes = [left, right]
+            left, right = (build(t, 2 * i + 1 + k, boxes[k]) for k in (0, 1))
+            if not isinstance(left, tuple) and not isinstance(right, tuple) and \
+                    np.array_equal(self.leaves[t, left], self.leaves[t, right]):
+                counts["merged"] += 1
+                return left
+            return (i, left, right)
+
+        def depth(node):
+            return 0 if not isinstance(node, tuple) else 1 + max(depth(node[1]), depth(node[2]))
+
+        box = [lower, upper, np.zeros(p, bool), np.zeros(p, bool)]  # bounds, and whether each is open
+        trees = [build(t, 0, box) for t in range(self.num_trees)]
+        D = max(depth(node) for node in trees)
+        I, N = topology.num_internal(D), topology.num_positions(D)
+        T = self.num_trees
+        state = topology.empty(T, D)
+        leaves = np.zeros((T, N, self.output_dim), self.leaves.dtype)
+        source = np.full((T, N), -1, np.int64)
+        params = {name: np.zeros((T, I) + getattr(self, name).shape[2:], getattr(self, name).dtype)
+                  for name in _PARAMETERS if getattr(self, name) is not None}
+
+        def place(t, node, at):
+            old = node[0] if isinstance(node, tuple) else node
+            source[t, at] = old if self.source_node is None else self.source_node[t, old]
+            if not isinstance(node, tuple):
+                state[t, at] = topology.LEAF
+                leaves[t, at] = self.leaves[t, old]
+                return
+            state[t, at] = topology.SPLIT
+            for name, value in params.items():
+                value[t, at] = getattr(self, name)[t, old]
+            place(t, node[1], 2 * at + 1)
+            place(t, node[2], 2 * at + 2)
+
+        for t, node in enumerate(trees):
+            place(t, node, 0)
+        pruned = {**counts, "by_rows": samples is not None, "bounds": bounds is not None}
+        return dataclasses.replace(self, node_state=state, leaves=leaves, source_node=source,
+                                   extra={**self.extra, "pruned": pruned}, **params)
+
     # --------------------------------------------------------- conversion
     def pad_to_perfect(self, depth=None):
         """Perfect linear trees of ``depth`` (default ``max_depth``) with the same

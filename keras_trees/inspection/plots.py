@@ -84,6 +84,21 @@ def _fits(text, room_inches, fontsize):
     return len(text) * 0.62 * fontsize / 72.0 <= room_inches
 
 
+def _split_label(forest, tree, i, names, decimals, room, fontsize):
+    """The text drawn at split ``i``: the test that sends samples right with
+    its two largest terms, else with one (an oblique split then says how many
+    terms it has, ``+ ... (k more of n terms)``), else that text cut to the
+    room with an ellipsis; None where not even a few characters fit."""
+    for terms in (2, 1):
+        label = _rules.split_text(forest, tree, i, names, decimals, terms=terms)[1]
+        if _fits(label, room, fontsize):
+            return label
+    keep = int(room * 72.0 / (0.62 * fontsize)) - 1
+    if keep < 6:
+        return None
+    return label[:keep].rstrip() + "\u2026"
+
+
 @keras_trees_export("keras_trees.inspection")
 def plot_tree(doc, tree=0, ax=None, class_names=None, max_leaves=None, feature_names=None, max_depth=None,
               fontsize=None, decimals=3, x=None, y=None):
@@ -97,8 +112,9 @@ def plot_tree(doc, tree=0, ax=None, class_names=None, max_leaves=None, feature_n
     :func:`~keras_trees.inspection.export_text`).
 
     Deep trees stay readable: the figure grows with the number of leaves (up
-    to 60 inches), a split's label is drawn only where its subtree is wide
-    enough for it (else a dot marks the split), leaves reached by no sample
+    to 60 inches), a split's label is shortened to the width of its subtree
+    (one term of an oblique split, then cut with an ellipsis; a dot marks the
+    split only where not even a few characters fit), leaves reached by no sample
     (``samples == 0``) are drawn as a faint dot without text, and sample
     counts appear only where they fit.
 
@@ -156,8 +172,8 @@ def plot_tree(doc, tree=0, ax=None, class_names=None, max_leaves=None, feature_n
                 width = 0.3 + 6.0 * nodes[child].get("samples", total / 2) / total
                 ax.plot([xs[i], xs[child]], [y, y - 1], color="0.75" if nodes[child].get("samples") == 0 else "0.5",
                         lw=width, zorder=1, solid_capstyle="round")
-            label = _rules.split_text(forest, tree, i, names, decimals, terms=2)[1]
-            if _fits(label, span[i] * inches, fontsize):
+            label = _split_label(forest, tree, i, names, decimals, span[i] * inches, fontsize)
+            if label is not None:
                 ax.text(xs[i], y, label, ha="center", va="center", fontsize=fontsize, zorder=3,
                         bbox=dict(boxstyle="round", fc="white", ec="0.3"))
             else:

@@ -11,8 +11,8 @@ Each split prints its test twice, first the side samples going left satisfy,
 then the right side, following the forest's ``right_if``: an axis-aligned
 split ``x[f] - t`` reads ``f <= t`` / ``f >  t`` (``f >= t`` / ``f <  t`` for
 ``right_if="negative"``); an oblique one ``<w, x> + b`` reads
-``0.52*a - 0.31*b + 0.12*c + ... (4 more) <= -b`` with its ``terms`` largest
-``|w_j|``; a noisy-OR one ``f(x) <= c`` with
+``0.52*a - 0.31*b + 0.12*c + ... (4 more of 7 terms) <= -b`` with its ``terms``
+largest ``|w_j|`` and how many nonzero terms it has; a noisy-OR one ``f(x) <= c`` with
 ``f(x) = r_1*sp(<w_1, x> + b_1) + ...`` (``sp`` = softplus, facets by
 decreasing ``r_k``, facets with ``r_k = 0`` left out).
 
@@ -51,7 +51,7 @@ def _linear_terms(w, names, decimals, terms, scale=None):
         text += f" {sign} {_number(abs(w[j]), decimals)}*{names[j]}" if text else \
             f"{'-' if w[j] < 0 else ''}{_number(abs(w[j]), decimals)}*{names[j]}"
     if len(order) > terms:
-        text += f" + ... ({len(order) - terms} more)"
+        text += f" + ... ({len(order) - terms} more of {len(order)} terms)"
     return text
 
 
@@ -114,7 +114,7 @@ def split_text(forest, t, i, names, decimals, terms):
         parts = [f"{_number(r[k], decimals)}*sp({_linear_terms(forest.weights[t, i, k], names, decimals, terms, scale)}"
                  f" {'-' if forest.bias[t, i, k] < 0 else '+'} {_number(abs(forest.bias[t, i, k]), decimals)})"
                  for k in facets[:terms]]
-        more = f" + ... ({len(facets) - terms} more)" if len(facets) > terms else ""
+        more = f" + ... ({len(facets) - terms} more of {len(facets)} facets)" if len(facets) > terms else ""
         lhs, rhs = (" + ".join(parts) or "0") + more, forest.threshold[t, i]
     rhs = _number(rhs, decimals)
     if forest.right_if == "positive":
@@ -167,7 +167,7 @@ def export_text(forest, tree=0, feature_names=None, class_names=None, max_depth=
             the counts are summed batch by batch and, in a distributed run,
             over the workers (every worker must call it).
         terms: oblique splits print their ``terms`` largest-``|weight|`` terms
-            (noisy-OR splits as many facets), then ``+ ... (k more)``.
+            (noisy-OR splits as many facets), then ``+ ... (k more of n terms)``.
         spacing: width of one indentation level.
 
     >>> import numpy as np

@@ -60,11 +60,12 @@ def test_oblique_splits_print_their_largest_terms():
     w, b = tree.to_forest().weights[0, 0], tree.to_forest().bias[0, 0]
     top = np.argsort(-np.abs(w))[:3]
     assert first.startswith(f"|--- {'-' if w[top[0]] < 0 else ''}{abs(w[top[0]]):.3f}*f{top[0]}")
-    assert "+ ... (3 more) <= " in first and first.endswith(f"{-b:.3f}")
+    assert "+ ... (3 more of 6 terms) <= " in first and first.endswith(f"{-b:.3f}")
     assert text.count("class: ") == 4 and "(samples: " in text
     assert len(export_text(tree, terms=6).splitlines()[0]) > len(first)
 
 
+@pytest.mark.slow
 def test_noisy_or_splits_are_readable():
     rng = np.random.default_rng(0)
     x = rng.uniform(-1, 1, size=(300, 2)).astype("float32")
