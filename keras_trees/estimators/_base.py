@@ -64,7 +64,7 @@ from keras_trees.estimators._preprocessing import is_frame, make_preprocessor
 #: ``_parameter_constraints``: a wrong value raises ``InvalidParameterError``,
 #: a ``ValueError`` and ``TypeError`` naming the argument, in ``fit``).
 SHARED_CONSTRAINTS = {
-    "validation_fraction": [Interval(numbers.Real, 0, 1, closed="left")],
+    "validation_fraction": [Interval(numbers.Real, 0, 1, closed="left"), None],
     "batch_size": [Interval(numbers.Integral, 1, None, closed="left")],
     "learning_rate": [Interval(numbers.Real, 0, None, closed="neither")],
     "max_epochs": [Interval(numbers.Integral, 1, None, closed="left")],
@@ -334,12 +334,27 @@ class TreeEstimator(BaseEstimator):
             return mse, mse
         return _scores.error_and_log_loss(self._probabilities(out), y, w)
 
+    def _constant_score(self, y, sample_weight, validation):
+        """:meth:`_score_outputs` on the validation data of the constant
+        prediction from the training targets ``y``: their weighted mean
+        (regression), their weighted class frequencies (classification)."""
+        w = np.asarray(sample_weight, dtype=np.float64)
+        w = w / max(w.sum(), 1e-300)
+        if self._task == "regression":
+            out = w @ np.asarray(y, dtype=np.float64).reshape(len(y), -1)
+        else:
+            prior = np.bincount(np.asarray(y), weights=w, minlength=len(self.classes_))
+            prior = np.clip(prior, 1e-12, None)
+            out = prior / prior.sum() if self._outputs_probabilities else np.log(prior / prior.sum())
+        return self._score_outputs(np.repeat(np.asarray(out)[None], len(validation[1]), axis=0), *validation[1:])
+
     def _fit_candidates(self, n_features, n_outputs, seed, x, y, sample_weight, validation):
         """Builds and trains every candidate (each from the same seed); returns
         the kept model and its history."""
         candidates = self._candidates() if validation is not None else self._candidates()[:1]
         self.__dict__.pop("candidate_scores_", None)  # a refit with one candidate has none
-        best, scores = None, []
+        constant = None if validation is None else self._constant_score(y, sample_weight, validation)
+        kept, scores = [], []
         try:
             for overrides in candidates:
                 self._candidate = dict(overrides)
@@ -347,19 +362,48 @@ class TreeEstimator(BaseEstimator):
                 start = time.perf_counter()
                 model = self._build_model(n_features, n_outputs, seed)
                 history = self._fit_model(model, x, y, sample_weight, validation)
-                score = self._validation_score(model, validation) if len(candidates) > 1 else ()
-                if score:
+                # Scored on the predictions the estimator returns (predict's routing).
+                score = () if validation is None else self._validation_score(model, validation)
+                if len(candidates) > 1:
                     scores.append({**overrides, "validation_error": score[0], "validation_loss": score[1]})
                     self._say(f"candidate {', '.join(f'{k}={v!r}' for k, v in overrides.items())}: "
                               f"validation error {score[0]:.4g}, loss {score[1]:.4g} "
                               f"({time.perf_counter() - start:.1f} s)")
-                if best is None or score < best[0]:
-                    best = (score, model, history)
+                kept.append((score, model, history))
         finally:
             self._candidate = {}
         if scores:
             self.candidate_scores_ = scores
-        return best[1], best[2]
+        if validation is None:
+            return kept[0][1], kept[0][2]
+        # The best candidate among those that beat the constant prediction on
+        # the validation loss, else the best of all (and a warning).
+        beating = [k for k in kept if k[0][1] <= constant[1]]
+        score, model, history = min(beating or kept, key=lambda k: k[0])
+        history["validation_constant"] = list(constant)
+        if score[1] > constant[1]:
+            self._warn_worse_than_constant(score, constant, history)
+        return model, history
+
+    def _warn_worse_than_constant(self, score, constant, history):
+        """The ``UserWarning`` of a fitted model that predicts its validation
+        part worse than the constant prediction from the training targets."""
+        import warnings
+
+        what = "mean target" if self._task == "regression" else "class frequencies"
+        loss = "squared error" if self._task == "regression" else "log loss"
+        message = (f"{type(self).__name__}: the fitted model predicts its validation part worse than the "
+                   f"constant prediction of the training {what} (validation {loss} {score[1]:.4g} against "
+                   f"{constant[1]:.4g}), and no candidate beats it; it is returned as fitted "
+                   f"(history_['validation_constant'] holds the constant's score). "
+                   f"Try {self._worse_than_constant_advice()}, or check that X carries signal about y.")
+        self._say(message.split(": ", 1)[1])
+        warnings.warn(message, UserWarning, stacklevel=5)
+
+    def _worse_than_constant_advice(self):
+        """What to try when the fitted model is worse than the constant (the warning's advice)."""
+        return ("more training (max_epochs), a smaller learning_rate, a larger validation part "
+                "(validation_fraction or eval_set)")
 
     def _fit_model(self, model, x, y, sample_weight, validation):
         """Trains ``model``; returns its history (a dict of per-epoch lists)."""
@@ -373,7 +417,11 @@ class TreeEstimator(BaseEstimator):
                                       batch_size=_PREDICT_BATCH, verbose=0, return_dict=True)
                 initial = (float(logs[self._monitor.removeprefix("val_")]), [to_numpy(v) for v in model.weights])
             early = self._early_stopping(initial)
-        callbacks = self._callbacks(x, y, sample_weight, early)
+        self._fit_validation = validation  # for hooks that score the returned predictor
+        try:
+            callbacks = self._callbacks(x, y, sample_weight, early)
+        finally:
+            self.__dict__.pop("_fit_validation", None)
         repeat = -(-self._min_epoch_steps * self.batch_size // len(x))
         if repeat > 1:
             index = np.tile(np.arange(len(x)), repeat)
@@ -389,8 +437,15 @@ class TreeEstimator(BaseEstimator):
         # takes anyway, and given, it stops Keras' epoch iterator from making
         # a second data iterator per epoch.
         steps = -(-len(x) // self.batch_size)
-        fit = dict(epochs=self._epochs(callbacks), steps_per_epoch=steps,
-                   verbose=self._keras_verbose(), callbacks=validating + callbacks)
+        epochs = self._epochs(callbacks)
+        progress = []
+        if self.verbose == 1:
+            progress = [_Progress(self, epochs, early, by_epochs=self._progress_by_epochs)]
+            self._say(f"training: at most {epochs} epochs of {steps} mini-batches of {self.batch_size} "
+                      f"({len(x)} rows{'' if repeat <= 1 else f', the {len(x) // repeat} training rows repeated'}), "
+                      + ("no validation" if validation is None else f"{len(validation[0])} validation rows"))
+        fit = dict(epochs=epochs, steps_per_epoch=steps,
+                   verbose=self._keras_verbose(), callbacks=validating + callbacks + progress)
         if keras.backend.backend() == "tensorflow":
             batches = _one_pass_per_epoch(x, y, sample_weight, self.batch_size, self._seed)
         elif keras.backend.backend() == "jax":
@@ -402,6 +457,11 @@ class TreeEstimator(BaseEstimator):
         return dict(history.history)
 
     # ----------------------------------------------------------------- verbose
+    #: ``verbose=1`` prints a progress line every tenth of the epochs (as well as
+    #: every :data:`PROGRESS_SECONDS`); False: only by time (a family whose own
+    #: callbacks print a line per stage).
+    _progress_by_epochs = True
+
     def _keras_verbose(self):
         """Keras' ``fit`` verbosity: its one line per epoch at ``verbose=2``, else silent."""
         return 2 if self.verbose == 2 else 0
@@ -415,10 +475,14 @@ class TreeEstimator(BaseEstimator):
         """The line closing a fit: trees, depth, parameters, time, epochs, validation."""
         depth = int(forest.tree_depths().max()) if forest.num_trees else 0
         trees = f"{forest.num_trees} tree{'s' if forest.num_trees != 1 else ''}"
-        text = f"fitted {trees} of depth {depth} ({self.model_.count_params()} parameters) in {seconds:.1f} s"
+        leaves = int(np.sum(forest.num_leaves())) if forest.num_trees else 0
+        text = (f"fitted {trees} of depth {depth}, {leaves} leaves ({self.model_.count_params()} parameters) "
+                f"in {seconds:.1f} s")
         history = self.history_
         if history.get("loss"):
             text += f", {len(history['loss'])} epochs"
+        if history.get("routing") == "soft":
+            text += ", routed softly (the hard tree validated worse than the constant)"
         monitored = history.get(self._monitor) or history.get("val_loss")
         if monitored:
             text += f", best validation {self._monitor.removeprefix('val_').replace('_', ' ')} {min(monitored):.4g}"
@@ -444,7 +508,15 @@ class TreeEstimator(BaseEstimator):
         if getattr(self, "_fitted_on_frame", False) and not reset:
             validate_data(self, X, reset=False, skip_check_array=True)
             return check_array(X, dtype=None, ensure_all_finite="allow-nan")
-        return validate_data(self, X, reset=reset, dtype="numeric", ensure_all_finite="allow-nan")
+        try:
+            return validate_data(self, X, reset=reset, dtype="numeric", ensure_all_finite="allow-nan")
+        except ValueError as error:
+            column = None if reset else _non_numeric_column(X, None)
+            if column is None:
+                raise
+            name, value = column
+            raise ValueError(f"X: column {name} was numeric in fit, but holds {value!r}; pass numbers "
+                             "(NaN or None for a missing value) in it") from error
 
     def _check_y(self, y, n_samples):
         if y is None:
@@ -480,8 +552,9 @@ class TreeEstimator(BaseEstimator):
         return ((y2 - self._y_mean) / self._y_scale).astype(np.float32), y2.shape[1]
 
     def _split(self, n, y, seed):
-        """Training and validation positions (``validation`` None: no split)."""
-        n_val = int(np.floor(self.validation_fraction * n))
+        """Training and validation positions (``validation`` None: no split;
+        ``validation_fraction`` None or 0: none)."""
+        n_val = int(np.floor((self.validation_fraction or 0.0) * n))
         everything = np.arange(n)
         if n_val < 1 or n - n_val < 2:
             return everything, None
@@ -494,7 +567,7 @@ class TreeEstimator(BaseEstimator):
         train, val = train_test_split(everything, test_size=n_val, random_state=seed, stratify=stratify)
         return np.sort(train), np.sort(val)
 
-    def fit(self, X, y, sample_weight=None):
+    def fit(self, X, y, sample_weight=None, eval_set=None, **kwargs):
         """Preprocesses ``X`` (the fitted transformer is ``preprocessor_``), builds
         the Keras model (``model_``) and trains it (``history_``).
 
@@ -504,26 +577,68 @@ class TreeEstimator(BaseEstimator):
                 ``(n_samples, n_outputs)`` float targets (regressors).
             sample_weight: optional ``(n_samples,)`` non-negative weights,
                 multiplied by the ``class_weight`` of classifiers.
+            eval_set: optional validation set ``(X_val, y_val)`` or
+                ``(X_val, y_val, sample_weight_val)``, or a list of them as
+                xgboost and LightGBM take (the last one is used): it replaces
+                the internal ``validation_fraction`` split, so every row of
+                ``X`` trains, and early stopping, the depth cut and the
+                choice among candidates read it.
 
         Returns:
             self.
         """
+        if kwargs:
+            raise TypeError(f"{type(self).__name__}.fit() got an unexpected keyword argument "
+                            f"{next(iter(kwargs))!r}; it takes X, y, sample_weight and eval_set "
+                            "(the estimator's other settings are constructor arguments)")
         self._validate_params()
         start = time.perf_counter()
+        self._fit_start = start
         with _threads.limit(self.n_jobs, type(self).__name__):
-            forest = self._fit(X, y, sample_weight)
-        if self.verbose:
-            self._say(self._summary(forest, time.perf_counter() - start))
+            forest = self._fit(X, y, sample_weight, eval_set)
+        if self.verbose:  # the trees as forest_ returns them
+            self._say(self._summary(self._forest(), time.perf_counter() - start))
         return self
 
-    def _fit(self, X, y, sample_weight):
+    def _eval_set(self, eval_set):
+        """``(X_val, y_val, sample_weight_val or None)`` of ``fit``'s ``eval_set``, or None."""
+        if eval_set is None:
+            return None
+        if isinstance(eval_set, list):
+            if not eval_set:
+                raise ValueError(f"eval_set: expected (X_val, y_val) or a non-empty list of them, got []")
+            eval_set = eval_set[-1]
+        if not isinstance(eval_set, tuple) or len(eval_set) not in (2, 3):
+            raise ValueError(f"eval_set: expected (X_val, y_val), (X_val, y_val, sample_weight_val) or a list "
+                             f"of them, got {type(eval_set).__name__}")
+        return eval_set if len(eval_set) == 3 else (*eval_set, None)
+
+    def _eval_targets(self, y_val, n):
+        """Encoded validation targets (``eval_set``), as the training targets are."""
+        y_val = self._check_y(y_val, n)
+        if self._task == "classification":
+            unknown = np.setdiff1d(np.unique(y_val), self.classes_)
+            if len(unknown):
+                raise ValueError(f"eval_set: y_val has labels not in the training y: {list(unknown[:5])!r}")
+            return np.searchsorted(self.classes_, y_val).astype(np.int32)
+        y2 = y_val.reshape(len(y_val), -1).astype(np.float64)
+        if y2.shape[1] != len(self._y_mean):
+            raise ValueError(f"eval_set: y_val has {y2.shape[1]} output(s), the training y {len(self._y_mean)}")
+        return ((y2 - self._y_mean) / self._y_scale).astype(np.float32)
+
+    def _fit(self, X, y, sample_weight, eval_set=None):
+        eval_set = self._eval_set(eval_set)
         self._fitted_on_frame = is_frame(X)
         X = self._check_X(X, reset=True)
         y = self._check_y(y, X.shape[0])
         targets, n_outputs = self._encode_targets(y)
         weights = _check_sample_weight(sample_weight, X, dtype=np.float64, ensure_non_negative=True)
+        class_weights = None
         if self._task == "classification" and self.class_weight is not None:
-            weights = weights * compute_sample_weight(self.class_weight, y)
+            per_row = compute_sample_weight(self.class_weight, y)
+            weights = weights * per_row
+            class_weights = np.ones(n_outputs)
+            class_weights[targets] = per_row
         weights = weights.astype(np.float32)
 
         seed = int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
@@ -532,8 +647,12 @@ class TreeEstimator(BaseEstimator):
         x = np.asarray(preprocessor.fit_transform(X), dtype=np.float32)
         if x.shape[1] == 0:
             raise ValueError("X: no feature is left after preprocessing (every column was empty)")
-        train, val = self._split(len(x), targets, seed)
-        validation = None if val is None else (x[val], targets[val], weights[val])
+        if eval_set is None:
+            train, val = self._split(len(x), targets, seed)
+            validation = None if val is None else (x[val], targets[val], weights[val])
+        else:
+            train = np.arange(len(x))
+            validation = self._validation_rows(preprocessor, class_weights, *eval_set)
 
         self._seed = seed  # for the hooks (e.g. a CART initialization)
         model, self.history_ = self._fit_candidates(
@@ -547,6 +666,17 @@ class TreeEstimator(BaseEstimator):
         self._feature_importances = self._importances_on(
             _explain.to_design(self, x[rows]), None, weights[rows], aggregate=True, forest=forest)
         return forest
+
+    def _validation_rows(self, preprocessor, class_weights, X_val, y_val, w_val):
+        """``(x, targets, weights)`` of an explicit validation set, transformed as
+        the training rows (``class_weights``: the training weight of each class, or None)."""
+        X_val = self._check_X(X_val, reset=False)
+        targets = self._eval_targets(y_val, X_val.shape[0])
+        w = _check_sample_weight(w_val, X_val, dtype=np.float64, ensure_non_negative=True)
+        if class_weights is not None:
+            w = w * class_weights[targets]
+        x = np.asarray(self._transform(X_val, preprocessor), dtype=np.float32)
+        return x, targets, w.astype(np.float32)
 
     def set_params(self, **params):
         """scikit-learn's ``set_params``; deprecated argument names are accepted
@@ -581,7 +711,7 @@ class TreeEstimator(BaseEstimator):
         ordered categoricals as ranks)."""
         check_is_fitted(self, "model_")
         X = self._check_X(X, reset=False)
-        return _explain.to_design(self, self.preprocessor_.transform(X))
+        return _explain.to_design(self, self._transform(X))
 
     @property
     def feature_importances_(self):
@@ -616,7 +746,28 @@ class TreeEstimator(BaseEstimator):
         check_is_fitted(self, "model_")
         X = self._check_X(X, reset=False)
         with _threads.limit(self.n_jobs, type(self).__name__):
-            return _outputs(self.model_, np.asarray(self.preprocessor_.transform(X), dtype=np.float32))
+            return _outputs(self.model_, np.asarray(self._transform(X), dtype=np.float32))
+
+    def _transform(self, X, preprocessor=None):
+        """``preprocessor`` (default ``preprocessor_``) applied to checked rows
+        ``X``. Rows given as an array to a model fitted on a frame have already
+        been warned about once (by :meth:`_check_X`); the transformer's own
+        steps do not warn again. A value that is no number in a column that
+        was numeric in ``fit`` raises a ``ValueError`` naming the column."""
+        import warnings
+
+        preprocessor = self.preprocessor_ if preprocessor is None else preprocessor
+        try:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="X does not have valid feature names")
+                return preprocessor.transform(X)
+        except (ValueError, TypeError) as error:
+            column = _non_numeric_column(X, _numeric_positions(preprocessor))
+            if column is None:
+                raise
+            name, value = column
+            raise ValueError(f"X: column {name} was numeric in fit, but holds {value!r}; pass numbers "
+                             "(NaN or None for a missing value) in it") from error
 
     def _probabilities(self, out):
         """Class probabilities from the model's float64 outputs (probabilities or logits)."""
@@ -630,6 +781,35 @@ class TreeEstimator(BaseEstimator):
     def _predict_regression(self, X):
         out = self._model_outputs(X).astype(np.float64) * self._y_scale + self._y_mean
         return out.ravel() if self._y_ndim == 1 else out
+
+
+def _numeric_positions(preprocessor):
+    """Positions of the input columns a fitted preprocessor reads as numbers
+    (None: every column, the plain-array pipeline)."""
+    if not hasattr(preprocessor, "transformers_"):
+        return None
+    return sorted({int(j) for name, _, columns in preprocessor.transformers_ if name in ("numeric", "codes")
+                   for j in np.atleast_1d(columns) if not isinstance(j, str)})
+
+
+def _non_numeric_column(X, positions):
+    """``(column label, value)`` of the first value that is no number in the
+    columns at ``positions`` of ``X`` (None: all), or None."""
+    is_df = is_frame(X)
+    values = X if is_df else np.asarray(X, dtype=object)
+    if np.ndim(values) != 2:
+        return None
+    positions = range(values.shape[1]) if positions is None else positions
+    for j in positions:
+        column = values.iloc[:, j].to_numpy(dtype=object) if is_df else values[:, j]
+        for value in column:
+            if value is None:
+                continue
+            try:
+                float(value)
+            except (TypeError, ValueError):
+                return (repr(X.columns[j]) if is_df else f"{j} (x[{j}])"), value
+    return None
 
 
 def _outputs(model, x):
@@ -736,6 +916,84 @@ class _ValidationLogs(keras.callbacks.Callback):
         logs.update(scores)
 
 
+def _finite(value):
+    """``value`` as a finite float, or None (None, NaN, infinite, not a number)."""
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return value if np.isfinite(value) else None
+
+
+#: ``verbose=1`` prints a progress line at least this often while training.
+PROGRESS_SECONDS = 15.0
+
+
+class _Progress(keras.callbacks.Callback):
+    """``verbose=1``: a line every tenth of the ``epochs`` (``by_epochs``) and
+    whenever :data:`PROGRESS_SECONDS` have passed since the last one, with the
+    training and validation loss, the best validation loss so far, the
+    seconds elapsed and an upper bound on those left (the epochs that remain
+    at most, early stopping's patience included, at the mean epoch time so
+    far); a closing line says where training stopped and which epoch was kept."""
+
+    def __init__(self, estimator, epochs, early, by_epochs=True):
+        super().__init__()
+        self.estimator, self.epochs, self.early = estimator, int(epochs), early
+        self.every = max(1, self.epochs // 10) if by_epochs else None
+
+    def on_train_begin(self, logs=None):
+        self.start = self.last = time.perf_counter()
+        self.done = 0
+
+    def _best(self):
+        early = self.early
+        best = None if early is None else _finite(getattr(early, "best", None))
+        if best is None:
+            return None
+        return best, int(getattr(early, "best_epoch", 0) or 0)
+
+    def _left_epochs(self, epoch):
+        left = self.epochs - (epoch + 1)
+        best = self._best()
+        if best is not None and self.early.patience:
+            left = min(left, max(best[1] + self.early.patience - epoch, 0))
+        return left
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.done = epoch + 1
+        now = time.perf_counter()
+        due = (self.every is not None and (epoch + 1) % self.every == 0) or now - self.last >= PROGRESS_SECONDS
+        if not due or epoch + 1 == self.epochs:
+            return
+        self.last = now
+        elapsed = now - self.start
+        parts = [f"epoch {epoch + 1}/{self.epochs}"]
+        logs = logs or {}
+        if "loss" in logs:
+            parts.append(f"loss {float(logs['loss']):.4g}")
+        monitored = _finite(logs.get(self.estimator._monitor))
+        if monitored is not None:
+            parts.append(f"validation {self.estimator._monitor.removeprefix('val_').replace('_', ' ')} "
+                         f"{float(monitored):.4g}")
+        best = self._best()
+        if best is not None:
+            parts.append(f"best {best[0]:.4g} at epoch {best[1] + 1}")
+        left = self._left_epochs(epoch) * elapsed / (epoch + 1)
+        parts.append(f"{elapsed:.0f} s elapsed, at most {left:.0f} s left")
+        self.estimator._say(", ".join(parts))
+
+    def on_train_end(self, logs=None):
+        elapsed = time.perf_counter() - self.start
+        text = f"training ended after {self.done} of at most {self.epochs} epochs ({elapsed:.1f} s)"
+        best = self._best()
+        if best is not None:
+            kept = "the starting model" if best[1] < 0 else f"epoch {best[1] + 1}"
+            text += (f"; kept {kept}, validation "
+                     f"{self.estimator._monitor.removeprefix('val_').replace('_', ' ')} {best[0]:.4g}")
+        self.estimator._say(text)
+
+
 class _EarlyStopping(keras.callbacks.EarlyStopping):
     """Keras' early stopping with :func:`adaptive_patience` (the ``patience``
     given is its upper bound; ``adaptive=None`` keeps it fixed), optionally
@@ -771,6 +1029,12 @@ class TreeClassifierBase(TreeEstimator):
     def predict_proba(self, X):
         """Class probabilities, ``(n_samples, n_classes)`` in the order of ``classes_``."""
         return self._predict_proba(X)
+
+    def predict_log_proba(self, X):
+        """The natural logarithm of :meth:`predict_proba` (``-inf`` where a
+        probability is 0), ``(n_samples, n_classes)``."""
+        with np.errstate(divide="ignore"):
+            return np.log(self.predict_proba(X))
 
     def predict(self, X):
         """The most probable class of every sample (labels as given to ``fit``)."""

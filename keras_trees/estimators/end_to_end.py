@@ -22,6 +22,7 @@ from keras_trees.estimators._base import (
     TreeRegressorBase,
     _EarlyStopping,
     _PREDICT_BATCH,
+    _outputs,
     cv_cart_depth,
     parameters,
 )
@@ -70,6 +71,11 @@ LEAF_PSEUDO_ROWS = 2.0
 # (depth_cap="cv"): the MSE of a 10% validation part (35 rows on diabetes) can
 # keep depths far deeper than CART's CV picks; the cap helps most on
 # diabetes and changes little elsewhere (benchmarks/regressors.py).
+# Hard and soft predictions of an annealed tree agree; where the softly routed
+# regressor validates at half the squared error of the hard one or better, its
+# splits were not annealed far enough and it ships routed softly (said in the
+# verbose summary and history_["routing"]).
+SOFT_ROUTING_RATIO = 0.5
 REGRESSOR_DEFAULTS = {**DEFAULTS, "min_samples_split": 20, "depth_cap": "cv"}
 
 _DOC = """{summary}
@@ -153,6 +159,25 @@ class _FinetuneEarlyStopping(_EarlyStopping):
         super().on_epoch_end(epoch, logs)
 
 
+class _ShippedValidation(keras.callbacks.Callback):
+    """Replaces each scored epoch's validation loss (``monitor``) by the loss of
+    the tree as the estimator would return it now (``score(model) -> (error,
+    loss)``: hard routing, leaves fitted to the training rows), so that early
+    stopping chooses the epoch on the predictions ``predict`` makes."""
+
+    def __init__(self, score, monitor):
+        super().__init__()
+        self.score, self.monitor = score, monitor
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is not None and self.monitor in logs and np.isfinite(float(logs[self.monitor])):
+            logs[self.monitor] = float(self.score(self.model)[1])
+
+
+def _growth(callbacks):
+    return next(c for c in callbacks if isinstance(c, GreedyLevelGrowth))
+
+
 class _EndToEnd:
     _outputs_probabilities = True  # class distributions at the leaves
     # The convex polytope estimators' (and fit_greedy's) name for the same increment.
@@ -191,12 +216,20 @@ class _EndToEnd:
         # and before EMLeafUpdate, whose last update at the end of training
         # then sees the restored splits.
         callbacks = [growth] + ([early_stopping] if early_stopping is not None else [])
+        validation = getattr(self, "_fit_validation", None)
+        if early_stopping is not None and validation is not None:
+            # First, right after the validation scores: every reader of the
+            # logs (growth's lines, early stopping, history_) sees the score of
+            # the tree as it would be returned.
+            callbacks.insert(0, _ShippedValidation(
+                lambda model: self._shipped_score(model.layers[-1], x, y, sample_weight, validation),
+                self._monitor))
         if self._task == "classification":
             callbacks.append(EMLeafUpdate(x, y, sample_weight=sample_weight))
         return callbacks + [SteepnessAnnealing(self.annealing_increment)]
 
     def _epochs(self, callbacks):
-        return callbacks[0].max_epochs(self.max_depth)
+        return _growth(callbacks).max_epochs(self.max_depth)
 
     def _validation_needed(self, callbacks):
         """Growth's :meth:`GreedyLevelGrowth.may_end_growth`: early stopping
@@ -204,21 +237,81 @@ class _EndToEnd:
         (:class:`_FinetuneEarlyStopping`), so the epochs inside a level are not
         scored (their ``val_*`` entries in ``history_`` are NaN). On 5,000 x 20
         about 120 of a fit's 130 epochs are growth epochs."""
-        return callbacks[0].may_end_growth
+        return _growth(callbacks).may_end_growth
 
     def _fit_model(self, model, x, y, sample_weight, validation):
         history = super()._fit_model(model, x, y, sample_weight, validation)
+        tree = model.layers[-1]
         if validation is not None:
+            self._soft_trained = (
+                self._score_outputs(_soft_outputs(tree, validation[0]), *validation[1:]),
+                (np.array(to_numpy(tree.node_state)), tree.leaves_numpy()[0].copy()))
             self.depth_cap_ = (self.max_depth if self.depth_cap is None else
                                cv_cart_depth(self._task, x, y, sample_weight, self.max_depth, self._seed))
             history["depth_scores"], history["depth"] = self._select_depth(
-                model.layers[-1], x, y, sample_weight, validation, self.depth_cap_)
+                tree, x, y, sample_weight, validation, self.depth_cap_)
+            history["routing"] = self._select_routing(model, x, y, sample_weight, validation, history)
+            self.__dict__.pop("_soft_trained", None)
         else:
             self.__dict__.pop("depth_cap_", None)
-        if self._task == "classification":
+            if self._task == "regression":
+                self._set_shipped_leaves(tree, x, y, sample_weight)
+        if self._task == "classification" and tree.inference_routing == "hard":
             rows = [(x, y, sample_weight)] + ([validation] if validation is not None else [])
-            self._smoothed_leaves(model.layers[-1], *(np.concatenate(part) for part in zip(*rows)))
+            self._smoothed_leaves(tree, *(np.concatenate(part) for part in zip(*rows)))
         return history
+
+    # GreedyLevelGrowth prints a line per grown level; progress lines come by time only.
+    _progress_by_epochs = False
+
+    def _worse_than_constant_advice(self):
+        return ("more annealing before the tree is shipped (a larger annealing_increment, more "
+                "epochs_per_level or finetune_epochs), a smaller learning_rate, a larger validation part "
+                "(validation_fraction or eval_set)")
+
+    def _leaf_table(self, tree, leaves, reached, y, w, depth):
+        """The leaf values the tree cut at ``depth`` ships, indexed by heap
+        position: every leaf that training rows reach (``reached``: their
+        leaves in the uncut tree) holds their smoothed class frequencies
+        (:meth:`_smoothed_leaves`' formula, training rows only) or their mean
+        target; leaves no row reaches keep their trained ``leaves``. These are
+        the values ``predict`` routes to, so the depth and the epoch are
+        chosen on the predictions the estimator returns."""
+        values = leaves.copy()
+        at = topology.ancestor_at_depth(reached, depth)
+        w = np.asarray(w, dtype=np.float64)
+        weight = np.bincount(at, weights=w, minlength=len(values))
+        stats = np.zeros_like(values)
+        if self._task == "classification":
+            w = w * (len(w) / max(w.sum(), 1e-300))
+            np.add.at(stats, (at, np.asarray(y)), w)
+            total = stats.sum(-1, keepdims=True)
+            stats = (stats + LEAF_PSEUDO_ROWS / values.shape[-1]) / (total + LEAF_PSEUDO_ROWS)
+        else:
+            np.add.at(stats, at, w[:, None] * np.asarray(y).reshape(len(y), -1))
+            stats /= np.maximum(weight, 1e-300)[:, None]
+        values[weight > 0] = stats[weight > 0]
+        return values
+
+    def _shipped_score(self, tree, x, y, sample_weight, validation):
+        """The validation :meth:`_score_outputs` of the tree as it would be
+        shipped now (hard routing, leaves from the training rows; a
+        regressor's trained leaves too, the better of the two)."""
+        leaves = tree.leaves_numpy()[0]
+        reached, reached_val = _route(tree, x), _route(tree, validation[0])
+        full = topology.tree_depth(to_numpy(tree.node_state), 0)
+        score = self._score_outputs(self._leaf_table(tree, leaves, reached, y, sample_weight, full)[reached_val],
+                                    *validation[1:])
+        if self._task == "regression":
+            score = min(score, self._score_outputs(leaves[reached_val], *validation[1:]))
+        return score
+
+    def _set_shipped_leaves(self, tree, x, y, sample_weight):
+        """A regressor without validation data: the reached leaves become the mean
+        targets of the training rows routed to them (what hard routing predicts best on them)."""
+        depth = topology.tree_depth(to_numpy(tree.node_state), 0)
+        tree.set_leaf_values(self._leaf_table(tree, tree.leaves_numpy()[0], _route(tree, x), y, sample_weight,
+                                              depth)[None])
 
     def _smoothed_leaves(self, tree, x, y, sample_weight):
         """Sets every leaf that rows of ``x`` reach to the smoothed class
@@ -234,60 +327,89 @@ class _EndToEnd:
         (Provost & Domingos 2003, "Tree induction for probability-based
         ranking"). Leaves no row reaches keep their trained values."""
         leaves = tree.leaves_numpy()[0]
-        reached = _route(tree, x)
-        counts = np.zeros_like(leaves)
-        w = np.asarray(sample_weight, dtype=np.float64)
-        w = w * (len(w) / w.sum())  # counts in rows: the correction does not depend on the weights' scale
-        np.add.at(counts, (reached, np.asarray(y)), w)
-        total = counts.sum(-1, keepdims=True)
-        num_classes = leaves.shape[-1]
-        leaves = np.where(total > 0, (counts + LEAF_PSEUDO_ROWS / num_classes) / (total + LEAF_PSEUDO_ROWS), leaves)
-        tree.set_leaf_values(leaves[None])
+        depth = topology.tree_depth(to_numpy(tree.node_state), 0)
+        tree.set_leaf_values(self._leaf_table(tree, leaves, _route(tree, x), y, sample_weight, depth)[None])
 
     def _select_depth(self, tree, x, y, sample_weight, validation, cap=None):
         """Cuts the trained tree back to the depth with the best validation score
         (:meth:`_score_outputs`: error, then log loss; the squared error of a
         regressor; ties: the deeper tree), never to the root of a tree that
-        has a split (``CUT_MIN_DEPTH``) and at most to depth ``cap``. Cutting at depth ``d`` turns the
-        splits on level ``d`` into leaves holding the training data that
-        reaches them (class distributions with the layer's smoothing, or mean
-        targets); every other leaf keeps its trained value. Returns the scores
-        per depth and the chosen depth."""
+        has a split (``CUT_MIN_DEPTH``) and at most to depth ``cap``. Each
+        depth is scored with the leaves it ships (:meth:`_leaf_table`: the
+        training rows' smoothed class frequencies or mean targets; a
+        regressor also with its trained leaves below the cut, the better of
+        the two). Returns the scores per depth and the chosen depth."""
         state = to_numpy(tree.node_state)
         leaves = tree.leaves_numpy()[0]
         reached, reached_val = _route(tree, x), _route(tree, validation[0])
-        y = np.asarray(y)
-        w = np.asarray(sample_weight, dtype=np.float64)
 
-        def table(depth):
-            """Leaf values of the tree cut at ``depth``, indexed by position."""
+        def trained(depth):
+            """A regressor's trained leaves, mean targets only on the cut level."""
             values = leaves.copy()
             cut = [n for n in topology.splits(state, 0) if topology.position_depth(n) == depth]
             if cut:
-                at = topology.ancestor_at_depth(reached, depth)
-                weight = np.bincount(at, weights=w, minlength=len(values))
-                if self._task == "classification":
-                    stats = np.zeros_like(values)
-                    np.add.at(stats, (at, y), w)
-                    stats = tree.leaf_distributions(stats)
-                else:
-                    stats = np.zeros_like(values)
-                    np.add.at(stats, at, w[:, None] * y.reshape(len(y), -1))
-                    stats /= np.maximum(weight, 1e-300)[:, None]
-                cut = [n for n in cut if weight[n] > 0]  # no training data: the value stays
-                values[cut] = stats[cut]
+                means = self._leaf_table(tree, leaves, reached, y, sample_weight, depth)
+                values[cut] = means[cut]
             return values
 
         full = topology.tree_depth(state, 0)
-        scores = {d: self._score_outputs(table(d)[topology.ancestor_at_depth(reached_val, d)], *validation[1:])
-                  for d in range(full + 1)}
+        tables, scores = {}, {}
+        for d in range(full + 1):
+            options = [self._leaf_table(tree, leaves, reached, y, sample_weight, d)]
+            if self._task == "regression":
+                options.append(trained(d))
+            rated = [(self._score_outputs(t[topology.ancestor_at_depth(reached_val, d)], *validation[1:]), -i, t)
+                     for i, t in enumerate(options)]
+            score, _, tables[d] = min(rated, key=lambda r: (r[0], r[1]))
+            scores[d] = score
         deepest = full if cap is None else min(cap, full)
         best = min(range(min(CUT_MIN_DEPTH, deepest), deepest + 1), key=lambda d: (scores[d], -d))
+        leaves_kept = len(topology.leaves(topology.cut_at_depth(state, 0, best), 0))
+        self._say(f"validation kept depth {best} of the {full} grown ({leaves_kept} leaves), validation "
+                  f"{'error' if self._task == 'classification' else 'squared error'} {scores[best][0]:.4g}"
+                  + (f" (the deepest allowed: depth_cap {cap})" if cap is not None and cap < full else ""))
         if best < full:
-            values = table(best)
             tree.node_state.assign(topology.cut_at_depth(state, 0, best))
-            tree.set_leaf_values(values[None])
+        tree.set_leaf_values(tables[best][None])
         return {d: list(score) for d, score in scores.items()}, best
+
+    def _select_routing(self, model, x, y, sample_weight, validation, history):
+        """``"hard"`` (the default: one path per row, the tree read as a tree), or
+        ``"soft"`` where the trained tree routed softly (the predictor training
+        optimized, before the cut) validates clearly better than the cut hard
+        tree: a regressor's squared error at most ``SOFT_ROUTING_RATIO`` times
+        the hard tree's, or (any task) the hard tree worse than the constant
+        prediction and the soft one better than both. A barely annealed split
+        is a smooth function that, snapped to two leaves, can fit worse than
+        the mean. The layer's ``inference_routing`` is set accordingly, so
+        ``predict`` returns what was validated."""
+        tree = model.layers[-1]
+        soft = getattr(self, "_soft_trained", None)
+        if soft is None:
+            return tree.inference_routing
+        hard = self._score_outputs(_outputs(model, validation[0]), *validation[1:])
+        constant = self._constant_score(y, sample_weight, validation)
+        # A regressor's soft tree that halves the hard tree's squared error was
+        # not annealed far enough to be read as a tree.
+        mismatch = self._task == "regression" and soft[0][1] <= SOFT_ROUTING_RATIO * hard[1]
+        if mismatch or (hard[1] > constant[1] and soft[0][1] < min(hard[1], constant[1])):
+            state, leaves = soft[1]
+            tree.node_state.assign(state)
+            tree.set_leaf_values(leaves[None])
+            tree.inference_routing = "soft"
+            self._say(f"the tree routed hard validates at loss {hard[1]:.4g} (constant prediction "
+                      f"{constant[1]:.4g}), routed softly at {soft[0][1]:.4g}: its splits were not annealed "
+                      "far enough to be read as a tree, so predictions route softly (inference_routing='soft'; "
+                      "a larger annealing_increment or more epochs give a hard tree)")
+            history["depth"] = topology.tree_depth(state, 0)
+        return tree.inference_routing
+
+
+def _soft_outputs(tree, x):
+    """The tree's softly routed outputs on ``x`` (the predictor training optimizes), in batches."""
+    parts = [np.asarray(to_numpy(tree(x[i:i + _PREDICT_BATCH], training=False, routing="soft")))
+             for i in range(0, len(x), _PREDICT_BATCH)]
+    return np.concatenate(parts)
 
 
 def _route(tree, x):

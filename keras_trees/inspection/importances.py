@@ -532,8 +532,9 @@ def permutation_importance(model, x, y, metric=None, n_repeats=5, seed=0, batch_
         model: a Keras model or layer, anything with ``predict(x)`` (a
             scikit-learn estimator, a :class:`~keras_trees.forest.Forest`) or a
             callable. A fitted keras-trees estimator shuffles its input columns
-            (a categorical column as a whole) and scores with its ``score``
-            metric by default (accuracy, any label type; R^2).
+            (a categorical column as a whole) and scores with its own loss
+            by default, negated: the log loss of ``predict_proba`` (any label
+            type) for a classifier, the mean squared error for a regressor.
         x: ``(n, p)`` inputs (a pandas DataFrame is shuffled column by column,
             each column keeping its dtype, and passed on as a DataFrame).
         y: targets.
@@ -563,6 +564,7 @@ def permutation_importance(model, x, y, metric=None, n_repeats=5, seed=0, batch_
     require_arrays(x, "x", "permutation_importance",
                    "it shuffles a feature's column across all rows (not a sum over samples)")
     estimator = _names.is_estimator(model)
+    own_loss = metric is None and estimator
     if metric is None:
         metric = _estimator_metric(model) if estimator else _default_metric
     if not callable(metric):
@@ -578,6 +580,8 @@ def permutation_importance(model, x, y, metric=None, n_repeats=5, seed=0, batch_
     if np.ndim(y) == 0 or len(y) != len(values):
         raise ValueError(f"y must have one entry per sample of x ({len(values)}), got shape {np.shape(y)}")
     predict = _predict_fn(model, batch_size)
+    if own_loss and model._task == "classification":
+        predict = lambda rows: np.asarray(model.predict_proba(rows))  # noqa: E731 (the log loss reads probabilities)
     baseline = float(metric(y, predict(x)))
     rng = np.random.default_rng(seed)
     drops = np.zeros((values.shape[1], n_repeats))
@@ -594,7 +598,14 @@ def permutation_importance(model, x, y, metric=None, n_repeats=5, seed=0, batch_
 
 
 def _estimator_metric(estimator):
-    """The metric of an estimator's ``score``: accuracy (any label type), else R^2."""
-    from sklearn.metrics import accuracy_score, r2_score
+    """An estimator's own loss, negated (higher is better): the log loss of its
+    ``predict_proba`` (any label type, the classes of ``fit``) for a classifier,
+    the mean squared error of ``predict`` for a regressor. Unlike accuracy, the
+    loss moves when a column that shifts the probabilities is shuffled, also
+    on an imbalanced set whose predicted classes are all the majority."""
+    from sklearn.metrics import log_loss, mean_squared_error
 
-    return accuracy_score if estimator._task == "classification" else r2_score
+    if estimator._task == "classification":
+        classes = estimator.classes_
+        return lambda y, proba: -log_loss(y, np.clip(proba, 1e-15, 1.0), labels=classes)
+    return lambda y, pred: -mean_squared_error(y, pred)
