@@ -737,7 +737,7 @@ class Forest:
             raise type(exc)(f"doc does not describe a valid forest: {exc}") from None
 
     # ------------------------------------------------------------ pruning
-    def prune(self, x=None, bounds=None, samples=None):
+    def prune(self, x=None, bounds=None, samples=None, merge="value"):
         """The smallest forest that routes to the same values: a new
         :class:`Forest` (this one is not changed).
 
@@ -767,6 +767,12 @@ class Forest:
                 splits; noisy-OR splits are constant only by ``x``.
             samples: optional ``(num_trees, N)`` counts of rows through every
                 position of this forest (instead of ``x``).
+            merge: ``"value"`` (default) merges sibling leaves with equal
+                values only; ``"class"`` (classifiers: ``num_classes`` set)
+                also merges sibling leaves whose values have the same
+                ``argmax`` into one holding their mean weighted by the rows
+                reaching them (equal weights without rows): the same
+                predicted class, not the same values.
 
         Returns:
             A :class:`Forest` of the same kind whose ``source_node`` maps every
@@ -783,6 +789,10 @@ class Forest:
         """
         if x is not None and samples is not None:
             raise ValueError("prune: pass rows x or their samples, not both")
+        if merge not in ("value", "class"):
+            raise ValueError(f"merge must be 'value' or 'class', got {merge!r}")
+        if merge == "class" and self.num_classes is None:
+            raise ValueError("merge='class' needs a classifier's forest (num_classes set)")
         if x is not None:
             samples = self.node_statistics(x)["samples"]
         if samples is not None:
@@ -821,7 +831,8 @@ class Forest:
 
         def build(t, i, box):
             if self.node_state[t, i] != topology.SPLIT:
-                return i
+                weight = 1.0 if samples is None else float(samples[t, i])
+                return ("leaf", i, self.leaves[t, i], weight)
             way = side(t, i, box)
             if way is not None:
                 return build(t, 2 * i + 1 + way, box)
@@ -842,14 +853,20 @@ class Forest:
                         right[1][j], right[3][j] = cut, True
                 boxes = [left, right]
             left, right = (build(t, 2 * i + 1 + k, boxes[k]) for k in (0, 1))
-            if not isinstance(left, tuple) and not isinstance(right, tuple) and \
-                    np.array_equal(self.leaves[t, left], self.leaves[t, right]):
-                counts["merged"] += 1
-                return left
-            return (i, left, right)
+            if left[0] == "leaf" and right[0] == "leaf":
+                if np.array_equal(left[2], right[2]):
+                    counts["merged"] += 1
+                    return left[:3] + (left[3] + right[3],)
+                if merge == "class" and np.argmax(left[2]) == np.argmax(right[2]):
+                    counts["merged"] += 1
+                    total = left[3] + right[3]
+                    share = 0.5 if total <= 0 else left[3] / total
+                    value = (share * left[2] + (1.0 - share) * right[2]).astype(self.leaves.dtype)
+                    return ("leaf", left[1], value, total)
+            return ("split", i, left, right)
 
         def depth(node):
-            return 0 if not isinstance(node, tuple) else 1 + max(depth(node[1]), depth(node[2]))
+            return 0 if node[0] == "leaf" else 1 + max(depth(node[2]), depth(node[3]))
 
         box = [lower, upper, np.zeros(p, bool), np.zeros(p, bool)]  # bounds, and whether each is open
         trees = [build(t, 0, box) for t in range(self.num_trees)]
@@ -863,21 +880,21 @@ class Forest:
                   for name in _PARAMETERS if getattr(self, name) is not None}
 
         def place(t, node, at):
-            old = node[0] if isinstance(node, tuple) else node
+            old = node[1]
             source[t, at] = old if self.source_node is None else self.source_node[t, old]
-            if not isinstance(node, tuple):
+            if node[0] == "leaf":
                 state[t, at] = topology.LEAF
-                leaves[t, at] = self.leaves[t, old]
+                leaves[t, at] = node[2]
                 return
             state[t, at] = topology.SPLIT
             for name, value in params.items():
                 value[t, at] = getattr(self, name)[t, old]
-            place(t, node[1], 2 * at + 1)
-            place(t, node[2], 2 * at + 2)
+            place(t, node[2], 2 * at + 1)
+            place(t, node[3], 2 * at + 2)
 
         for t, node in enumerate(trees):
             place(t, node, 0)
-        pruned = {**counts, "by_rows": samples is not None, "bounds": bounds is not None}
+        pruned = {**counts, "by_rows": samples is not None, "bounds": bounds is not None, "merge": merge}
         return dataclasses.replace(self, node_state=state, leaves=leaves, source_node=source,
                                    extra={**self.extra, "pruned": pruned}, **params)
 

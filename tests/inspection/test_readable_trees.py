@@ -118,3 +118,22 @@ def test_the_non_greedy_tree_of_wine_prints_as_a_small_tree():
     assert len(export_text(reach).splitlines()) < 40
     np.testing.assert_array_equal(reach.predict(rows), unpruned.predict(rows))
     assert isinstance(X, pd.DataFrame)
+
+
+def test_merging_by_class_keeps_the_predicted_class_and_weights_by_the_rows():
+    x, y, cart, forest = wine_padded()
+    by_class = forest.prune(x, merge="class")
+    by_value = forest.prune(x)
+    assert by_class.num_leaves()[0] <= by_value.num_leaves()[0]
+    np.testing.assert_array_equal(by_class.predict(x).argmax(1), forest.predict(x).argmax(1))
+    # two leaves of one class under a split become one, their values weighted by their rows
+    state = topology.stump(1, 1)
+    stump = Forest(node_state=state, split_kind="axis_aligned", feature=np.array([[0]]), threshold=np.array([[0.0]]),
+                   leaves=np.array([[[0.0, 0.0], [0.9, 0.1], [0.6, 0.4]]]), input_dim=1, num_classes=2)
+    rows = np.array([[-1.0], [-2.0], [-3.0], [1.0]])
+    merged = stump.prune(rows, merge="class")
+    assert merged.num_splits()[0] == 0
+    np.testing.assert_allclose(merged.leaves[0, 0], [0.75 * 0.9 + 0.25 * 0.6, 0.75 * 0.1 + 0.25 * 0.4])
+    assert stump.prune(rows).num_splits()[0] == 1
+    with pytest.raises(ValueError, match="merge"):
+        stump.prune(merge="leaf")
