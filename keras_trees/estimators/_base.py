@@ -695,14 +695,32 @@ class TreeEstimator(BaseEstimator):
         read the design rows of :meth:`forest_features` (numeric columns in their
         units, 0/1 missing indicators and one-hot columns), named after the input
         columns (``colour=red``, ``age=missing``). Computed from ``model_`` on
-        each access (:mod:`keras_trees.estimators._explain`)."""
-        check_is_fitted(self, "model_")
-        return _explain.design_forest(self)
+        each access (:mod:`keras_trees.estimators._explain`).
+
+        A single hard-routed tree (end-to-end, non-greedy, convex polytope) is
+        pruned (:meth:`Forest.prune <keras_trees.forest.Forest.prune>`): splits
+        no input can flip (all weights zero, a test a split above already
+        decided, a threshold no 0/1 value of a one-hot or missing-value column
+        crosses) are removed, which changes no prediction; and where the
+        estimator kept the per-node counts of its training rows
+        (``_node_samples``), splits that send every training row the same way
+        are removed too, which keeps every training row's prediction.
+        ``source_node`` maps each node back to the model's heap position."""
+        return self._forest()
 
     def _forest(self, feature_names=None):
         """:attr:`forest_`, optionally naming the input columns ``feature_names``."""
         check_is_fitted(self, "model_")
-        return _explain.design_forest(self, feature_names)
+        forest = _explain.design_forest(self, feature_names)
+        if forest.num_trees != 1 or not forest.leaf_prediction:
+            return forest
+        binary = forest.extra.get("binary_features") or [None] * forest.input_dim
+        lower = np.where([b is not None for b in binary], 0.0, -np.inf)
+        upper = np.where([b is not None for b in binary], 1.0, np.inf)
+        samples = getattr(self, "_node_samples", None)
+        if samples is not None and np.shape(samples) != forest.node_state.shape:
+            samples = None  # counts of another model (e.g. a model_ replaced by hand)
+        return forest.prune(bounds=(lower, upper), samples=samples)
 
     def forest_features(self, X):
         """The design rows of ``X`` that the splits of :attr:`forest_` read:
