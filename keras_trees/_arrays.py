@@ -4,7 +4,7 @@
 ``copy=`` to ``x.__array__``, which ``keras.Variable``, TensorFlow's resource
 variables and PyTorch tensors do not accept, so every call emits NumPy's
 ``DeprecationWarning`` ("``__array__`` implementation doesn't accept a copy
-keyword"). :func:`to_numpy` reads the value without that path: a variable's
+keyword"). `to_numpy` reads the value without that path: a variable's
 value tensor, TensorFlow's and PyTorch's own ``numpy()``.
 """
 

@@ -5,7 +5,7 @@ The vocabulary (docs/vocabulary.md; removals in CHANGELOG.md): ``max_depth`` for
 (bigger = softer) for the Tree Ensemble Layer's smooth-step. The names of
 release 0.1.0 (``depth``, ``gamma``, ``max_gamma``) still work when passed by
 hand, with a ``DeprecationWarning``; configurations saved by 0.1.0 load
-silently (an old file is not its user's doing), through :func:`renamed_config`.
+silently (an old file is not its user's doing), through `renamed_config`.
 """
 
 import os

@@ -10,9 +10,9 @@ Keras 3's TensorFlow trainer (3.15 and earlier 3.x releases) fails under
 * every step reduces the scalar loss and metrics with ``axis=0`` ("Invalid
   reduction dimension 0 for input with 0 dimensions").
 
-:func:`keras_compatible` lets the strategy's ``reduce`` take what Keras gives
+[`keras_compatible`][keras_trees.distribute.keras_compatible] lets the strategy's ``reduce`` take what Keras gives
 it (nests reduced tensor by tensor, scalars reduced without an axis); nothing
-else changes. :func:`multi_worker_strategy` builds the strategy with it.
+else changes. [`multi_worker_strategy`][keras_trees.distribute.multi_worker_strategy] builds the strategy with it.
 """
 
 from keras_trees.api_export import keras_trees_export, public_api
@@ -53,7 +53,7 @@ def keras_compatible(strategy):
 @keras_trees_export("keras_trees.distribute")
 def multi_worker_strategy(**kwargs):
     """``tf.distribute.MultiWorkerMirroredStrategy(**kwargs)`` ready for
-    ``model.fit`` (:func:`keras_compatible`). Workers find each other through
+    ``model.fit`` ([`keras_compatible`][keras_trees.distribute.keras_compatible]). Workers find each other through
     ``TF_CONFIG`` (or ``cluster_resolver=``), as for the strategy itself."""
     import tensorflow as tf
 

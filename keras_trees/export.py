@@ -6,7 +6,7 @@
   custom ops (conditional computation, the fast path); ``import keras_trees``
   before ``tf.saved_model.load`` registers them. The ops' input checks stay
   in the graph: a NaN or Inf input fails the served call with
-  ``InvalidArgumentError``. :func:`export_portable` writes a SavedModel of
+  ``InvalidArgumentError``. [`export_portable`][keras_trees.export.export_portable] writes a SavedModel of
   stock TensorFlow ops instead (loads anywhere; the same rejection, through
   ``tf.debugging.Assert``).
 - ``"onnx"``, ``"litert"``, ``"openvino"``: these runtimes cannot hold the
@@ -14,7 +14,7 @@
   formats (``keras.src.export.export_onnx``, ``export_litert``,
   ``export_openvino``, which ``Model.export`` dispatches to): while they
   trace a model that holds keras-trees layers, every layer traces its
-  ``keras.ops`` reference path (:func:`keras_trees.ops._library.portable_export`),
+  ``keras.ops`` reference path (`keras_trees.ops._library.portable_export`),
   the same math as the kernels up to float rounding. Those runtimes have no
   assertion either, so a traced keras-trees layer gives NaN in every output
   of a row whose input holds a NaN or Inf (hard routing would otherwise send
@@ -66,7 +66,7 @@ def export_portable(model, filepath, verbose=False, **kwargs):
 
     ONNX, LiteRT and OpenVINO need nothing of this: ``model.export(path,
     format="onnx")`` (``"litert"``, ``"openvino"``) traces the reference path
-    by itself (see :mod:`keras_trees.export`); passing ``format`` here does
+    by itself (see `keras_trees.export`); passing ``format`` here does
     the same.
 
     Args:
@@ -153,7 +153,7 @@ def _portable_exporter(original, format):
 
 
 def install_keras_hooks():
-    """Wraps Keras' exporters of the formats of :data:`PORTABLE_EXPORTERS`
+    """Wraps Keras' exporters of the formats of `PORTABLE_EXPORTERS`
     (once; called when keras-trees is imported). Returns the formats wrapped."""
     try:
         import keras.src.export as keras_export

@@ -2,12 +2,12 @@
 
 Every statistic the library computes over training data (EM leaves, leaf
 refits, node counts and gains of greedy growth) is a sum over samples. It is
-accumulated batch by batch from a :class:`Batches` stream, so the data never
+accumulated batch by batch from a [`Batches`][keras_trees.streaming.Batches] stream, so the data never
 has to fit in memory, and summed over the workers of a distributed run with
-:func:`all_reduce_sum` before anything changes, so every replica takes the
+[`all_reduce_sum`][keras_trees.streaming.all_reduce_sum] before anything changes, so every replica takes the
 same decision.
 
-Data sources (:func:`stream`):
+Data sources ([`stream`][keras_trees.streaming.stream]):
 
 * NumPy arrays (or tensors, or a dict/list of them for multi-input models)
   ``x`` with ``y`` and an optional ``sample_weight``: cut into batches of
@@ -33,7 +33,7 @@ each worker reads the share of it that ``fit`` reads:
   ``fit`` takes them there);
 * under ``torch.distributed`` every rank's data is its own.
 
-:func:`all_reduce_sum` then adds the per-worker sums (the strategy's
+[`all_reduce_sum`][keras_trees.streaming.all_reduce_sum] then adds the per-worker sums (the strategy's
 all-reduce on TensorFlow, ``process_allgather`` on JAX, ``all_reduce`` when
 ``torch.distributed`` is initialized); on one worker it returns its input.
 """
@@ -191,7 +191,7 @@ def _numpy(value):
 @keras_trees_export("keras_trees.streaming")
 class Batches:
     """A re-iterable stream of ``(x, y, sample_weight)`` NumPy batches
-    (``sample_weight`` None when not given). Build it with :func:`stream`.
+    (``sample_weight`` None when not given). Build it with [`stream`][keras_trees.streaming.stream].
 
     Attributes:
         in_memory: whether the data was given as arrays.
@@ -279,7 +279,7 @@ def _shard_off(dataset):
 
 @keras_trees_export("keras_trees.streaming")
 def stream(x, y=None, sample_weight=None, batch_size=4096, name="the data", model=None):
-    """The :class:`Batches` of training data given as arrays or as a stream.
+    """The [`Batches`][keras_trees.streaming.Batches] of training data given as arrays or as a stream.
 
     Args:
         x: arrays (with ``y``), or a data source yielding ``(x, y)`` or

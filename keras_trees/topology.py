@@ -23,7 +23,7 @@ The topology is the integer array ``node_state[tree, position]`` with values
 
 A valid tree has a root that is a ``LEAF`` or ``SPLIT``, both children of
 every ``SPLIT`` present, no child below a ``LEAF`` or ``ABSENT`` position and
-no ``SPLIT`` on level ``D`` (see :func:`validate`). A sample is routed from
+no ``SPLIT`` on level ``D`` (see [`validate`][keras_trees.topology.validate]). A sample is routed from
 the root: at a split it goes right iff the split value is ``> 0``; it stops at
 a leaf.
 
@@ -31,7 +31,7 @@ Layers keep ``node_state`` in a non-trainable ``int32`` Keras variable of shape
 ``(num_trees, num_positions(D))`` allocated up front for the maximum depth, and
 parameters in variables indexed by position (``(num_trees, num_internal(D), ...)``
 for splits, ``(num_trees, num_positions(D), ...)`` for leaves). Growing or
-pruning a tree only assigns new values (:func:`split_leaf`, :func:`make_leaf`):
+pruning a tree only assigns new values ([`split_leaf`][keras_trees.topology.split_leaf], [`make_leaf`][keras_trees.topology.make_leaf]):
 no variable is ever added, so a grown tree saves, loads, exports and reloads its
 weights into a freshly built model like any layer.
 
@@ -70,7 +70,7 @@ def num_positions(max_depth):
 
 @keras_trees_export("keras_trees.topology")
 def max_depth_from_positions(positions):
-    """Inverse of :func:`num_positions`."""
+    """Inverse of [`num_positions`][keras_trees.topology.num_positions]."""
     n = int(positions) + 1
     if positions < 1 or n & (n - 1):
         raise ValueError(f"a heap of maximum depth D has 2**(D+1) - 1 positions, got {positions}")
@@ -79,7 +79,7 @@ def max_depth_from_positions(positions):
 
 @keras_trees_export("keras_trees.topology")
 def max_depth_from_internal(num_internal):
-    """Inverse of :func:`num_internal` (the one depth-from-size helper: ops and
+    """Inverse of [`num_internal`][keras_trees.topology.num_internal] (the one depth-from-size helper: ops and
     layers that know only their number of split positions call this)."""
     n = int(num_internal)
     if n < 1 or (n + 1) & n:
@@ -273,7 +273,7 @@ def validate(state, max_depth=None):
 @keras_trees_export("keras_trees.topology")
 def route(state, split_values, num_samples=None):
     """NumPy hard routing of one tree (the reference every router agrees with;
-    :meth:`keras_trees.Forest.route` walks its trees with it).
+    [`keras_trees.Forest.route`][keras_trees.forest.Forest.route] walks its trees with it).
 
     Args:
         state: ``(positions,)`` node states of one tree.

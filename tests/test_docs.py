@@ -113,6 +113,12 @@ def test_site_builds_strict(tmp_path):
     assert (tmp_path / "site" / "api" / "layers" / "index.html").exists()
     html = (tmp_path / "site" / "api" / "layers" / "index.html").read_text()
     assert "TreeEnsembleLayer" in html and "transition_width" in html  # rendered from the docstrings
+    # Docstrings are in the renderer's form: no Sphinx role shows as raw text,
+    # no parameter table with an empty Type column.
+    for page in (tmp_path / "site" / "api").glob("*/index.html"):
+        text = re.sub(r"<[^>]+>", "", page.read_text())
+        roles = re.findall(r":(?:class|func|meth|mod|attr|data|obj|exc):`?[\w.~]+", text)
+        assert not roles, f"{page.parent.name}: raw Sphinx roles in the API reference: {roles[:5]}"
 
 
 def test_readme_is_a_landing_page():
@@ -126,3 +132,31 @@ def test_readme_is_a_landing_page():
     assert 'pip install -e ".[tensorflow,examples]"' in text, "the demo command installs the default backend"
     for target in re.findall(r"\]\((?!https?://|#)([^)#]+)", text):
         assert os.path.exists(os.path.join(ROOT, target)), f"README.md links to a missing file: {target}"
+
+
+def test_deployment_page_opens_with_the_import_that_loading_needs():
+    with open(os.path.join(ROOT, "docs", "deployment.md"), encoding="utf-8") as handle:
+        top = "".join(handle.readlines()[:8])
+    assert "import keras_trees" in top and "Could not locate class" in top
+    with open(os.path.join(ROOT, ".gitignore"), encoding="utf-8") as handle:
+        assert "/site/" in handle.read().split(), "mkdocs build's output folder is not ignored"
+
+
+@pytest.mark.slow
+def test_loading_without_the_import_fails_as_the_deployment_page_says(tmp_path):
+    from tests.conftest import run_python
+
+    run_python("""
+        import keras
+        from keras_trees.layers import EndToEndTree
+        model = keras.Sequential([keras.Input((3,)), EndToEndTree(max_depth=2, num_classes=2, seed=0)])
+        model.save("m.keras")
+    """, cwd=tmp_path)
+    out = run_python("""
+        import keras
+        try:
+            keras.saving.load_model("m.keras")
+        except Exception as error:
+            print("LAST:", str(error).strip().splitlines()[-1])
+    """, cwd=tmp_path)
+    assert "Could not locate class 'EndToEndTree'" in out.split("LAST:")[-1], out

@@ -72,7 +72,7 @@ def api_page(package, summary, exported):
              "<!-- Written at build time by docs/_extensions/api_pages.py from the @keras_trees_export declarations. -->",
              ""]
     constants = []
-    for name in sorted(exported, key=str.lower):
+    for name in sorted(exported, key=lambda n: (not n[0].isupper(), n.lower())):  # classes, then functions
         where = exported[name]
         if where is None:
             constants.append(name)

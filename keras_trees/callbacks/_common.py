@@ -66,7 +66,7 @@ def ensure_built(model, layers, x):
     """Builds ``model`` on one sample of ``x`` when some of ``layers`` are not built yet
     (a subclassed model on TensorFlow is only built by the first training step,
     after ``on_train_begin``). ``x``: the model's inputs as arrays (or a
-    dict/list of arrays), or a :class:`keras_trees.streaming.Batches` stream
+    dict/list of arrays), or a [`keras_trees.streaming.Batches`][keras_trees.streaming.Batches] stream
     (its first batch is read)."""
     if not all(layer.built for layer in layers):
         if isinstance(x, streaming.Batches):

@@ -44,7 +44,7 @@ class EMLeafUpdate(keras.callbacks.Callback):
     ``EMLeafUpdate(dataset)`` (``y`` None): a batched ``tf.data.Dataset``, a
     ``keras.utils.PyDataset``, a list (or other re-iterable) of ``(x, y)`` or
     ``(x, y, sample_weight)`` batches or a function returning a fresh iterable
-    of them (see :mod:`keras_trees.streaming`; it is read once per update, so a
+    of them (see `keras_trees.streaming`; it is read once per update, so a
     one-shot generator does not do). A stream's per-sample weights are the
     third element of its batches; ``class_weight`` applies to batches without
     one (both at once are refused, as in Keras). The counts are accumulated
@@ -54,8 +54,8 @@ class EMLeafUpdate(keras.callbacks.Callback):
     Distributed training: under a multi-worker ``tf.distribute`` strategy (or
     several JAX processes / an initialized ``torch.distributed``) each worker
     reads the share of the data that ``fit`` reads on its backend (see
-    :mod:`keras_trees.streaming`) and the counts are summed over the workers
-    (:func:`keras_trees.streaming.all_reduce_sum`) before the M-step, so every
+    `keras_trees.streaming`) and the counts are summed over the workers
+    ([`keras_trees.streaming.all_reduce_sum`][keras_trees.streaming.all_reduce_sum]) before the M-step, so every
     replica sets the same leaves. Every worker must run the callback.
 
     The E-step runs compiled: ``tf.function`` on TensorFlow, ``jax.jit`` (of a

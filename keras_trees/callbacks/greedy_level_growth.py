@@ -54,7 +54,7 @@ class GreedyLevelGrowth(keras.callbacks.Callback):
     optimizer state, like the authors' fresh Adam per stump.
 
     New stumps start at the layer's initial ``steepness`` (anneal with
-    :class:`SteepnessAnnealing`), a split direction uniform on the unit sphere
+    [`SteepnessAnnealing`][keras_trees.callbacks.steepness_annealing.SteepnessAnnealing]), a split direction uniform on the unit sphere
     and a bias placing the hyperplane through the mean of the node's samples.
     All progress lives in the layer's variables (``node_state``, ``candidate``,
     ``attempts``, ``candidate_gain``, ``growing``, ``growth_phase``,
@@ -84,13 +84,13 @@ class GreedyLevelGrowth(keras.callbacks.Callback):
     Data: arrays ``x``, ``y`` (as given to ``fit``), or a stream of batches
     with ``y=None``: a batched ``tf.data.Dataset``, a ``keras.utils.PyDataset``
     or any re-iterable (or function returning an iterable) of ``(x, y)`` or
-    ``(x, y, sample_weight)`` batches (:func:`keras_trees.streaming.stream`).
+    ``(x, y, sample_weight)`` batches ([`keras_trees.streaming.stream`][keras_trees.streaming.stream]).
     Every round makes one pass over the data: each batch is mapped to the
     layer's split features, routed, and its node statistics (class counts or
     target moments, sample counts, feature sums for the stump centers) are
     added up; under a multi-worker strategy each worker reads its shard and
     the sums are added across workers (one
-    :func:`keras_trees.streaming.all_reduce_sum` per pass) before any leaf,
+    [`keras_trees.streaming.all_reduce_sum`][keras_trees.streaming.all_reduce_sum] per pass) before any leaf,
     split or topology changes, so every replica decides the same (give the
     layer a ``seed``, or the same global seed on every worker, so their new
     stumps are drawn alike). No row is kept (arrays are read the same way,

@@ -25,7 +25,7 @@ class PolytopeAnnealing(keras.callbacks.Callback):
     """Raises ``lambda`` of ``f_lambda = 1 / (1 + ((1 - f) / (1 - p0))**lambda)`` per epoch.
 
     At the start of epoch ``e`` every split of every
-    :class:`~keras_trees.layers.convex_polytope_tree.ConvexPolytopeTree` in the
+    [`ConvexPolytopeTree`][keras_trees.layers.convex_polytope_tree.ConvexPolytopeTree] in the
     model gets ``lambda = steepness + increment * e`` (capped at
     ``max_steepness``), written into the layer's non-trainable ``steepness``
     variable with ``assign``, so the compiled training step sees it (no

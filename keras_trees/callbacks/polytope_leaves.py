@@ -38,12 +38,12 @@ class PolytopeLeafUpdate(keras.callbacks.Callback):
     ``tf.data.Dataset``, a ``keras.utils.PyDataset``, a list (or other
     re-iterable) of ``(x, y)`` / ``(x, y, sample_weight)`` batches or a
     function returning a fresh iterable of them (see
-    :mod:`keras_trees.streaming`; it is read at every update, so a one-shot
+    `keras_trees.streaming`; it is read at every update, so a one-shot
     generator does not do). A stream's per-sample weights are its batches'
     third element, multiplied by ``class_weight[y]``. The routed statistics are
     summed batch by batch (the data never has to fit in memory) and, in a
     distributed run, over the workers (each worker reads its share of the
-    data; :func:`keras_trees.streaming.all_reduce_sum`), so every replica sets
+    data; [`keras_trees.streaming.all_reduce_sum`][keras_trees.streaming.all_reduce_sum]), so every replica sets
     the same leaves. Every worker must run the callback.
 
     Args:

@@ -13,7 +13,7 @@ class StableSGD(keras.callbacks.Callback):
     """Keeps the leaf assignments of the training data fixed between rounds.
 
     At the start of training and of every round the callback freezes the
-    current splits (:meth:`NonGreedyTree.update_assignments`): the bound then
+    current splits ([`NonGreedyTree.update_assignments`][keras_trees.layers.non_greedy_tree.NonGreedyTree.update_assignments]): the bound then
     constrains ``h`` to the frozen leaf ``a(x)`` (Eq. 14), which changes the
     assignment of samples to leaves more conservatively than SGD. A new round
     starts when the epoch's bound (``monitor``, the training ``loss``) has not
@@ -21,7 +21,7 @@ class StableSGD(keras.callbacks.Callback):
     after ``max_round_epochs`` epochs. The assignments are kept per sample as a
     function of ``x`` (routing by the frozen splits), so no per-sample state is
     stored and shuffling is harmless. At the end of training the model returns
-    to plain SGD. The model may be a :class:`NonGreedyTree` or contain one (or
+    to plain SGD. The model may be a [`NonGreedyTree`][keras_trees.layers.non_greedy_tree.NonGreedyTree] or contain one (or
     several) as sub-models; the callback acts on every tree it finds.
 
     Args:

@@ -18,7 +18,7 @@ class SteepnessAnnealing(keras.callbacks.Callback):
     A split that has been trained for ``e`` epochs uses the steepness
     ``s0 + increment * e`` (``s0`` is the layer's ``steepness`` argument; the
     paper's ``gamma``: 1.0 and 0.1 per epoch; Table 1 compares increments 0,
-    0.01 and 0.1). The counter is per split: while :class:`GreedyLevelGrowth`
+    0.01 and 0.1). The counter is per split: while [`GreedyLevelGrowth`][keras_trees.callbacks.greedy_level_growth.GreedyLevelGrowth]
     grows a tree only the stumps being trained advance and each new stump
     starts at ``s0``; during finetuning every split advances from where it
     stopped. Values live in the layers' non-trainable ``gamma`` (steepness per

@@ -1,9 +1,9 @@
-"""Fitted scikit-learn decision trees as :class:`keras_trees.forest.Forest` values.
+"""Fitted scikit-learn decision trees as [`keras_trees.forest.Forest`][keras_trees.forest.Forest] values.
 
 scikit-learn is an optional dependency: nothing here imports it; the functions
 read the fitted estimator's ``tree_`` arrays.
 
-* :func:`from_sklearn` converts any fitted ``DecisionTreeClassifier`` or
+* [`from_sklearn`][keras_trees.interop.sklearn.from_sklearn] converts any fitted ``DecisionTreeClassifier`` or
   ``DecisionTreeRegressor`` (or its ``tree_``) into a one-tree forest with
   axis-aligned splits: an unbalanced tree whose positions below a leaf are
   ``ABSENT``. Split ``i`` sends a sample right iff ``x[feature] - threshold > 0``,
@@ -12,7 +12,7 @@ read the fitted estimator's ``tree_`` arrays.
   float32 comparisons are reproduced exactly). ``Forest.apply`` (with
   ``source_node``) reproduces ``estimator.apply`` and ``Forest.predict``
   reproduces ``predict`` (regressors) and ``predict_proba`` (classifiers).
-* :func:`pad_to_perfect` is :meth:`keras_trees.forest.Forest.pad_to_perfect`:
+* [`pad_to_perfect`][keras_trees.interop.sklearn.pad_to_perfect] is [`keras_trees.forest.Forest.pad_to_perfect`][keras_trees.forest.Forest.pad_to_perfect]:
   a perfect linear tree of a given depth with the same predictions (the form
   non-greedy trees train).
 * Trees of keras-trees layers are ``layer.to_forest()``; ``from_end_to_end``
@@ -60,7 +60,7 @@ def _check_arrays(tree, left, right, value):
 
 @keras_trees_export("keras_trees.interop")
 def from_sklearn(estimator, max_depth=None, dtype="float32"):
-    """Converts a fitted scikit-learn decision tree into a one-tree :class:`~keras_trees.forest.Forest`.
+    """Converts a fitted scikit-learn decision tree into a one-tree [`Forest`][keras_trees.forest.Forest].
 
     Args:
         estimator: fitted ``DecisionTreeClassifier``/``DecisionTreeRegressor``
@@ -75,7 +75,7 @@ def from_sklearn(estimator, max_depth=None, dtype="float32"):
         dtype: ``"float32"`` or ``"float64"`` for the thresholds and values.
 
     Returns:
-        A :class:`~keras_trees.forest.Forest` with axis-aligned splits;
+        A [`Forest`][keras_trees.forest.Forest] with axis-aligned splits;
         ``leaves`` hold class probabilities in the order of
         ``estimator.classes_`` (classifiers) or the regression outputs;
         ``source_node`` maps heap positions to sklearn node ids;
@@ -163,7 +163,7 @@ def from_sklearn(estimator, max_depth=None, dtype="float32"):
 
 @keras_trees_export("keras_trees.interop")
 def pad_to_perfect(tree, depth=None):
-    """:meth:`keras_trees.forest.Forest.pad_to_perfect` of ``tree``: perfect
+    """[`keras_trees.forest.Forest.pad_to_perfect`][keras_trees.forest.Forest.pad_to_perfect] of ``tree``: perfect
     linear trees of ``depth`` (default its maximum depth) with the same predictions."""
     return tree.pad_to_perfect(depth)
 
@@ -172,8 +172,8 @@ def pad_to_perfect(tree, depth=None):
 def from_end_to_end(layer, tree_index=0):
     """Deprecated: use ``layer.to_forest().tree(tree_index)``.
 
-    Tree ``tree_index`` of a built :class:`EndToEndTree`/``EndToEndForest`` as a
-    one-tree :class:`~keras_trees.forest.Forest` (plain inputs, no ``split_features``)."""
+    Tree ``tree_index`` of a built [`EndToEndTree`][keras_trees.layers.end_to_end_tree.EndToEndTree]/``EndToEndForest`` as a
+    one-tree [`Forest`][keras_trees.forest.Forest] (plain inputs, no ``split_features``)."""
     warnings.warn("from_end_to_end is deprecated: use layer.to_forest().tree(tree_index)",
                   DeprecationWarning, stacklevel=2)
     if getattr(layer, "split_features", None) is not None:
@@ -182,7 +182,7 @@ def from_end_to_end(layer, tree_index=0):
 
 
 def _heap_tree(node_state, split_weights, split_bias, leaf_values, source_node=None):
-    """The linear :class:`~keras_trees.forest.Forest` made of the fields of the former ``HeapTree``."""
+    """The linear [`Forest`][keras_trees.forest.Forest] made of the fields of the former ``HeapTree``."""
     return Forest(node_state=node_state, split_kind="linear", weights=split_weights, bias=split_bias,
                   leaves=leaf_values, input_dim=np.shape(split_weights)[-1], source_node=source_node)
 

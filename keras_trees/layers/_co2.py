@@ -6,9 +6,9 @@ The non-greedy paper initializes ``W`` and ``Theta`` with "a greedy variant of
 the tree training procedure called CO2 [18]", itself initialized by
 axis-aligned splits that maximize information gain; CO2 is the convex-concave
 upper bound of the non-greedy paper applied greedily to trees of depth 1, one
-node at a time. :func:`co2_tree` builds such a tree, top-down, one level at a
-time, and returns it as a :class:`keras_trees.forest.Forest` with linear splits
-that :meth:`keras_trees.layers.NonGreedyTree.initialize_from` accepts.
+node at a time. [`co2_tree`][keras_trees.layers._co2.co2_tree] builds such a tree, top-down, one level at a
+time, and returns it as a [`keras_trees.forest.Forest`][keras_trees.forest.Forest] with linear splits
+that [`keras_trees.layers.NonGreedyTree.initialize_from`][keras_trees.layers.non_greedy_tree.NonGreedyTree.initialize_from] accepts.
 
 What is done at each internal node, with the samples its (already optimized)
 ancestors route to it:
@@ -93,7 +93,7 @@ def optimize_stumps(xt, y, weight, starts, rows, theta_left, theta_right, nu, st
                     momentum=0.9):
     """Minimizes the weighted mean depth-1 bound of every node of a level.
 
-    Arguments as :func:`stump_bounds` (samples sorted by node); ``rows`` are
+    Arguments as `stump_bounds` (samples sorted by node); ``rows`` are
     projected onto ``||row|| <= nu``. Returns ``(rows, theta_left, theta_right,
     initial_bound, bound)``: the kept iterate (lowest bound among those that
     send at least one sample each way; the initial one when none is better)
@@ -155,12 +155,12 @@ def _class_frequencies(y, weight, k):
 def co2_tree(x, y, max_depth, num_classes=None, nu=4.0, steps=100, learning_rate=None, momentum=0.9,
              criterion="entropy", min_samples_split=2, sample_weight=None, random_state=None):
     """A greedy oblique classification tree grown with the CO2 bound, as a one-tree
-    :class:`~keras_trees.forest.Forest` (linear splits, right iff ``w.x + b > 0``).
+    [`Forest`][keras_trees.forest.Forest] (linear splits, right iff ``w.x + b > 0``).
 
     The greedy initialization of the non-greedy paper (Section 7): every node's
     split starts at the best axis-aligned (CART) split of the samples its
     ancestors route to it and is then optimized on the depth-1 convex-concave
-    bound under ``||[w, b]|| <= nu``; see :mod:`keras_trees.layers._co2` for the
+    bound under ``||[w, b]|| <= nu``; see `keras_trees.layers._co2` for the
     procedure and how it differs from the papers. Start a non-greedy tree from
     it with ``NonGreedyTree(max_depth, num_classes, nu).initialize_from(co2_tree(x, y, max_depth, nu=nu))``.
 
@@ -185,7 +185,7 @@ def co2_tree(x, y, max_depth, num_classes=None, nu=4.0, steps=100, learning_rate
             axis-aligned splits (None or an int >= 0).
 
     Returns:
-        A one-tree :class:`~keras_trees.forest.Forest` of depth ``<= max_depth``
+        A one-tree [`Forest`][keras_trees.forest.Forest] of depth ``<= max_depth``
         whose leaves hold class frequencies (``family="co2_tree"``;
         ``extra`` records ``nu``, ``steps``, ``learning_rate``).
 

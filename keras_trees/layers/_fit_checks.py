@@ -10,7 +10,7 @@ when a ``Model.fit`` first trains it, and warns (``UserWarning``).
   being fitted and its loss expects the other kind, the layer warns: softmax
   probabilities read as logits train poorly, and raw values read as
   probabilities are clipped to ``[eps, 1 - eps]``, so the loss hardly moves.
-* Families add their own checks (:meth:`FitChecks._fit_warnings`), e.g. the
+* Families add their own checks (`FitChecks._fit_warnings`), e.g. the
   end-to-end trees' ``leaf_learning="em"`` without ``EMLeafUpdate``.
 
 The model being fitted is found on the Python call stack (the innermost
@@ -177,7 +177,7 @@ def check_output_kind(layer, model):
 
 
 class FitChecks:
-    """Mixin of the tree layers: call :meth:`_check_fit` from ``call``. The
+    """Mixin of the tree layers: call `_check_fit` from ``call``. The
     first training call inside a ``Model.fit`` runs the checks (once per
     layer, in Python: on TensorFlow and JAX when the step is traced)."""
 

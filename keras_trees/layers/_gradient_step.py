@@ -2,7 +2,7 @@
 
 Layers that train outside ``model.fit`` (greedy growth, refinement) need the
 same thing on every backend: minimize ``loss_fn(*args)`` over some Keras
-variables with a Keras optimizer. :func:`make_train_step` builds that step:
+variables with a Keras optimizer. `make_train_step` builds that step:
 
 * TensorFlow: ``tf.function`` + ``tf.GradientTape``. Under a
   ``tf.distribute`` strategy (its scope entered, cross-replica context) the step
@@ -23,7 +23,7 @@ variables with a Keras optimizer. :func:`make_train_step` builds that step:
 Gradients that do not exist (a variable the loss does not depend on) are
 zeros. TensorFlow, JAX and torch are imported only inside the functions.
 
-:func:`distribution_scope` enters the ``tf.distribute`` strategy that owns a
+`distribution_scope` enters the ``tf.distribute`` strategy that owns a
 model's variables (when the caller has not), so code that trains outside
 ``model.fit`` also works when it is called outside the strategy's scope.
 """

@@ -1,4 +1,4 @@
-"""The contract of the layers stored on the heap topology of :mod:`keras_trees.topology`.
+"""The contract of the layers stored on the heap topology of `keras_trees.topology`.
 
 End-to-end trees and forests, convex polytope trees and non-greedy trees keep
 their trees the same way (``node_state`` of shape ``(num_trees, 2**(D+1) - 1)``,
@@ -13,7 +13,7 @@ base class owns what follows from that:
   "x contains NaN or Inf", or the backend's runtime error with that message
   inside ``tf.function``/``jax.jit``), of known rank and feature dimensions;
   the family's parameters (``_checked_parameters``) must be finite and
-  ``node_state`` a valid topology (:mod:`keras_trees.validation`),
+  ``node_state`` a valid topology (`keras_trees.validation`),
 * inputs follow ``keras.layers.Dense``: the trees read the last axis and
   every leading axis is kept in the outputs (``(2, 4, 4)`` gives
   ``(2, 4, units)``), never turned into extra samples. A family whose samples
@@ -30,11 +30,11 @@ base class owns what follows from that:
   from ``node_state``.
 
 A family implements one hook for routing, ``_routing_parameters()``: the
-split parameters of the hard-routing op (:func:`keras_trees.ops.hard_routing.hard_route`).
+split parameters of the hard-routing op ([`keras_trees.ops.hard_routing.hard_route`][keras_trees.ops.hard_routing.hard_route]).
 
 Counts of perfect-tree families are methods (``num_leaves()``); the property
 spelling of release 0.1.0 still works for one release through
-:class:`DeprecatedCount` (an ``int`` that warns when used as a number and
+`DeprecatedCount` (an ``int`` that warns when used as a number and
 returns the plain value when called).
 """
 
@@ -263,13 +263,13 @@ class HeapTreeLayer(ForestLayer, keras.layers.Layer):
 
     def _checked_parameters(self):
         """Hook: ``[(variable or tensor, name)]``, the floating parameters every
-        computation reads; :meth:`features` checks them finite and
+        computation reads; `features` checks them finite and
         ``node_state`` a valid topology (default: nothing checked)."""
         return []
 
     def _check_parameters(self):
         """Fails (naming the layer and the variable) unless the parameters of
-        :meth:`_checked_parameters` are finite and ``node_state`` is a valid
+        `_checked_parameters` are finite and ``node_state`` is a valid
         topology; eagerly a ``ValueError``, inside ``tf.function``/``jax.jit``
         the backend's runtime error with the same message."""
         checked = self._checked_parameters()
@@ -300,7 +300,7 @@ class HeapTreeLayer(ForestLayer, keras.layers.Layer):
         float16 split values overflow and bfloat16 ones are too coarse.
 
         Checks ``x`` (real, finite, known rank and feature dimensions) and the
-        parameters (:meth:`_check_parameters`) on every path: eagerly, inside
+        parameters (`_check_parameters`) on every path: eagerly, inside
         ``tf.function`` (everything computed from the features waits for the
         checks) and inside ``jax.jit``."""
         self._check_input_structure(inputs)
@@ -330,7 +330,7 @@ class HeapTreeLayer(ForestLayer, keras.layers.Layer):
         return batched.checked(checks, x)  # one check in compiled graphs; x waits for it
 
     def forest_features(self, inputs):
-        """The rows the splits of :meth:`to_forest` read: :meth:`features` as NumPy."""
+        """The rows the splits of `to_forest` read: `features` as NumPy."""
         return numpy(self.features(inputs, training=False))
 
     # ------------------------------------------------------------ routing
@@ -341,12 +341,12 @@ class HeapTreeLayer(ForestLayer, keras.layers.Layer):
 
     def _routing_parameters(self):
         """Hook: ``(split_weights, split_bias, kwargs)`` of
-        :func:`keras_trees.ops.hard_routing.hard_route` (``kwargs`` holds
+        [`keras_trees.ops.hard_routing.hard_route`][keras_trees.ops.hard_routing.hard_route] (``kwargs`` holds
         ``expert_weights`` and ``threshold`` for noisy-OR splits)."""
         raise NotImplementedError
 
     def _route_features(self, feats, parameters=None):
-        """:meth:`route` of rows that are already :meth:`features`."""
+        """[`route`][keras_trees.topology.route] of rows that are already `features`."""
         w, b, kwargs = self._routing_parameters() if parameters is None else parameters
         return hard_routing.route_to_leaves(feats, w, b, self.node_state, **kwargs)
 
@@ -359,10 +359,10 @@ class HeapTreeLayer(ForestLayer, keras.layers.Layer):
         return self._with_leading(node, self._leading_shape(inputs))
 
     def route_rows(self, feats, is_split=None, batch_size=4096):
-        """:meth:`route` of NumPy feature rows on the host, in batches:
+        """[`route`][keras_trees.topology.route] of NumPy feature rows on the host, in batches:
         ``(rows, num_trees)`` int64. ``is_split`` ``(num_trees, 2**max_depth - 1)``
         routes as if those positions were the splits (growth routes through its
-        candidate stumps); default :meth:`is_split`."""
+        candidate stumps); default `is_split`."""
         self._check_parameters()
         w, b, kwargs = self._routing_parameters()
         w, b, kwargs = numpy(w), numpy(b), {k: numpy(v) for k, v in kwargs.items()}
@@ -403,7 +403,7 @@ class HeapTreeLayer(ForestLayer, keras.layers.Layer):
         return self._per_tree(topology.num_leaves(self._state()))
 
     def num_splits(self):
-        """Splits per tree, as :meth:`num_leaves`."""
+        """Splits per tree, as [`num_leaves`][keras_trees.topology.num_leaves]."""
         return self._per_tree((self._state() == topology.SPLIT).sum(axis=1))
 
     def tree_depths(self):

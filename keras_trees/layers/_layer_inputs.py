@@ -91,7 +91,7 @@ def _capture_fn(model, layer):
 
 
 def identity(x):
-    """What :func:`layer_input_fn` returns for a layer that reads the model inputs."""
+    """What `layer_input_fn` returns for a layer that reads the model inputs."""
     return x
 
 

@@ -1,15 +1,15 @@
-"""One level-growth engine for the heap tree layers (:mod:`keras_trees.layers._heap`).
+"""One level-growth engine for the heap tree layers (`keras_trees.layers._heap`).
 
-Greedy growth of end-to-end trees (:class:`keras_trees.callbacks.GreedyLevelGrowth`,
+Greedy growth of end-to-end trees ([`keras_trees.callbacks.GreedyLevelGrowth`][keras_trees.callbacks.greedy_level_growth.GreedyLevelGrowth],
 Hehn et al. 2019, Section 2.5) and of convex polytope trees
-(:meth:`ConvexPolytopeTree.fit_greedy`, Armandpour & Zhou 2021, Section 3.3.2)
+([`ConvexPolytopeTree.fit_greedy`][keras_trees.layers.convex_polytope_tree.ConvexPolytopeTree.fit_greedy], Armandpour & Zhou 2021, Section 3.3.2)
 is the same procedure with a different objective:
 
 1. every leaf that may still split holds a *candidate stump* (a split being
    trained at that leaf, marked in the layer's ``candidate`` state);
 2. a driver trains the stumps, each on the samples routed to it (Keras ``fit``
    for end-to-end trees, the layer's own steps for polytope trees);
-3. :meth:`LevelGrowth.end_round` routes the training data with the stumps
+3. `LevelGrowth.end_round` routes the training data with the stumps
    acting as splits, asks the layer to judge every stump with its objective
    (``_judge_stumps``), retries failed stumps (up to ``max_attempts``),
    commits the others (level by level, or best gain first) and puts fresh
@@ -18,7 +18,7 @@ is the same procedure with a different objective:
 The engine owns routing the data, the node statistics, the eligibility of a
 leaf and the topology edits. The statistics are sums over samples, computed
 by one pass over the data per routing (batch by batch; for a stream summed
-across workers with one :func:`keras_trees.streaming.all_reduce_sum`, so that
+across workers with one [`keras_trees.streaming.all_reduce_sum`][keras_trees.streaming.all_reduce_sum], so that
 every worker takes the same decisions); all state lives in the layer's variables (read
 and written through ``_read_growth`` / ``_write_growth``: NumPy arrays with at
 least ``"state"`` (``node_state``) and ``"candidate"`` (``(num_trees,
@@ -30,8 +30,8 @@ Layer hooks (the family's objective and split proposal):
 * ``_init_stump(growth, arrays, t, n, nodes)``: a fresh stump at leaf ``n`` of
   tree ``t`` (writes its split parameters into ``arrays``); its samples are
   those that stop at the heap positions ``nodes`` under the current routing
-  (:meth:`LevelGrowth.center`, :meth:`LevelGrowth.feature_std` from the
-  node statistics; :meth:`LevelGrowth.rows` for arrays only).
+  (`LevelGrowth.center`, `LevelGrowth.feature_std` from the
+  node statistics; `LevelGrowth.rows` for arrays only).
 * ``_finish_stumps(growth, arrays, stumps)`` (optional): completes the
   round's new stumps ``[(t, n, nodes)]`` at once, after all were drawn (a
   stream needs a pass over the data for statistics of a drawn split).
@@ -74,16 +74,16 @@ class LevelGrowth:
 
     * arrays (``LevelGrowth(layer, feats, targets, weights, ...)``): kept in
       memory; every worker holds all of them (nothing is summed across
-      workers), and the hooks may read rows (:meth:`rows`, ``stops``,
+      workers), and the hooks may read rows (`rows`, ``stops``,
       ``feats``, ``targets``, ``weights``);
-    * a stream (:meth:`LevelGrowth.streamed`): re-iterable batches of
+    * a stream (`LevelGrowth.streamed`): re-iterable batches of
       ``(feats, targets, weights)`` (this worker's part of the data). Every
       statistic is accumulated batch by batch and summed across workers with
-      one :func:`keras_trees.streaming.all_reduce_sum` per pass, so every
+      one [`keras_trees.streaming.all_reduce_sum`][keras_trees.streaming.all_reduce_sum] per pass, so every
       worker takes the same decisions; no per-row array is kept (memory does
-      not grow with the number of rows) and :meth:`rows` is not available
+      not grow with the number of rows) and `rows` is not available
       (hooks use the node statistics, or their own passes through
-      :meth:`accumulate`).
+      `accumulate`).
 
     Args:
         layer: a heap tree layer implementing the hooks.
@@ -101,8 +101,8 @@ class LevelGrowth:
         batch_size: rows per routing batch.
         options: the family's own settings, for its hooks.
         feature_moments: per-position feature statistics every pass computes:
-            0 none, 1 weighted sums (:meth:`center`), 2 also weighted squared
-            sums (:meth:`feature_std`).
+            0 none, 1 weighted sums (`center`), 2 also weighted squared
+            sums (`feature_std`).
     """
 
     def __init__(self, layer, feats, targets, weights, min_samples_split=2, count_samples=False,
@@ -158,7 +158,7 @@ class LevelGrowth:
         """One pass over the data: ``fn(feats, targets, weights, stops)`` on every
         batch (``stops``: ``(b, num_trees)`` heap positions the rows reach,
         routed with ``is_split`` acting as the splits; default: the routing of
-        the last :meth:`route`) returns a list of arrays of fixed shapes; their
+        the last [`route`][keras_trees.topology.route]) returns a list of arrays of fixed shapes; their
         sums over all batches (and over all workers, for a stream: one
         all-reduce) are returned as float64 arrays. Every worker must call it
         at the same point (it is a collective for streams)."""

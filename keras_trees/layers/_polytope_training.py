@@ -1,7 +1,7 @@
 """Training of convex polytope trees (Armandpour & Zhou 2021, Section 3.3, Algorithm 1).
 
-Not public: use :meth:`ConvexPolytopeTree.fit_greedy` and
-:meth:`ConvexPolytopeTree.refine`.
+Not public: use [`ConvexPolytopeTree.fit_greedy`][keras_trees.layers.convex_polytope_tree.ConvexPolytopeTree.fit_greedy] and
+[`ConvexPolytopeTree.refine`][keras_trees.layers.convex_polytope_tree.ConvexPolytopeTree.refine].
 
 * Greedy topology learning (Section 3.3.2): level by level, every leaf that may
   still split holds a stump; all stumps of a level train at the same time, each
@@ -21,10 +21,10 @@ Streams: both accept a stream of ``(x, y[, sample_weight])`` batches instead
 of arrays; every statistic (node sums, the stumps' initial ``S0``, the
 threshold search, the leaves) is then accumulated batch by batch and summed
 across workers, with histograms where arrays use sorted values (see
-:func:`fit_greedy`).
+`fit_greedy`).
 
 Everything here is ``keras.ops`` and NumPy, so it runs on every Keras backend;
-the optimizer steps come from :func:`keras_trees.layers._gradient_step.make_train_step`
+the optimizer steps come from `keras_trees.layers._gradient_step.make_train_step`
 (under ``tf.distribute`` every replica computes the step on the full batch).
 
 Sample weights (``sample_weight``, and ``class_weight`` multiplied into them as
@@ -171,7 +171,7 @@ def stream_finish_stumps(layer, growth, a, stumps):
     the inverse standard deviation of the drawn split's rate on the node's
     samples (weighted moments) and ``S0`` at its weighted median (from a
     histogram of ``MEDIAN_BINS`` log-spaced bins: within about 2.5% of the
-    exact median), as :meth:`ConvexPolytopeTree._init_stump` does on arrays.
+    exact median), as `ConvexPolytopeTree._init_stump` does on arrays.
     One pass over the data, one all-reduce."""
     m, bins = len(stumps), MEDIAN_BINS
     kernels = [np.asarray(a["kernel"][t, n], np.float64) for t, n, _ in stumps]
@@ -230,7 +230,7 @@ def stream_thresholds(layer, growth, stumps):
     samples, the class weights (target moments) and the weight. Candidate
     thresholds are the bin edges (a cut falls in the middle, in ``log S``,
     of the empty bins between two filled ones); the exact search on arrays
-    (:func:`best_threshold`) cuts between any two distinct values, so the
+    (`best_threshold`) cuts between any two distinct values, so the
     two differ only when distinct values share a bin (a cut between them is
     missed) and in where the chosen gap is cut."""
     m = len(stumps)
@@ -290,7 +290,7 @@ def stream_thresholds(layer, growth, stumps):
 
 def _best_bin_cut(samples, stats, classifier, min_samples_leaf):
     """``(bin, gain)``: cut after ``bin`` (bins in increasing order of the
-    split value) with the largest gain, as :func:`best_threshold` on groups of
+    split value) with the largest gain, as `best_threshold` on groups of
     samples; ``(None, 0.0)`` without a valid cut."""
     cs = np.cumsum(samples)[:-1]
     n = samples.sum()
@@ -326,7 +326,7 @@ def _best_bin_cut(samples, stats, classifier, min_samples_leaf):
 
 
 def stream_judge_stumps(layer, growth, a, stumps):
-    """:meth:`ConvexPolytopeTree._judge_stumps` on a stream (histogram search)."""
+    """`ConvexPolytopeTree._judge_stumps` on a stream (histogram search)."""
     results = {}
     for (t, n), (threshold, gain) in stream_thresholds(layer, growth, stumps).items():
         ok = threshold is not None and gain > growth.options["min_gain"]
@@ -339,7 +339,7 @@ def stream_judge_stumps(layer, growth, a, stumps):
 def stream_set_leaves(layer, growth):
     """Every position's value from the samples routed through it by the
     committed splits (subtree totals at internal positions), as
-    :meth:`ConvexPolytopeTree.set_leaves_from_data` on arrays: one pass, one
+    [`ConvexPolytopeTree.set_leaves_from_data`][keras_trees.layers.convex_polytope_tree.ConvexPolytopeTree.set_leaves_from_data] on arrays: one pass, one
     all-reduce. Positions no sample of positive weight reaches keep their value."""
     state = np.asarray(to_numpy(layer.node_state))
     N = layer.num_positions
@@ -454,7 +454,7 @@ def _reset_optimizer(optimizer):
 
 
 def _epoch(step, rng, idx, batch_size, capacity, arrays, weights32, shared, after=()):
-    """One epoch of shuffled mini-batches of ``idx`` (:func:`_batches`, the
+    """One epoch of shuffled mini-batches of ``idx`` (`_batches`, the
     same draws of ``rng``) in one call of ``step.many``: each step's
     arguments are the batch's rows of each array of ``arrays``, the batch
     weights (0 for the filler rows), the batch's rows of each array of
@@ -663,7 +663,7 @@ def _idle_steps(count, step, size, dim, node, inverse_weight, classifier, units)
 def _fit_greedy_stream(layer, x, validation_data, depth_limit, epochs, batch_size, learning_rate,
                        annealing_increment, min_samples_split, min_samples_leaf, min_gain, refine_epochs,
                        refine_learning_rate, verbose, sample_weight, class_weight):
-    """:func:`fit_greedy` on a stream of batches (see its docstring)."""
+    """`fit_greedy` on a stream of batches (see its docstring)."""
     data, source = _stream_source(layer, x, sample_weight, class_weight, "fit_greedy")
     layer._ensure_built(data.sample())
     val = _validation(layer, validation_data, "fit_greedy")
@@ -749,7 +749,7 @@ def _record_level(layer, history, level, stumps, committed, losses, val, verbose
 
 
 def _refine_start(layer, is_split, start_steepness):
-    """Starts :func:`refine`: each split's ``S0`` at its threshold (so the
+    """Starts `refine`: each split's ``S0`` at its threshold (so the
     probabilistic tree starts at the deterministic one) and its splits
     trainable. Returns the start steepness (default: the largest current one)."""
     thr = np.asarray(to_numpy(layer.threshold), dtype=np.float64)
@@ -771,7 +771,7 @@ def _refine_steepness(layer, is_split, steepness):
 
 
 def _refine_finish(layer, is_split, set_leaves, losses, val, before, backup, verbose):
-    """Ends :func:`refine`: thresholds become ``S0`` (``f_lambda = 0.5``),
+    """Ends `refine`: thresholds become ``S0`` (``f_lambda = 0.5``),
     ``set_leaves()`` resets the leaves from the training data, and with
     validation data the refinement is undone when it lowers the score."""
     thr = np.array(to_numpy(layer.threshold))
@@ -795,7 +795,7 @@ def _refine_finish(layer, is_split, set_leaves, losses, val, before, backup, ver
 
 def _refine_stream(layer, x, validation_data, epochs, batch_size, learning_rate, annealing_increment,
                    start_steepness, verbose, sample_weight, class_weight):
-    """:func:`refine` on a stream of batches."""
+    """`refine` on a stream of batches."""
     data, source = _stream_source(layer, x, sample_weight, class_weight, "refine")
     layer._ensure_built(data.sample())
     val = _validation(layer, validation_data, "refine")
@@ -853,7 +853,7 @@ def fit_greedy(layer, x, y=None, validation_data=None, max_depth=None, epochs=20
             ``(x_val, y_val, sample_weight_val)``: the tree is cut back to the
             depth with the best (weighted) validation score (the lowest
             error rate, ties broken by the log loss, then the shallowest
-            depth; the lowest MSE for regression: :func:`depth_score`), and a
+            depth; the lowest MSE for regression: `depth_score`), and a
             refinement is kept only if it does not lower the validation
             accuracy (raise the MSE).
         max_depth: growth limit (default: the layer's ``max_depth``).
@@ -865,7 +865,7 @@ def fit_greedy(layer, x, y=None, validation_data=None, max_depth=None, epochs=20
         min_samples_leaf: thresholds leave at least this many samples per side.
         min_gain: smallest information gain (variance reduction per unit of
             weight of the node) that makes a split.
-        refine_epochs: optional joint refinement afterwards (:func:`refine`).
+        refine_epochs: optional joint refinement afterwards (`refine`).
         verbose: ``"auto"`` (1), 0 (silent), 1 or 2: one line per level with
             its depth, the number of leaves, the stumps' objective (last
             epoch) and, with validation data, the validation score.
@@ -881,12 +881,12 @@ def fit_greedy(layer, x, y=None, validation_data=None, max_depth=None, epochs=20
     Streams: ``x`` may also be a batched ``tf.data.Dataset``, a
     ``keras.utils.PyDataset`` or a re-iterable of ``(x, y)`` /
     ``(x, y, sample_weight)`` batches (``y=None``, weights inside the
-    batches; :func:`keras_trees.streaming.stream`). Every statistic is then
+    batches; [`keras_trees.streaming.stream`][keras_trees.streaming.stream]). Every statistic is then
     summed batch by batch (and across workers), no row is kept: stumps train
     each epoch on the stream's batches in its own order (the rows of each
     batch at this level's stumps, in mini-batches of ``batch_size``), new
-    stumps' ``S0`` is a histogram median (:func:`stream_finish_stumps`) and
-    thresholds come from a histogram search (:func:`stream_thresholds`)
+    stumps' ``S0`` is a histogram median (`stream_finish_stumps`) and
+    thresholds come from a histogram search (`stream_thresholds`)
     instead of the exact search over sorted values used for arrays, so the
     thresholds (and possibly the splits) can differ slightly from the
     arrays'. Several workers (a multi-worker ``tf.distribute`` strategy) each
@@ -979,7 +979,7 @@ def weighted_median(values, weights):
 def depth_score(layer, pred, y, w=None):
     """Validation score of predictions ``pred`` (leaf values), lower is
     better: ``[error rate, log loss]`` of a classifier (its leaves hold class
-    distributions; :func:`keras_trees._scores.error_and_log_loss`, whose
+    distributions; `keras_trees._scores.error_and_log_loss`, whose
     exactly summed error rates tie and leave the choice to the log loss),
     ``[mean squared error]`` of a regressor; weighted by ``w``."""
     pred = np.asarray(pred, dtype=np.float64)
@@ -991,11 +991,11 @@ def depth_score(layer, pred, y, w=None):
 
 def select_depth(layer, x_val, y_val, w_val=None, min_depth=0):
     """Cuts the tree back to the depth with the best (weighted) validation
-    score (:func:`depth_score`: the error rate, then the log loss, of a
+    score (`depth_score`: the error rate, then the log loss, of a
     classifier; the squared error of a regressor; ties: the shallowest),
     among the depths from ``min_depth`` (or the tree's depth, if smaller) to
     the tree's depth. Needs values at internal positions (set by
-    :meth:`set_leaves_from_data`). Returns ``{depth: score}`` (every depth,
+    `set_leaves_from_data`). Returns ``{depth: score}`` (every depth,
     those below ``min_depth`` included)."""
     state = np.asarray(to_numpy(layer.node_state))
     full = layer._route_numpy(x_val)
@@ -1024,7 +1024,7 @@ def refine(layer, x, y=None, validation_data=None, epochs=10, batch_size=512, le
     (``"auto"``, 0, 1 or 2) prints one line per epoch. Returns a dict of
     losses and scores.
 
-    ``x`` may be a stream of batches (``y=None``), as for :func:`fit_greedy`:
+    ``x`` may be a stream of batches (``y=None``), as for `fit_greedy`:
     the steps then follow the stream's batches, and the leaves come from one
     streamed pass.
     """

@@ -1,6 +1,6 @@
 """Split screening for greedily grown end-to-end trees (``split_screening``).
 
-A new stump of :class:`keras_trees.layers.EndToEndTree` reads every feature
+A new stump of [`keras_trees.layers.EndToEndTree`][keras_trees.layers.end_to_end_tree.EndToEndTree] reads every feature
 (the paper's oblique split). With ``split_screening=r`` it reads only the
 features whose best single threshold, searched exactly on the training rows
 that reach the stump, gains at least ``r`` times what the best feature's
@@ -21,7 +21,7 @@ from keras_trees.layers._polytope_training import best_threshold
 
 def best_split_gains(x, y, weights, num_classes=None):
     """Per feature (column of ``x``), the gain of its best threshold on the
-    rows ``x``: :func:`keras_trees.layers._polytope_training.best_threshold`
+    rows ``x``: `keras_trees.layers._polytope_training.best_threshold`
     (the polytope tree's exact search: information gain in nats per unit of
     weight, or variance reduction for ``y`` of shape ``(n,)`` or
     ``(n, units)``) on each column; 0 where no cut exists (a constant column).
@@ -39,7 +39,7 @@ def best_split_gains(x, y, weights, num_classes=None):
 def screen_stumps(layer, growth, a, stumps, ratio):
     """Restricts the new stumps ``[(t, n, nodes)]`` of one growth round to
     their screened features (module docstring): one pass over the growth
-    engine's data, routed by the layer (:meth:`route_rows`) through the
+    engine's data, routed by the layer (`route_rows`) through the
     round's splits, collects the rows that stop at each stump; its mask keeps
     the features of gain ``>= ratio * best``, its drawn direction is kept on
     them (renormalized) and its bias put through the mean of its rows."""

@@ -54,7 +54,7 @@ def class_weight_table(class_weight, num_classes, where):
 
 def batch_weights(y, sample_weight, table, where):
     """Weights ``(n,)`` (float64) of one batch of labels ``y``: ``sample_weight``
-    (ones when None) times ``table[y]`` (:func:`class_weight_table`; None for
+    (ones when None) times ``table[y]`` (`class_weight_table`; None for
     none), checked finite and >= 0."""
     n = len(y)
     w = np.ones(n) if sample_weight is None else np.asarray(sample_weight, np.float64).reshape(n)

@@ -22,11 +22,11 @@ class XLACompatibility:
     ``tf.function`` the ops detect the XLA context and take the reference path.
 
     The same layers are traced for ONNX and LiteRT exports
-    (:mod:`keras_trees.export`), whose runtimes hold neither the compiled ops
+    (`keras_trees.export`), whose runtimes hold neither the compiled ops
     nor an assertion that could reject a NaN input: while such an export
-    traces the model (:func:`keras_trees.ops._library.portable_export`), a
+    traces the model (`keras_trees.ops._library.portable_export`), a
     call returns NaN in every output of a row whose input holds a NaN or Inf
-    (:func:`nan_rows`), instead of the silently finite prediction that hard
+    (`nan_rows`), instead of the silently finite prediction that hard
     routing would give it.
     """
 

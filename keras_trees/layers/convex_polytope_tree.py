@@ -46,7 +46,7 @@ class ConvexPolytopeTree(CheckedLoading, XLACompatibility, FitChecks, HeapTreeLa
     (``KerasTrees>HardRoutingExperts``): one path per sample, at most
     ``max_depth`` split evaluations.
 
-    Training follows the paper (Section 3.3): :meth:`fit_greedy` grows the
+    Training follows the paper (Section 3.3): [`fit_greedy`][keras_trees.layers.convex_polytope_tree.ConvexPolytopeTree.fit_greedy] grows the
     topology from a root stump (each stump trained on its node's samples with
     the conditional-entropy objective, Eq. 13, or the variance objective,
     Eq. 15-16, plus the gamma-process prior of Eq. 14; the threshold on the
@@ -54,13 +54,13 @@ class ConvexPolytopeTree(CheckedLoading, XLACompatibility, FitChecks, HeapTreeLa
     reduction becomes the split), chooses the depth on validation data and can
     refine all splits jointly. Leaves hold the empirical class distribution
     (mean response) of the training data routed to them
-    (:meth:`set_leaves_from_data`, also as the callback
-    :class:`keras_trees.callbacks.polytope_leaves.PolytopeLeafUpdate`).
+    ([`set_leaves_from_data`][keras_trees.layers.convex_polytope_tree.ConvexPolytopeTree.set_leaves_from_data], also as the callback
+    [`keras_trees.callbacks.polytope_leaves.PolytopeLeafUpdate`][keras_trees.callbacks.polytope_leaves.PolytopeLeafUpdate]).
     ``K = 1`` gives oblique trees.
 
     All of it runs on the TensorFlow, JAX and PyTorch backends, inside a
     ``tf.distribute`` strategy or a ``keras.distribution`` (the growth steps
-    come from :func:`keras_trees.layers._gradient_step.make_train_step`), and
+    come from `keras_trees.layers._gradient_step.make_train_step`), and
     under mixed precision: routing and the objectives stay in the variables'
     float32 (inputs are cast to it), outputs come in the compute dtype. With
     ``seed=None`` the random expert directions follow
@@ -69,10 +69,10 @@ class ConvexPolytopeTree(CheckedLoading, XLACompatibility, FitChecks, HeapTreeLa
     Inputs ``(..., d)``: the splits read the last axis and leading axes are
     kept (``keras.layers.Dense``: ``(2, 5, d)`` gives ``(2, 5, C)`` from
     ``call``, ``route``, ``leaf_log_probabilities`` and ``split_values``);
-    :meth:`fit_greedy`, :meth:`refine` and :meth:`set_leaves_from_data` take
+    [`fit_greedy`][keras_trees.layers.convex_polytope_tree.ConvexPolytopeTree.fit_greedy], [`refine`][keras_trees.layers.convex_polytope_tree.ConvexPolytopeTree.refine] and [`set_leaves_from_data`][keras_trees.layers.convex_polytope_tree.ConvexPolytopeTree.set_leaves_from_data] take
     ``(n, d)`` rows, one per label. ``x`` must be real numbers (strings raise
     ``TypeError``) and finite; NaN or Inf in ``x`` or in a parameter, and a
-    ``node_state`` that breaks the rules of :mod:`keras_trees.topology`, raise
+    ``node_state`` that breaks the rules of `keras_trees.topology`, raise
     an error naming ``x`` or the layer and the variable on every path (eager,
     ``fit``/``predict``, ``jax.jit``, the growth steps, loading a file).
 
@@ -81,7 +81,7 @@ class ConvexPolytopeTree(CheckedLoading, XLACompatibility, FitChecks, HeapTreeLa
     inside ``model.fit`` with any Keras loss; ``call(x)`` at inference routes
     deterministically.
 
-    Variables (heap layout of :mod:`keras_trees.topology`, one tree):
+    Variables (heap layout of `keras_trees.topology`, one tree):
     ``expert_kernel`` ``(1, 2**D - 1, K, d)``, ``expert_bias`` and
     ``log_expert_weight`` ``(1, 2**D - 1, K)``, ``p0_logit`` ``(1, 2**D - 1)``
     (trainable); ``steepness`` (lambda), ``threshold`` (``c``),
@@ -95,7 +95,7 @@ class ConvexPolytopeTree(CheckedLoading, XLACompatibility, FitChecks, HeapTreeLa
             outputs class probabilities; or
         units: number of raw outputs, here regression values (exactly one of
             the two).
-        prior: :class:`keras_trees.losses.GammaProcessPrior` or ``None``
+        prior: [`keras_trees.losses.GammaProcessPrior`][keras_trees.losses.gamma_process_prior.GammaProcessPrior] or ``None``
             (default: ``GammaProcessPrior()``); its ``weight`` is multiplied by
             ``1 / number of training samples`` during training.
         steepness: initial annealing steepness ``lambda``, > 0; bigger is
@@ -108,13 +108,13 @@ class ConvexPolytopeTree(CheckedLoading, XLACompatibility, FitChecks, HeapTreeLa
             the joint refinement's soft counts) drops a subtree once a
             sample's path probability into it falls below this value, except
             the child a node favours (the deterministic path), so every sample
-            keeps at least one leaf (:mod:`keras_trees.ops.pruned_routing`).
+            keeps at least one leaf (`keras_trees.ops.pruned_routing`).
             The dropped probability mass of a sample is below
             ``prune_threshold`` times the number of dropped subtrees (at most
             one per visited split) and bounds the change of its output (class
             distributions) and of its soft counts. ``0`` is exact (the dense
             computation, unchanged); the default is the same as for
-            :class:`keras_trees.layers.EndToEndTree`.
+            [`keras_trees.layers.EndToEndTree`][keras_trees.layers.end_to_end_tree.EndToEndTree].
         seed: seed of the initial expert directions.
 
     Example:
@@ -267,7 +267,7 @@ class ConvexPolytopeTree(CheckedLoading, XLACompatibility, FitChecks, HeapTreeLa
         return self._with_leading(logp, self._leading_shape(inputs))
 
     def _leaf_log_probabilities(self, x):
-        """:meth:`leaf_log_probabilities` of rows ``x`` that are :meth:`features`."""
+        """[`leaf_log_probabilities`][keras_trees.layers.convex_polytope_tree.ConvexPolytopeTree.leaf_log_probabilities] of rows ``x`` that are `features`."""
         I = self.num_internal
         if keras.backend.backend() == "jax":
             # jax.jit needs static shapes: every internal node is evaluated;
@@ -395,7 +395,7 @@ class ConvexPolytopeTree(CheckedLoading, XLACompatibility, FitChecks, HeapTreeLa
         per-sample weights are the batches' third element, times
         ``class_weight[y]``). The statistics are summed batch by batch (the
         data never has to fit in memory) and, in a distributed run, over the
-        workers (:func:`keras_trees.streaming.all_reduce_sum`; each worker
+        workers ([`keras_trees.streaming.all_reduce_sum`][keras_trees.streaming.all_reduce_sum]; each worker
         reads its share of the data), so every replica sets the same leaves.
         """
         if y is not None or streaming.is_array_like(x):
@@ -418,11 +418,11 @@ class ConvexPolytopeTree(CheckedLoading, XLACompatibility, FitChecks, HeapTreeLa
 
     def _stream_leaf_statistics(self, data, batch_size=4096, class_weight=None, to_input=None,
                                 where="set_leaves_from_data", model=None, checked=False):
-        """``(num_positions, U)`` :meth:`_leaf_statistics` of a
-        :class:`keras_trees.streaming.Batches` stream, summed batch by batch
+        """``(num_positions, U)`` `_leaf_statistics` of a
+        [`keras_trees.streaming.Batches`][keras_trees.streaming.Batches] stream, summed batch by batch
         and over the workers (``to_input`` maps a batch's x to the layer's
         inputs; ``class_weight`` multiplies the batches' weights; ``checked``:
-        the batches are arrays :meth:`_check_xy` has checked already)."""
+        the batches are arrays `_check_xy` has checked already)."""
         table = None if class_weight is None else _validation.class_weight_table(class_weight, self.num_classes,
                                                                                   where)
         width = self.num_classes if self.is_classifier else 1 + self.units
@@ -532,7 +532,7 @@ class ConvexPolytopeTree(CheckedLoading, XLACompatibility, FitChecks, HeapTreeLa
         """A fresh stump: a random polytope around the node's samples (their
         weighted mean and standard deviation per feature). On a stream the
         expert weights and ``S0``, which need the drawn split's values on the
-        node's samples, are set by :meth:`_finish_stumps`."""
+        node's samples, are set by `_finish_stumps`."""
         if not growth.in_memory:
             k, b = self._draw_experts(1, growth.center(t, nodes), np.maximum(growth.feature_std(t, nodes), 1e-3))
             a["kernel"][t, n], a["bias"][t, n] = k[0], b[0]
@@ -557,7 +557,7 @@ class ConvexPolytopeTree(CheckedLoading, XLACompatibility, FitChecks, HeapTreeLa
     def _finish_stumps(self, growth, a, stumps):
         """On a stream: the new stumps' expert weights and ``S0`` from one pass
         (the rates' weighted moments and a log-spaced histogram for their
-        median); with arrays :meth:`_init_stump` set them already."""
+        median); with arrays `_init_stump` set them already."""
         if not growth.in_memory:
             _polytope_training.stream_finish_stumps(self, growth, a, stumps)
 
@@ -567,7 +567,7 @@ class ConvexPolytopeTree(CheckedLoading, XLACompatibility, FitChecks, HeapTreeLa
         the deterministic split; a stump fails without a cut of gain above
         ``min_gain``. Arrays: the exact search over the sorted values; a
         stream: the search over histogram bins
-        (:func:`keras_trees.layers._polytope_training.stream_thresholds`)."""
+        (`keras_trees.layers._polytope_training.stream_thresholds`)."""
         if not growth.in_memory:
             return _polytope_training.stream_judge_stumps(self, growth, a, stumps), True
         stop = growth.stops[:, 0]
@@ -679,7 +679,7 @@ class ConvexPolytopeTree(CheckedLoading, XLACompatibility, FitChecks, HeapTreeLa
         ``keras.utils.PyDataset``, a list; ``y=None``): every statistic is then
         summed batch by batch and across workers, and thresholds come from a
         histogram search instead of the exact one. Keyword arguments (see
-        :func:`keras_trees.layers._polytope_training.fit_greedy`): ``max_depth``,
+        `keras_trees.layers._polytope_training.fit_greedy`): ``max_depth``,
         ``epochs`` (per level), ``batch_size``, ``learning_rate``,
         ``annealing_increment``, ``min_samples_split``, ``min_samples_leaf``,
         ``min_gain``, ``refine_epochs``, ``refine_learning_rate``, ``verbose``
@@ -692,9 +692,9 @@ class ConvexPolytopeTree(CheckedLoading, XLACompatibility, FitChecks, HeapTreeLa
 
     def refine(self, x, y=None, validation_data=None, **kwargs):
         """Joint refinement of all splits (Section 3.3.1, Algorithm 1); see
-        :func:`keras_trees.layers._polytope_training.refine` (``epochs``,
+        `keras_trees.layers._polytope_training.refine` (``epochs``,
         ``batch_size``, ``learning_rate``, ``annealing_increment``,
         ``start_steepness``, ``verbose``, ``sample_weight``, ``class_weight``);
-        ``x`` may be a stream of batches (``y=None``) as for :meth:`fit_greedy`."""
+        ``x`` may be a stream of batches (``y=None``) as for [`fit_greedy`][keras_trees.layers.convex_polytope_tree.ConvexPolytopeTree.fit_greedy]."""
         with _gradient_step.distribution_scope(self.variables):
             return _polytope_training.refine(self, x, y, validation_data=validation_data, **kwargs)

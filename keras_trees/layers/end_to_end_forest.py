@@ -6,7 +6,7 @@ from keras_trees.layers._end_to_end import EndToEndTreesBase
 
 @keras_trees_export("keras_trees.layers")
 class EndToEndForest(EndToEndTreesBase):
-    """A forest of :class:`EndToEndTree` trees whose prediction is their mean (Eq. 20).
+    """A forest of [`EndToEndTree`][keras_trees.layers.end_to_end_tree.EndToEndTree] trees whose prediction is their mean (Eq. 20).
 
     Each split sees a random subset of the features (Section 2.7):
     ``features_per_split`` features drawn uniformly (letter: 8 of 16), or for
@@ -16,7 +16,7 @@ class EndToEndForest(EndToEndTreesBase):
     ``num_trees * max_depth`` split evaluations; see ``split_evaluations``).
 
     Training: all trees are grown level by level at the same time
-    (:class:`keras_trees.callbacks.GreedyLevelGrowth`; a stump only sees the
+    ([`keras_trees.callbacks.GreedyLevelGrowth`][keras_trees.callbacks.greedy_level_growth.GreedyLevelGrowth]; a stump only sees the
     samples routed to it, so trees do not interact while growing) and then
     finetuned together. The objective is the likelihood of the forest's mean
     prediction (Eq. 20 inside Eq. 4), and EM responsibilities are normalized over
@@ -25,7 +25,7 @@ class EndToEndForest(EndToEndTreesBase):
 
     Args:
         num_trees: number of trees ``T``.
-        max_depth, num_classes, units, ...: as for :class:`EndToEndTree`.
+        max_depth, num_classes, units, ...: as for [`EndToEndTree`][keras_trees.layers.end_to_end_tree.EndToEndTree].
         features_per_split: features per split (uniform random subsets).
         patch_size: ``int`` or ``(height, width)`` random 2D patches for inputs
             of shape ``(height, width[, channels])``.

@@ -181,7 +181,7 @@ class _HingeEnsemble(CheckedLoading, CheckedInputs, XLACompatibility, FitChecks,
     def _check_variables(self, x):
         """Fails (eagerly, in ``tf.function`` and under ``jax.jit``; in TensorFlow
         graphs on the compiled kernels the kernel's own check, naming the
-        argument, see :func:`keras_trees.validation.batched.kernels_check`) unless the
+        argument, see `keras_trees.validation.batched.kernels_check`) unless the
         thresholds are finite; the message names the layer and the variable.
         (The feature indices are checked by the ops, which read them.)
 
@@ -383,7 +383,7 @@ class HingeFern(_HingeEnsemble):
     ``2**max_depth - 1``, still ``2**max_depth`` leaves (Lay et al. 2018, Section 3). Level ``i`` sends a
     sample right when ``x[f_i] - t_i > 0``; the fern outputs the reached leaf's
     weights times the smallest ``|x[f_i] - t_i|`` over the levels. Same
-    training behaviour, speed and usage as :class:`HingeForest`, with about
+    training behaviour, speed and usage as [`HingeForest`][keras_trees.layers.hinge_forest.HingeForest], with about
     half the parameters at ``units=1``.
 
     Weights (public, stable layout):

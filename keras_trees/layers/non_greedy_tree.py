@@ -48,7 +48,7 @@ class NonGreedyTree(CheckedLoading, CheckedInputs, XLACompatibility, HeapTreeLay
 
     The tree has ``2**max_depth - 1`` split rows ``[w_i, b_i]`` (one trainable
     ``split_weights`` matrix of shape ``(2**max_depth - 1, p + 1)``, the bias in
-    the last column, heap order of :mod:`keras_trees.topology`) and
+    the last column, heap order of `keras_trees.topology`) and
     ``2**max_depth`` leaf parameter rows ``Theta`` (``leaf_values``,
     ``(2**max_depth, K)``; leaf ``j`` is heap position ``2**max_depth - 1 + j``).
     A sample goes right at split ``i`` iff ``w_i . x + b_i > 0``; prediction
@@ -59,7 +59,7 @@ class NonGreedyTree(CheckedLoading, CheckedInputs, XLACompatibility, HeapTreeLay
 
     Training (``fit``) uses Keras' own training step on every backend
     (TensorFlow, JAX, PyTorch; XLA on JAX): the objective is
-    :meth:`compute_loss`. For each mini-batch, loss-augmented inference (the
+    [`compute_loss`][keras_trees.layers.non_greedy_tree.NonGreedyTree.compute_loss]. For each mini-batch, loss-augmented inference (the
     compiled kernels on every backend: the ``KerasTrees>LossAugmentedInference``
     op, its XLA FFI call or its ``torch.library`` op; the ``keras.ops``
     reference where they are unavailable; not differentiated) finds the
@@ -69,7 +69,7 @@ class NonGreedyTree(CheckedLoading, CheckedInputs, XLACompatibility, HeapTreeLay
     gradient is Algorithm 1's ``(g - h) x^T`` for the splits and the gradient
     of the loss at ``Theta[f(g)]`` for the leaves. The optimizer (the paper: SGD
     with momentum) takes the step and applies the
-    :class:`keras_trees.constraints.RowNorm` constraint, which projects every
+    [`keras_trees.constraints.RowNorm`][keras_trees.constraints.RowNorm] constraint, which projects every
     row back to ``||[w_i, b_i]|| <= nu`` (line 8; the bias is part of the row
     because the paper appends a constant to ``x``). ``sample_weight`` and
     ``class_weight`` of ``fit``/``evaluate`` weight the bound; distribution
@@ -77,7 +77,7 @@ class NonGreedyTree(CheckedLoading, CheckedInputs, XLACompatibility, HeapTreeLay
     work as for any Keras model (the bound and the routing are computed in the
     variable dtype, float32; predictions are returned in the compute dtype).
     Compile without ``loss``: the bound is the loss. Stable SGD (Eq. 14) is
-    enabled by the :class:`keras_trees.callbacks.stable_sgd.StableSGD`
+    enabled by the [`keras_trees.callbacks.stable_sgd.StableSGD`][keras_trees.callbacks.stable_sgd.StableSGD]
     callback, which freezes the leaf assignments ``a(x)`` (routing by a
     snapshot ``assignment_weights`` of the splits) between rounds. Inside
     another model (e.g. behind preprocessing layers) the tree trains on its
@@ -91,9 +91,9 @@ class NonGreedyTree(CheckedLoading, CheckedInputs, XLACompatibility, HeapTreeLay
     metrics (e.g. ``"accuracy"``) on the hard predictions.
 
     Initialization: random splits of norm ``nu`` and zero leaves, or from a
-    greedy tree with :meth:`initialize_from` (e.g. a scikit-learn CART tree
-    through :func:`keras_trees.interop.sklearn.from_sklearn`, the greedy
-    oblique CO2 tree of :func:`keras_trees.layers.co2_tree` (the paper's
+    greedy tree with [`initialize_from`][keras_trees.layers.non_greedy_tree.NonGreedyTree.initialize_from] (e.g. a scikit-learn CART tree
+    through [`keras_trees.interop.sklearn.from_sklearn`][keras_trees.interop.sklearn.from_sklearn], the greedy
+    oblique CO2 tree of [`keras_trees.layers.co2_tree`][keras_trees.layers._co2.co2_tree] (the paper's
     initialization), or a grown end-to-end tree's
     ``to_forest().tree(i)``); shallower trees
     are padded to the perfect tree by copying leaves down.
@@ -221,7 +221,7 @@ class NonGreedyTree(CheckedLoading, CheckedInputs, XLACompatibility, HeapTreeLay
         return rows[:, : self.input_dim], rows[:, self.input_dim]
 
     def _inputs(self, x):
-        """Checked inputs as :meth:`features` (builds the model on first use)."""
+        """Checked inputs as `features` (builds the model on first use)."""
         x = ops.convert_to_tensor(static_input(x, "x", self))
         if not self.built:
             self.build(tuple(x.shape))
@@ -247,7 +247,7 @@ class NonGreedyTree(CheckedLoading, CheckedInputs, XLACompatibility, HeapTreeLay
         finite predictions.
 
         ``node_state`` equal to the perfect tree is stricter than a valid
-        topology (:func:`keras_trees.validation.topology.node_state`, checked
+        topology (`keras_trees.validation.topology.node_state`, checked
         when a file is loaded): the leaf index is the position minus
         ``2**max_depth - 1``, so any other valid topology would index wrong
         leaves. One comparison per call instead of the topology rules."""
@@ -283,7 +283,7 @@ class NonGreedyTree(CheckedLoading, CheckedInputs, XLACompatibility, HeapTreeLay
         return w[None], b[None], {}
 
     def _leaf_index(self, x, rows=None):
-        """``(batch,)`` leaf index (``0 .. 2**max_depth - 1``) of rows ``x`` that are :meth:`features`."""
+        """``(batch,)`` leaf index (``0 .. 2**max_depth - 1``) of rows ``x`` that are `features`."""
         return self._route_features(x, self._routing_parameters(rows, x.dtype))[:, 0] - self.num_internal
 
     def route(self, x, rows=None, leaf_index=False):
@@ -365,7 +365,7 @@ class NonGreedyTree(CheckedLoading, CheckedInputs, XLACompatibility, HeapTreeLay
 
     def loss_augmented_inference(self, x, y):
         """``(g_leaf, h_leaf, score)`` of the current tree (compiled op; see
-        :func:`keras_trees.ops.loss_augmented.loss_augmented_inference`)."""
+        [`keras_trees.ops.loss_augmented.loss_augmented_inference`][keras_trees.ops.loss_augmented.loss_augmented_inference])."""
         x = self._inputs(x)
         w, b = self._split(ops.stop_gradient(ops.convert_to_tensor(self.split_weights)))
         return loss_augmented.loss_augmented_inference(
@@ -386,7 +386,7 @@ class NonGreedyTree(CheckedLoading, CheckedInputs, XLACompatibility, HeapTreeLay
         """The objective of Keras' training step: the (sample-weighted) mean bound.
 
         ``training=True``: the surrogate of Eq. 9 (Eq. 14 while
-        :class:`~keras_trees.callbacks.stable_sgd.StableSGD` holds frozen
+        [`StableSGD`][keras_trees.callbacks.stable_sgd.StableSGD] holds frozen
         assignments) at the loss-augmented leaves; its gradient is Algorithm 1's.
         ``training=False`` (``evaluate``): the bound of Eq. 13 (or Eq. 7). The
         leaf search is not differentiated. Also updates ``empirical_loss`` (the
@@ -437,19 +437,19 @@ class NonGreedyTree(CheckedLoading, CheckedInputs, XLACompatibility, HeapTreeLay
         """Sets the splits and leaves from a greedy tree (the paper's initialization).
 
         Args:
-            tree: a one-tree :class:`keras_trees.forest.Forest` with linear or
+            tree: a one-tree [`keras_trees.forest.Forest`][keras_trees.forest.Forest] with linear or
                 axis-aligned splits (e.g. from
-                :func:`keras_trees.interop.sklearn.from_sklearn`, or a grown
+                [`keras_trees.interop.sklearn.from_sklearn`][keras_trees.interop.sklearn.from_sklearn], or a grown
                 end-to-end tree's ``layer.to_forest().tree(i)``) of depth
                 ``<= max_depth``; it is padded to the perfect tree
-                (:meth:`~keras_trees.forest.Forest.pad_to_perfect`). Its leaf
+                ([`pad_to_perfect`][keras_trees.forest.Forest.pad_to_perfect]). Its leaf
                 values are class probabilities (classification) or outputs.
             leaf_smoothing: pseudo-count per class, relative to a leaf's share
                 ``1/K``: classification leaves become
                 ``log((p + s/K * eps) / (1 + s * eps))`` with ``eps = 1e-2``,
                 so pure leaves keep finite log-probabilities. ``"bound"``
                 (classification, needs ``x`` and ``y``): the value of
-                :data:`LEAF_SMOOTHINGS` whose leaves give the lowest mean bound
+                `LEAF_SMOOTHINGS` whose leaves give the lowest mean bound
                 (the training objective, Eq. 13 or 7) on ``x, y``. Near-pure
                 greedy leaves are overconfident: the loss-augmented search then
                 crosses into leaves whose loss for ``y`` is large, the bound is
@@ -542,13 +542,13 @@ class NonGreedyTree(CheckedLoading, CheckedInputs, XLACompatibility, HeapTreeLay
         """Closed-form leaves for the current splits: every leaf that receives
         training samples of positive weight gets their (smoothed) weighted log
         class frequencies (classification, the minimizer of the weighted log
-        loss, smoothed as in :meth:`initialize_from`) or their weighted mean
+        loss, smoothed as in [`initialize_from`][keras_trees.layers.non_greedy_tree.NonGreedyTree.initialize_from]) or their weighted mean
         target (regression); other leaves keep their values. Not part of the
         paper's Algorithm 1: an optional post-processing step.
 
         The per-leaf sums are accumulated batch by batch (the data never has
         to fit in memory) and, in a distributed run, summed over the workers
-        (:func:`keras_trees.streaming.all_reduce_sum`; each worker reads its
+        ([`keras_trees.streaming.all_reduce_sum`][keras_trees.streaming.all_reduce_sum]; each worker reads its
         share of the data), so every replica sets the same leaves; every
         worker must call it.
 
@@ -557,9 +557,9 @@ class NonGreedyTree(CheckedLoading, CheckedInputs, XLACompatibility, HeapTreeLay
                 ``(x, y)`` / ``(x, y, sample_weight)`` batches (a batched
                 ``tf.data.Dataset``, a ``keras.utils.PyDataset``, a list of
                 batches or a function returning a fresh iterable of them; see
-                :mod:`keras_trees.streaming`), ``y`` None then.
+                `keras_trees.streaming`), ``y`` None then.
             y: targets of array ``x``.
-            leaf_smoothing: as in :meth:`initialize_from`.
+            leaf_smoothing: as in [`initialize_from`][keras_trees.layers.non_greedy_tree.NonGreedyTree.initialize_from].
             sample_weight: optional ``(n,)`` nonnegative weights of array
                 ``x`` (as in ``fit``: integer weights equal repeated rows); a
                 stream carries them as its batches' third element.

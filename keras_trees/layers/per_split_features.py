@@ -1,9 +1,9 @@
 """One small feature model per split (Hehn et al. 2019, Section 3.4).
 
 The paper trains "a very simple CNN" at each split of a tree on MNIST, whose
-scalar output is that split's feature. :func:`per_split_features` builds such a
+scalar output is that split's feature. [`per_split_features`][keras_trees.layers.per_split_features.per_split_features] builds such a
 bank as one Functional model with an output per split, to be passed as
-``split_features`` of an :class:`~keras_trees.layers.EndToEndTree` (or
+``split_features`` of an [`EndToEndTree`][keras_trees.layers.end_to_end_tree.EndToEndTree] (or
 forest) with ``split_type="per_split"``: split ``n`` of tree ``t`` then reads
 output ``t * (2**max_depth - 1) + n`` only, through a learned scale and bias.
 """
@@ -80,7 +80,7 @@ def per_split_features(input_shape, max_depth, num_trees=1, split_model=None, na
         max_depth: the tree's ``max_depth``.
         num_trees: trees sharing the bank (a forest's ``num_trees``).
         split_model: callable ``index -> keras layer/model`` mapping the input to
-            shape ``(batch, 1)``; defaults to :func:`split_cnn` on ``input_shape``.
+            shape ``(batch, 1)``; defaults to [`split_cnn`][keras_trees.layers.per_split_features.split_cnn] on ``input_shape``.
         name: model name.
 
     Example:

@@ -33,7 +33,7 @@ class TreeEnsembleLayer(CheckedLoading, CheckedInputs, XLACompatibility, FitChec
     goes right, as in every keras-trees family. (The paper writes the same
     function as the probability of going *left*; the layer stores the negated
     ``w_i, b_i`` of that convention and negates them back when it calls
-    :func:`keras_trees.ops.soft_tree_ensemble`, which follows the paper.) A tree
+    [`keras_trees.ops.soft_tree_ensemble`][keras_trees.ops.soft_tree.soft_tree_ensemble], which follows the paper.) A tree
     outputs the expectation of its leaf vectors over those routing
     probabilities, and the layer outputs the sum of its trees (Eq. 1-3).
     Outside ``[-transition_width/2, transition_width/2]`` the smooth-step is
@@ -59,7 +59,7 @@ class TreeEnsembleLayer(CheckedLoading, CheckedInputs, XLACompatibility, FitChec
     going left, load to identical predictions: their ``node_weights`` and
     ``node_bias`` are negated on loading (the layer's config then carries
     ``right_if="positive"``). Weights-only files (``.weights.h5``) of 0.1.0 carry
-    no config: load them into a layer and call :meth:`flip_legacy_splits`.
+    no config: load them into a layer and call [`flip_legacy_splits`][keras_trees.layers.tree_ensemble.TreeEnsembleLayer.flip_legacy_splits].
 
     Args:
         num_trees: number of trees ``m`` in the ensemble.
@@ -237,7 +237,7 @@ class TreeEnsembleLayer(CheckedLoading, CheckedInputs, XLACompatibility, FitChec
     def _check_variables(self, x, leaves=False):
         """Fails (eagerly, in ``tf.function`` and under ``jax.jit``; in TensorFlow
         graphs on the compiled kernels the kernel's own check, naming the
-        argument, see :func:`keras_trees.validation.batched.kernels_check`) unless the
+        argument, see `keras_trees.validation.batched.kernels_check`) unless the
         split weights and biases are finite and the transition width is a
         finite number > 0; the message names the layer and the variable. The
         compiled kernels would otherwise route a NaN split one way and return
@@ -257,7 +257,7 @@ class TreeEnsembleLayer(CheckedLoading, CheckedInputs, XLACompatibility, FitChec
         )], output=x)
 
     def _left_splits(self):
-        """``(weights, bias)`` in the convention of :mod:`keras_trees.ops` (the
+        """``(weights, bias)`` in the convention of `keras_trees.ops` (the
         paper's): ``S(<w, x> + b)`` is the probability of going left, so the
         layer's right-going split values are negated."""
         bias = None if self.node_bias is None else ops.negative(self.node_bias)

@@ -8,16 +8,16 @@ handlers, PyTorch ``torch.library`` ops) when they are loaded. ``reference_only(
 The public names are declared where they are defined (``@keras_trees_export``):
 
 * library: ``custom_ops_available``, ``execution_report``, ``load_error``,
-  ``reference_only`` (:mod:`._library`);
-* routing activations and leaf probabilities (:mod:`.routing`);
-* soft tree ensembles, the Tree Ensemble Layer (:mod:`.soft_tree`);
+  ``reference_only`` (`_library`);
+* routing activations and leaf probabilities (`routing`);
+* soft tree ensembles, the Tree Ensemble Layer (`soft_tree`);
 * unbalanced trees on the shared topology: end-to-end, polytope, non-greedy
-  (:mod:`.hard_routing`, :mod:`.path_probabilities`);
-* hinge forests and ferns (:mod:`.hinge`);
-* convex polytope trees (:mod:`.polytope`);
-* non-greedy trees (:mod:`.loss_augmented`);
+  (`hard_routing`, `path_probabilities`);
+* hinge forests and ferns (`hinge`);
+* convex polytope trees (`polytope`);
+* non-greedy trees (`loss_augmented`);
 * pruned probabilistic routing: end-to-end trees and forests, convex polytope
-  trees (:mod:`.pruned_routing`).
+  trees (`pruned_routing`).
 """
 
 from keras_trees.api_export import public_api

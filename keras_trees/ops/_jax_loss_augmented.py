@@ -1,6 +1,6 @@
 """JAX (XLA FFI) wrapper of the compiled loss-augmented inference (no gradient:
 the selected leaves are piecewise constant; the surrogate's gradient flows
-through :func:`keras_trees.ops.loss_augmented.surrogate`). Imported only under
+through [`keras_trees.ops.loss_augmented.surrogate`][keras_trees.ops.loss_augmented.surrogate]). Imported only under
 the JAX backend with the kernels loaded."""
 
 import jax.numpy as jnp

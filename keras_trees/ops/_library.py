@@ -3,13 +3,13 @@
 The kernel cores are bound to each framework: TensorFlow custom ops
 (TensorFlow backend), XLA FFI handlers (JAX backend) and ``torch.library``
 custom ops (PyTorch backend, CPU tensors), on the CPU for every
-op family and on CUDA GPUs for the families of :data:`DISPATCH` (the JAX
+op family and on CUDA GPUs for the families of `DISPATCH` (the JAX
 handlers from a separate CUDA library, registered for the ``"CUDA"`` platform
 under the same target names; the TensorFlow GPU kernels in the op library,
-registered beside the CPU kernels). :func:`load` builds and loads what the
-active backend and its devices can use. :func:`binding` returns a family's
-wrapper module; :func:`custom_ops_available` says whether a family's calls
-made here run the kernels, by the one table :data:`DISPATCH` keyed by
+registered beside the CPU kernels). `load` builds and loads what the
+active backend and its devices can use. `binding` returns a family's
+wrapper module; [`custom_ops_available`][keras_trees.ops._library.custom_ops_available] says whether a family's calls
+made here run the kernels, by the one table `DISPATCH` keyed by
 (framework, device platform). On PyTorch the kernels serve CPU tensors (a
 CUDA, MPS or XPU default device runs the ``keras.ops`` reference path).
 """
@@ -387,7 +387,7 @@ def _compiled_families(backend, platform):
 def binding(family):
     """The active backend's wrapper module of an op family, e.g. ``binding("hinge")``
     is ``keras_trees.ops._tf_hinge`` on TensorFlow and ``_jax_hinge`` on JAX
-    (the module :data:`DISPATCH` names for the family on the CPU; a framework's
+    (the module `DISPATCH` names for the family on the CPU; a framework's
     GPU kernels share it)."""
     name = DISPATCH[(keras.backend.backend(), "cpu")][family]
     found = _bindings.get(name)
@@ -471,20 +471,20 @@ def custom_ops_available(family=None):
             that family's calls run its kernels. ``None``: whether every
             family's do.
 
-    That needs the loaded kernels, no :func:`reference_only` context, and
-    kernels of the family for the device the call runs on (:data:`DISPATCH`):
+    That needs the loaded kernels, no [`reference_only`][keras_trees.ops._library.reference_only] context, and
+    kernels of the family for the device the call runs on (`DISPATCH`):
     every family on the CPU (PyTorch: CPU tensors); hinge forests and ferns,
     hard routing, loss-augmented inference and pruned routing also on CUDA
     GPUs under TensorFlow and JAX (and ``"check"`` under JAX), when nvcc
     built them; the Tree Ensemble Layer (``"soft_tree"``) there only with
-    ``KERAS_TREES_GPU_KERNELS=all`` (:func:`gpu_kernels_choice`). The device is
+    ``KERAS_TREES_GPU_KERNELS=all`` (`gpu_kernels_choice`). The device is
     TensorFlow's placement (the innermost device scope, else the GPU when one
     is visible), JAX's default device or the device Keras puts PyTorch
     tensors on. On TensorFlow
     also no XLA compilation in progress (inside ``tf.function(jit_compile=True)``
     the XLA-compatible ``keras.ops`` path is traced instead); on JAX the
     kernels are XLA FFI calls and compile under ``jax.jit``.
-    :func:`execution_report` says the same in words.
+    [`execution_report`][keras_trees.ops._library.execution_report] says the same in words.
     """
     if family is not None and family not in FAMILIES:
         raise ValueError(f"family must be one of {FAMILIES} or None, got {family!r}")
@@ -523,7 +523,7 @@ def execution_report():
     ``"kernels"`` (compiled kernels for every op family), ``"reference"`` (the
     ``keras.ops`` path) or ``"kernels for <families>; reference otherwise"``
     (a GPU: the families whose CUDA kernels run there, see
-    :func:`custom_ops_available`); ``families``, the same per op
+    [`custom_ops_available`][keras_trees.ops._library.custom_ops_available]); ``families``, the same per op
     family (``{device: {family: "kernels" or "reference"}}``); ``gpu_error``,
     why GPU kernels are not loaded (None when they are, or when no GPU is
     visible); ``xla`` ("reference path" on TensorFlow when XLA compiles,
@@ -597,9 +597,9 @@ def portable_export(format):
     """Within this context (per thread), keras-trees layers are traced for an
     export format that cannot hold the custom ops (``"onnx"``, ``"litert"``,
     ``"openvino"``): every op takes the ``keras.ops`` reference path (as in
-    :func:`reference_only`) and every keras-trees layer gives NaN outputs
+    [`reference_only`][keras_trees.ops._library.reference_only]) and every keras-trees layer gives NaN outputs
     for the rows whose input holds a NaN or Inf (the target runtimes have no
-    assertion to reject them). :mod:`keras_trees.export` enters it around
+    assertion to reject them). `keras_trees.export` enters it around
     Keras' exporters of those formats."""
     previous = getattr(_local, "reference_only", False), getattr(_local, "export_format", None)
     _local.reference_only, _local.export_format = True, format
@@ -610,7 +610,7 @@ def portable_export(format):
 
 
 def exporting_portable():
-    """The format of the :func:`portable_export` in progress on this thread, else None."""
+    """The format of the `portable_export` in progress on this thread, else None."""
     return getattr(_local, "export_format", None)
 
 
@@ -634,14 +634,14 @@ def trace_free():
     """Whether the TensorFlow Tree Ensemble Layer calls made here and now use
     the trace-free ops (custom_ops/tensorflow/tree_ensemble_kernels.h): on a
     GPU (their GPU kernels: the traced op's data-dependent trace has no GPU
-    kernel) and inside :func:`portable_bodies` (their CPU kernels, the CPU
+    kernel) and inside `portable_bodies` (their CPU kernels, the CPU
     emulation of the GPU kernels)."""
     return getattr(_local, "portable", False) or _platform() == "gpu"
 
 
 def target(name):
     """The XLA FFI target a JAX wrapper calls for ``name``: its CPU emulation
-    inside :func:`portable_bodies`, else ``name`` itself."""
+    inside `portable_bodies`, else ``name`` itself."""
     if getattr(_local, "portable", False) and name in PORTABLE_TARGETS:
         return name + "Portable"
     return name

@@ -1,6 +1,6 @@
 """TensorFlow wrapper of the compiled check op (``KerasTrees>Check``): the
 runtime input checks of one layer call as one op inside TensorFlow graphs
-(:func:`keras_trees.validation.batched.require_all`). Imported only when the
+(`keras_trees.validation.batched.require_all`). Imported only when the
 op library is loaded."""
 
 import tensorflow as tf

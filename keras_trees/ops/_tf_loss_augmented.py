@@ -1,6 +1,6 @@
 """TensorFlow wrapper of the compiled loss-augmented inference op (no gradient:
 the selected leaves are piecewise constant; the surrogate's gradient flows
-through :func:`keras_trees.ops.loss_augmented.surrogate`). Imported only when
+through [`keras_trees.ops.loss_augmented.surrogate`][keras_trees.ops.loss_augmented.surrogate]). Imported only when
 the op library is loaded."""
 
 import tensorflow as tf

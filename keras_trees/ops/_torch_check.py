@@ -1,7 +1,7 @@
 """PyTorch (``torch.library``) wrapper of the compiled check op
 (``keras_trees::check``): the runtime input checks of one call inside
 ``torch.compile``'d code as one op that the checked output depends on
-(:func:`keras_trees.validation.tensors.torch_check`), instead of a graph break
+(`keras_trees.validation.tensors.torch_check`), instead of a graph break
 on every ``bool(tensor)``. Eager calls check at once without it. Imported
 only under the PyTorch backend with the kernels loaded."""
 
@@ -23,7 +23,7 @@ def check(oks, messages):
 
 
 def depend(x, token):
-    """``x``, computed only once ``token`` (the result of :func:`check`) is."""
+    """``x``, computed only once ``token`` (the result of `check`) is."""
     other = float("nan") if x.dtype.is_floating_point or x.dtype.is_complex else 0
     return torch.where(token.to(x.device), x, torch.full_like(x, other))
 

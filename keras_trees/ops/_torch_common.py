@@ -7,7 +7,7 @@ module registers its ops' fake kernels (``torch.library.register_fake``: the
 output shapes, so ``torch.compile`` traces the ops without graph breaks) and
 autograd formulas (``torch.library.register_autograd``, calling the backward
 ops). ``torch.func`` transforms (``vmap``, ``grad``, ``jacrev``, ...) are not
-supported: they raise ``NotImplementedError`` with :data:`NO_FUNC`.
+supported: they raise ``NotImplementedError`` with `NO_FUNC`.
 """
 
 import keras
@@ -24,7 +24,7 @@ def ops():
 
 
 def no_func_transforms():
-    """Raises :data:`NO_FUNC` inside a ``torch.func`` transform (whose
+    """Raises `NO_FUNC` inside a ``torch.func`` transform (whose
     autograd.Function rules the registered formulas do not meet; PyTorch's own
     error would not say what to do). Called by every wrapper; free under
     ``torch.compile``."""
@@ -56,7 +56,7 @@ def out_dtype(x):
 
 def cast(dtype, *arrays):
     """Dense (contiguous) tensors of ``dtype``: the kernels read row-major data.
-    Every wrapper passes its inputs here first (see :func:`no_func_transforms`)."""
+    Every wrapper passes its inputs here first (see `no_func_transforms`)."""
     no_func_transforms()
     return [tensor(a).to(dtype).contiguous() for a in arrays]
 
@@ -70,7 +70,7 @@ def grad_or_zeros(grad, like):
 
 def no_vmap(name):
     """Registers a vmap rule for ``keras_trees::name`` that raises
-    :data:`NO_FUNC` (instead of PyTorch's generic message), for direct calls
+    `NO_FUNC` (instead of PyTorch's generic message), for direct calls
     of the op under ``torch.func.vmap``."""
 
     def rule(info, in_dims, *args, **kwargs):
@@ -83,7 +83,7 @@ def register_ops(fakes, autograd=None):
     """Registers, in the ``keras_trees`` namespace, the fake kernel of each op
     of ``fakes`` (name -> fake), the autograd formula of each op of
     ``autograd`` (name -> (backward, setup_context)), and for every op of
-    ``fakes`` a vmap rule that raises :data:`NO_FUNC`. Each wrapper module's
+    ``fakes`` a vmap rule that raises `NO_FUNC`. Each wrapper module's
     ``register()`` is one call of this."""
     for name, fake in fakes.items():
         torch.library.register_fake(f"keras_trees::{name}", fake)

@@ -1,7 +1,7 @@
 """PyTorch (``torch.library``) wrapper of the compiled loss-augmented inference
 (no gradient: the selected leaves are piecewise constant, so the inputs are
 detached; the surrogate's gradient flows through
-:func:`keras_trees.ops.loss_augmented.surrogate`). Imported only under the
+[`keras_trees.ops.loss_augmented.surrogate`][keras_trees.ops.loss_augmented.surrogate]). Imported only under the
 PyTorch backend with the kernels loaded."""
 
 import torch

@@ -1,6 +1,6 @@
 """Hard (deterministic) routing through forests of possibly unbalanced trees.
 
-Topology and layout: :mod:`keras_trees.topology` (heap positions, ``is_split``
+Topology and layout: `keras_trees.topology` (heap positions, ``is_split``
 over the internal positions). ``hard_route`` dispatches to the compiled
 ``KerasTrees>HardRouting`` op (only the splits on each sample's path are
 evaluated: at most ``depth`` dot products per sample and tree) and to
@@ -82,8 +82,8 @@ def _inputs(x, split_weights, split_bias, is_split, expert_weights=None, thresho
     floating features (integers and booleans cast to the parameters' floating dtype), the split
     parameters in ``x``'s dtype (so mixed float32/float64 inputs compute in
     ``x``'s, on both paths), ``is_split`` as booleans, and the shapes; with
-    ``values`` also :func:`_check_values`. Under ``jax.jit`` the returned ``x``
-    depends on one check call (:func:`keras_trees.validation.tensors.jit_gathered`)."""
+    ``values`` also `_check_values`. Under ``jax.jit`` the returned ``x``
+    depends on one check call (`keras_trees.validation.tensors.jit_gathered`)."""
     with tensors.jit_gathered() as pending:
         x = tensors.features(x, "x", like=split_weights)
         dtype = tensors.dtype_name(x)
@@ -198,7 +198,7 @@ def hard_route(x, split_weights, split_bias, is_split, with_path_values=True, ex
             iff ``sum_k r_k softplus(<w_k, x> + b_k) > threshold``.
 
     Returns:
-        ``(node, path_values)`` as in :func:`hard_route_reference`;
+        ``(node, path_values)`` as in [`hard_route_reference`][keras_trees.ops.hard_routing.hard_route_reference];
         ``path_values`` has last dimension 0 when ``with_path_values`` is false.
 
     >>> import numpy as np
@@ -224,8 +224,8 @@ def hard_route(x, split_weights, split_bias, is_split, with_path_values=True, ex
 
 def split_mask(node_state):
     """``(num_trees, 2**depth - 1)`` booleans ``node_state == SPLIT`` over the
-    internal positions: the ``is_split`` argument of :func:`hard_route` (tensor
-    version of :func:`keras_trees.topology.is_split_mask`)."""
+    internal positions: the ``is_split`` argument of [`hard_route`][keras_trees.ops.hard_routing.hard_route] (tensor
+    version of [`keras_trees.topology.is_split_mask`][keras_trees.topology.is_split_mask])."""
     node_state = ops.convert_to_tensor(node_state)
     internal = topology.num_internal(topology.max_depth_from_positions(node_state.shape[1]))
     return ops.equal(node_state[:, :internal], topology.SPLIT)
@@ -233,7 +233,7 @@ def split_mask(node_state):
 
 def route_to_leaves(x, split_weights, split_bias, node_state, expert_weights=None, threshold=None):
     """``(batch, num_trees)`` int32 heap position of the leaf every sample
-    reaches in trees of topology ``node_state`` (:func:`hard_route` through the
+    reaches in trees of topology ``node_state`` ([`hard_route`][keras_trees.ops.hard_routing.hard_route] through the
     present splits, without path values): the routing of every heap layer."""
     node, _ = hard_route(x, split_weights, split_bias, split_mask(node_state), with_path_values=False,
                          expert_weights=expert_weights, threshold=threshold)

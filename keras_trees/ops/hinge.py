@@ -181,7 +181,7 @@ def hinge_forest_dense(x, thresholds, feature_indices, leaf_weights, fern=False)
 
     ``h(x) = sum_l w_l min_{(d, v) in l} ReLU(d (x[f_v] - t_v))`` with the
     ``min`` over the path to leaf ``l``. Cost ``O(2**depth * units)`` per sample
-    and tree; same result as :func:`hinge_forest_reference`. Used to check the
+    and tree; same result as [`hinge_forest_reference`][keras_trees.ops.hinge.hinge_forest_reference]. Used to check the
     sparse implementations and as the dense baseline of ``benchmarks/hinge_speed.py``.
     """
     x, thresholds, feature_indices, leaf_weights = _convert(
@@ -212,7 +212,7 @@ def hinge_forest_dense(x, thresholds, feature_indices, leaf_weights, fern=False)
 def hinge_forest(x, thresholds, feature_indices, leaf_weights, fern=False):
     """Per-tree hinge-forest outputs ``(batch, num_trees, units)``.
 
-    Same arguments and result as :func:`hinge_forest_reference`. With the
+    Same arguments and result as [`hinge_forest_reference`][keras_trees.ops.hinge.hinge_forest_reference]. With the
     TensorFlow backend and the custom ops loaded, runs the compiled
     multi-threaded traversal and its sparse backward pass.
     """
@@ -231,7 +231,7 @@ def hinge_forest(x, thresholds, feature_indices, leaf_weights, fern=False):
 def hinge_forest_traversal(x, thresholds, feature_indices, fern=False):
     """``(leaf, margin, vertex)`` of Algorithm 3, each ``(batch, num_trees)``.
 
-    See :func:`hinge_traversal_reference`; dispatches to the compiled op where
+    See [`hinge_traversal_reference`][keras_trees.ops.hinge.hinge_traversal_reference]; dispatches to the compiled op where
     available.
     """
     if _library.custom_ops_available("hinge"):

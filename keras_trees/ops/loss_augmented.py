@@ -2,22 +2,22 @@
 
 Norouzi, Collins, Johnson, Fleet & Kohli, *Efficient Non-greedy Optimization of
 Decision Trees*, NIPS 2015. A perfect oblique tree of depth ``d`` has split
-rows ``W`` (``2**d - 1`` of them, heap order of :mod:`keras_trees.topology`)
+rows ``W`` (``2**d - 1`` of them, heap order of `keras_trees.topology`)
 and leaf parameters ``Theta`` (``2**d`` rows; leaf ``j`` sits at heap position
 ``2**d - 1 + j``). With split values ``v = W x + b`` the tree sends ``x`` to
 leaf ``f(h)``, ``h = sgn(v)`` (right iff ``v_i > 0``).
 
-* :func:`loss_augmented_inference` solves ``max_g g^T v + loss(Theta[f(g)], y)``
+* [`loss_augmented_inference`][keras_trees.ops.loss_augmented.loss_augmented_inference] solves ``max_g g^T v + loss(Theta[f(g)], y)``
   over all codes (``fast=False``, Eq. 10-12, ``O(2**d p)``) or over the Hamming
   ball of radius 1 around ``h`` (``fast=True``, Eq. 13, ``O(d**2 p)``) and
   returns the leaves ``f(g)``, ``f(h)`` and the per-sample bound. It dispatches
   to the compiled ``KerasTrees>LossAugmentedInference`` op (multi-threaded over
-  samples) and to :func:`loss_augmented_inference_reference` (``keras.ops``,
+  samples) and to [`loss_augmented_inference_reference`][keras_trees.ops.loss_augmented.loss_augmented_inference_reference] (``keras.ops``,
   dense over all ``2**d`` leaves) otherwise.
-* :func:`surrogate` is the differentiable per-sample bound of Eq. 9 (or of
+* [`surrogate`][keras_trees.ops.loss_augmented.surrogate] is the differentiable per-sample bound of Eq. 9 (or of
   Eq. 14 for Stable SGD) at given leaves: its gradient is Algorithm 1's
   ``(g - h) x^T`` for the splits and ``d loss / d Theta`` at the leaf ``f(g)``.
-* :func:`path_nodes` gives the heap positions and directions on the path to a leaf.
+* `path_nodes` gives the heap positions and directions on the path to a leaf.
 """
 
 import numpy as np
@@ -72,8 +72,8 @@ def _inputs(x, split_weights, split_bias, leaf_values, labels, loss, compiled=Fa
     ``[0, K)`` before their cast to int32 (int64 ids beyond int32 and
     fractional floats refused; the compiled kernel checks int32 ids itself,
     so ``compiled`` skips that one runtime check), or floating targets; with
-    ``values`` also :func:`_check_values`. Under ``jax.jit`` the returned ``x``
-    depends on one check call (:func:`keras_trees.validation.tensors.jit_gathered`)."""
+    ``values`` also `_check_values`. Under ``jax.jit`` the returned ``x``
+    depends on one check call (`keras_trees.validation.tensors.jit_gathered`)."""
     with tensors.jit_gathered() as pending:
         if loss not in LOSSES:
             raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
@@ -148,7 +148,7 @@ def loss_augmented_inference_reference(x, split_weights, split_bias, leaf_values
 
     Returns:
         ``(g_leaf, h_leaf, score)`` as the compiled op (see
-        :func:`loss_augmented_inference`).
+        [`loss_augmented_inference`][keras_trees.ops.loss_augmented.loss_augmented_inference]).
     """
     x, split_weights, split_bias, leaf_values, labels = _inputs(
         x, split_weights, split_bias, leaf_values, labels, loss, values=True)

@@ -3,7 +3,7 @@
 The probability that a sample reaches leaf ``l`` (Eq. 1 with ``s = sigma_gamma``,
 Eq. 5) is the product, over the splits on the path, of ``sigma(gamma_i f_i)`` for
 right turns and ``1 - sigma(gamma_i f_i)`` for left turns. Everything is written
-in ``keras.ops`` and works on the heap topology of :mod:`keras_trees.topology`;
+in ``keras.ops`` and works on the heap topology of `keras_trees.topology`;
 only the splits and leaves that are present are evaluated (the index sets have a
 data-dependent size), so deep unbalanced trees cost what they contain, not
 ``2**max_depth``.
@@ -28,7 +28,7 @@ def _inputs(x, split_weights, split_bias, gamma, node_state, check_values=True):
     """Converts and checks the arguments of the three functions here: ``x`` as
     floating features (integers and booleans cast to the parameters' floating dtype), the split
     parameters in its dtype, shapes, ``node_state`` a valid topology
-    (:func:`keras_trees.validation.topology.node_state`) and, with
+    (`keras_trees.validation.topology.node_state`) and, with
     ``check_values``, every value finite (eager, ``tf.function``, ``jax.jit``)."""
     with tensors.jit_gathered() as pending:
         x = tensors.features(x, "x", like=split_weights)
@@ -82,7 +82,7 @@ def soft_leaf_log_probabilities(x, split_weights, split_bias, gamma, node_state,
         split_bias, gamma: ``(num_trees, 2**D - 1)``; gamma is the steepness.
         node_state: ``(num_trees, 2**(D+1) - 1)`` int topology.
         prune_threshold: the pruning rule of
-            :mod:`keras_trees.ops.pruned_routing` (a leaf is dropped when a
+            `keras_trees.ops.pruned_routing` (a leaf is dropped when a
             node on its path has path probability below the threshold and is
             not the child its split favours); 0 (default) drops nothing.
 
@@ -182,7 +182,7 @@ def heap_leaf_probabilities(x, split_weights, split_bias, gamma, node_state):
 
     Evaluates every heap position (``2**(D+1) - 1`` per tree) with elementwise
     products instead of gathers; entries at positions that are not leaves are 0.
-    Equal to :func:`soft_leaf_log_probabilities` (exponentiated and scattered);
+    Equal to [`soft_leaf_log_probabilities`][keras_trees.ops.path_probabilities.soft_leaf_log_probabilities] (exponentiated and scattered);
     faster when trees are nearly full and ``D`` is small (forests of depth 10).
     """
     x, split_weights, split_bias, gamma, node_state = _inputs(x, split_weights, split_bias, gamma, node_state)

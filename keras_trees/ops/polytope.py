@@ -91,7 +91,7 @@ def annealed_log_probabilities(rate, rate0, steepness):
 
 def annealed_probability(f, p0, steepness):
     """Eq. 25 written literally on probabilities (the test oracle of
-    :func:`annealed_log_probabilities`; not stable for ``f`` near 1)."""
+    [`annealed_log_probabilities`][keras_trees.ops.polytope.annealed_log_probabilities]; not stable for ``f`` near 1)."""
     f = ops.convert_to_tensor(f)
     return 1.0 / (1.0 + ops.power((1.0 - f) / (1.0 - p0), steepness))
 

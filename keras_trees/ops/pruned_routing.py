@@ -26,7 +26,7 @@ The gradient is the exact gradient of the pruned function (the kept set is
 piecewise constant in the parameters); the compiled backward pass walks the
 kept paths again instead of storing them.
 
-Two split forms, like :mod:`keras_trees.ops.hard_routing`: oblique sigmoid
+Two split forms, like `keras_trees.ops.hard_routing`: oblique sigmoid
 splits ``s = sigmoid(gamma * (<w, x> + b))`` (end-to-end trees and forests;
 ``split_weights`` of rank 3) and noisy-OR expert splits (convex polytope
 trees; rank 4 with ``expert_weights`` and ``rate0``) with the rate
@@ -34,12 +34,12 @@ trees; rank 4 with ``expert_weights`` and ``rate0``) with the rate
 (annealed, Appendix B; ``gamma`` is the steepness lambda) or ``s = 1 - exp(-S)``
 (``annealed=False``; favoured side right iff ``S > log 2``).
 
-:func:`pruned_em_statistics` is the EM E-step of end-to-end trees over the
-kept leaves (one walk per sample and tree instead of :func:`pruned_route`
-followed by :func:`pruned_leaf_statistics`).
+[`pruned_em_statistics`][keras_trees.ops.pruned_routing.pruned_em_statistics] is the EM E-step of end-to-end trees over the
+kept leaves (one walk per sample and tree instead of [`pruned_route`][keras_trees.ops.pruned_routing.pruned_route]
+followed by [`pruned_leaf_statistics`][keras_trees.ops.pruned_routing.pruned_leaf_statistics]).
 
-:func:`pruned_route`, :func:`pruned_leaf_statistics` and
-:func:`pruned_em_statistics` run the compiled kernels where available (the ``KerasTrees>PrunedRouting*`` TensorFlow ops or
+[`pruned_route`][keras_trees.ops.pruned_routing.pruned_route], [`pruned_leaf_statistics`][keras_trees.ops.pruned_routing.pruned_leaf_statistics] and
+[`pruned_em_statistics`][keras_trees.ops.pruned_routing.pruned_em_statistics] run the compiled kernels where available (the ``KerasTrees>PrunedRouting*`` TensorFlow ops or
 the ``KerasTreesPruned*`` XLA FFI handlers under JAX, on the CPU) and the
 dense ``keras.ops`` references otherwise, which apply the same pruning rule to
 the dense heap (their cost grows with ``2**depth``).
@@ -109,7 +109,7 @@ def _validate(x, split_weights, split_bias, gamma, is_split, expert_weights, rat
 
 
 def _statistics_weights(weights, dtype):
-    """The ``weights`` of :func:`pruned_leaf_statistics` in ``dtype``, finite
+    """The ``weights`` of [`pruned_leaf_statistics`][keras_trees.ops.pruned_routing.pruned_leaf_statistics] in ``dtype``, finite
     (a NaN weight would make every statistic it reaches NaN); what reads them
     waits for the check inside compiled functions."""
     weights = tensors.floating(weights, "weights", dtype)
@@ -191,7 +191,7 @@ def pruned_leaf_probabilities(x, split_weights, split_bias, gamma, is_split,
         ``(batch, num_trees, 2**(depth+1) - 1)`` the path probabilities of the
         kept leaves (0 at every other position), ``kept_leaves`` and
         ``split_evaluations`` ``(batch, num_trees)`` int32, ``dropped_mass``
-        ``(batch, num_trees)`` (no gradient). Arguments as in :func:`pruned_route`.
+        ``(batch, num_trees)`` (no gradient). Arguments as in [`pruned_route`][keras_trees.ops.pruned_routing.pruned_route].
     """
     threshold, _, args = _prepare(x, split_weights, split_bias, gamma, is_split, expert_weights, rate0,
                                   annealed, prune_threshold)
@@ -238,7 +238,7 @@ def pruned_leaf_probabilities(x, split_weights, split_bias, gamma, is_split,
 def pruned_route_reference(x, split_weights, split_bias, gamma, is_split, leaf_values,
                              prune_threshold=DEFAULT_PRUNE_THRESHOLD, expert_weights=None, rate0=None,
                              annealed=True, with_statistics=False):
-    """Dense ``keras.ops`` reference of :func:`pruned_route` (same arguments and results)."""
+    """Dense ``keras.ops`` reference of [`pruned_route`][keras_trees.ops.pruned_routing.pruned_route] (same arguments and results)."""
     mu, kept, evaluations, dropped = pruned_leaf_probabilities(
         x, split_weights, split_bias, gamma, is_split, prune_threshold, expert_weights, rate0, annealed)
     leaf_values = tensors.floating(leaf_values, "leaf_values", tensors.dtype_name(mu))
@@ -252,7 +252,7 @@ def pruned_route_reference(x, split_weights, split_bias, gamma, is_split, leaf_v
 def pruned_leaf_statistics_reference(x, split_weights, split_bias, gamma, is_split, weights,
                                      prune_threshold=DEFAULT_PRUNE_THRESHOLD, expert_weights=None, rate0=None,
                                      annealed=True):
-    """Dense ``keras.ops`` reference of :func:`pruned_leaf_statistics`."""
+    """Dense ``keras.ops`` reference of [`pruned_leaf_statistics`][keras_trees.ops.pruned_routing.pruned_leaf_statistics]."""
     mu, _, _, _ = pruned_leaf_probabilities(
         x, split_weights, split_bias, gamma, is_split, prune_threshold, expert_weights, rate0, annealed)
     weights = _statistics_weights(weights, tensors.dtype_name(mu))
@@ -327,7 +327,7 @@ def pruned_leaf_statistics(x, split_weights, split_bias, gamma, is_split, weight
                            prune_threshold=DEFAULT_PRUNE_THRESHOLD, expert_weights=None, rate0=None, annealed=True):
     """``statistics[t, l, u] = sum_b mu_l(x_b) * weights[b, t, u]`` over the kept leaves.
 
-    The gradient of :func:`pruned_route` with respect to ``leaf_values`` for
+    The gradient of [`pruned_route`][keras_trees.ops.pruned_routing.pruned_route] with respect to ``leaf_values`` for
     ``grad_output = weights`` (computed without the split gradients): the EM
     E-step of end-to-end trees (``weights`` = responsibilities divided by the
     leaf values) and the soft class counts of convex polytope trees.
@@ -335,7 +335,7 @@ def pruned_leaf_statistics(x, split_weights, split_bias, gamma, is_split, weight
 
     Args:
         weights: ``(batch, num_trees, units)``.
-        others: as in :func:`pruned_route`.
+        others: as in [`pruned_route`][keras_trees.ops.pruned_routing.pruned_route].
 
     Returns:
         ``(num_trees, 2**(depth+1) - 1, units)``, 0 at positions that are not
@@ -357,7 +357,7 @@ def pruned_leaf_statistics(x, split_weights, split_bias, gamma, is_split, weight
 
 def _prepare_em(x, split_weights, split_bias, gamma, is_split, leaf_values, labels, sample_weight, prune_threshold,
                 compiled=False):
-    """Static checks of :func:`pruned_em_statistics` (dtypes, shapes), once
+    """Static checks of [`pruned_em_statistics`][keras_trees.ops.pruned_routing.pruned_em_statistics] (dtypes, shapes), once
     for both paths, and the labels: class ids in ``[0, classes)`` checked
     before their cast to int32 (the compiled kernel checks int32 ids itself,
     so ``compiled`` skips that one runtime check). Returns ``(threshold, x,
@@ -413,7 +413,7 @@ def _em_reference(threshold, x, split_weights, split_bias, gamma, is_split, leaf
 @keras_trees_export("keras_trees.ops")
 def pruned_em_statistics_reference(x, split_weights, split_bias, gamma, is_split, leaf_values, labels,
                                    sample_weight=None, prune_threshold=DEFAULT_PRUNE_THRESHOLD):
-    """Dense ``keras.ops`` reference of :func:`pruned_em_statistics` (same arguments and result)."""
+    """Dense ``keras.ops`` reference of [`pruned_em_statistics`][keras_trees.ops.pruned_routing.pruned_em_statistics] (same arguments and result)."""
     prepared = _prepare_em(x, split_weights, split_bias, gamma, is_split, leaf_values, labels, sample_weight,
                            prune_threshold)
     _check_em_values(*prepared)
@@ -433,12 +433,12 @@ def pruned_em_statistics(x, split_weights, split_bias, gamma, is_split, leaf_val
     leaves pruned routing keeps; the result is the M-step's counts
     ``counts[t, l, k] = sum_{b: y_b = k} w_b h[b, t, l]``. The compiled
     kernel walks each (sample, tree) once and remembers its kept leaves, where
-    :func:`pruned_route` (for ``p(y)``) then :func:`pruned_leaf_statistics`
+    [`pruned_route`][keras_trees.ops.pruned_routing.pruned_route] (for ``p(y)``) then [`pruned_leaf_statistics`][keras_trees.ops.pruned_routing.pruned_leaf_statistics]
     walk twice. Not differentiable (statistics of the data).
 
     Args:
         x, split_weights, split_bias, gamma, is_split, prune_threshold: as in
-            :func:`pruned_route` (oblique splits only).
+            [`pruned_route`][keras_trees.ops.pruned_routing.pruned_route] (oblique splits only).
         leaf_values: ``(num_trees, 2**(depth+1) - 1, classes)`` class
             distributions by heap position (finite, ``>= 0``).
         labels: ``(batch,)`` integer class ids in ``[0, classes)``.

@@ -63,7 +63,7 @@ def get_activation(name):
 @keras_trees_export("keras_trees.ops")
 def depth_from_internal_nodes(num_internal):
     """Depth ``d`` of a perfect tree with ``num_internal == 2**d - 1`` nodes
-    (:func:`keras_trees.topology.max_depth_from_internal`)."""
+    ([`keras_trees.topology.max_depth_from_internal`][keras_trees.topology.max_depth_from_internal])."""
     return topology.max_depth_from_internal(num_internal)
 
 

@@ -17,8 +17,8 @@ def _inputs(x, node_weights, node_bias, leaf_weights=None, gamma=1.0, values=Fal
     """Converts and checks what is known without the values: ``x`` as
     floating features (integers and booleans cast to the parameters' floating dtype), the parameters
     in ``x``'s dtype, shapes, and ``gamma`` (Python numbers at once); with
-    ``values`` also :func:`_check_values`. Under ``jax.jit`` the returned ``x``
-    depends on one check call (:func:`keras_trees.validation.tensors.jit_gathered`)."""
+    ``values`` also `_check_values`. Under ``jax.jit`` the returned ``x``
+    depends on one check call (`keras_trees.validation.tensors.jit_gathered`)."""
     with tensors.jit_gathered() as pending:
         x = tensors.features(x, "x", like=node_weights)
         dtype = tensors.dtype_name(x)
@@ -125,7 +125,7 @@ def soft_tree_ensemble(
 ):
     """Soft-tree ensemble output with conditional computation where available.
 
-    Same arguments and result as :func:`soft_tree_ensemble_reference`. With the
+    Same arguments and result as [`soft_tree_ensemble_reference`][keras_trees.ops.soft_tree.soft_tree_ensemble_reference]. With the
     TensorFlow backend and the custom ops loaded, the smooth-step ensemble runs
     the paper's conditional forward pass and conditional backward pass; it only
     touches the nodes each sample can reach. ``training=False`` skips recording

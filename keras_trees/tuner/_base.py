@@ -16,7 +16,7 @@ from keras_trees.layers import _validation
 
 @keras_trees_export("keras_trees.tuner")
 class TreeHyperModel(kt.HyperModel):
-    """Base of the per-family HyperModels (subclasses define :meth:`tree_layers`).
+    """Base of the per-family HyperModels (subclasses define [`tree_layers`][keras_trees.inspection.export.tree_layers]).
 
     Every model is ``Input -> tree_layers(hp)`` compiled with Adam; the learning
     rate and the batch size are tuned here, the tree hyperparameters by the

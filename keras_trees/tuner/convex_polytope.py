@@ -11,13 +11,13 @@ from keras_trees.validation import bounds
 
 @keras_trees_export("keras_trees.tuner")
 class ConvexPolytopeHyperModel(TreeHyperModel):
-    """A :class:`ConvexPolytopeTree` grown by ``fit_greedy`` in every trial.
+    """A [`ConvexPolytopeTree`][keras_trees.layers.convex_polytope_tree.ConvexPolytopeTree] grown by ``fit_greedy`` in every trial.
 
     Hyperparameters (the paper tunes K, the learning rate, the epochs, the
     batch size and the prior per data set): ``max_depth`` 2-``max_depth``,
     ``num_experts`` (K) 1/5/10/20, ``epochs_per_level`` 10/20/30,
     ``annealing_increment`` 0.05/0.1/0.2, ``refine_epochs`` 0/10, the
-    gamma-process prior (Eq. 14, :class:`keras_trees.losses.GammaProcessPrior`)
+    gamma-process prior (Eq. 14, [`keras_trees.losses.GammaProcessPrior`][keras_trees.losses.gamma_process_prior.GammaProcessPrior])
     through ``prior_weight`` 0/0.1/1 (its strength against the likelihood,
     on top of the layer's ``1 / N``; 0 trains without it), ``prior_gamma0``
     1/5/20 (its mass: small values switch unneeded experts off) and

@@ -8,7 +8,7 @@ from keras_trees.tuner._base import TreeHyperModel
 
 @keras_trees_export("keras_trees.tuner")
 class EndToEndTreeHyperModel(TreeHyperModel):
-    """A greedily grown, then finetuned :class:`EndToEndTree` (or forest).
+    """A greedily grown, then finetuned [`EndToEndTree`][keras_trees.layers.end_to_end_tree.EndToEndTree] (or forest).
 
     Hyperparameters: ``max_depth`` 2-``max_depth``, ``annealing`` (the steepness
     increment per epoch, Table 1: 0, 0.01 or 0.1), ``epochs_per_level`` (from
@@ -16,8 +16,8 @@ class EndToEndTreeHyperModel(TreeHyperModel):
     ``learning_rate`` (1e-3-1e-1) and ``batch_size``; with ``forest=True``
     also ``num_trees`` and ``features_per_split``.
 
-    ``fit`` adds :class:`GreedyLevelGrowth`, :class:`EMLeafUpdate` (classification)
-    and :class:`SteepnessAnnealing` on the training data of the trial (with the
+    ``fit`` adds [`GreedyLevelGrowth`][keras_trees.callbacks.greedy_level_growth.GreedyLevelGrowth], [`EMLeafUpdate`][keras_trees.callbacks.em_leaf_update.EMLeafUpdate] (classification)
+    and [`SteepnessAnnealing`][keras_trees.callbacks.steepness_annealing.SteepnessAnnealing] on the training data of the trial (with the
     ``sample_weight``/``class_weight`` given to ``search``, if any) and runs
     for ``growth.max_epochs(max_depth)`` epochs (growth and finetuning stop the
     trial themselves); the ``epochs`` given to ``search`` are ignored.

@@ -9,7 +9,7 @@ from keras_trees.tuner._base import TreeHyperModel
 
 @keras_trees_export("keras_trees.tuner")
 class NonGreedyHyperModel(TreeHyperModel):
-    """A :class:`NonGreedyTree` initialized from a CART tree of the same depth.
+    """A [`NonGreedyTree`][keras_trees.layers.non_greedy_tree.NonGreedyTree] initialized from a CART tree of the same depth.
 
     Hyperparameters (the paper picks ``nu`` on validation data for each depth):
     ``depth`` 2-``max_depth`` (the tree's ``max_depth``; the hyperparameter

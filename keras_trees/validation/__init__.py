@@ -4,10 +4,10 @@ kernels' Python wrappers, the ``keras.ops`` reference and loaded files).
 
 One module per concern:
 
-- :mod:`keras_trees.validation.tensors`: runtime checks of tensor values (finite,
+- `keras_trees.validation.tensors`: runtime checks of tensor values (finite,
   non-negative, integer ids in range, dtypes) that raise ``ValueError`` /
   ``TypeError`` on concrete values and still hold inside compiled graphs.
-- :mod:`keras_trees.validation.arguments`: Python arguments of constructors
+- `keras_trees.validation.arguments`: Python arguments of constructors
   and functions (positive integers and numbers, choices, the task).
 
 Errors name the argument and say what was expected. On concrete values (eager

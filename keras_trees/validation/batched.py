@@ -1,11 +1,11 @@
 """Several runtime checks of one call issued as one, that the call's work depends on.
 
-:func:`keras_trees.validation.tensors.require` makes one check. A layer call
+`keras_trees.validation.tensors.require` makes one check. A layer call
 makes a dozen (``x`` and every variable finite, a valid topology): issued one
-by one they would cost a dispatch each under ``jax.jit``. :func:`checked` runs
-any checks of :mod:`keras_trees.validation`, gathers those that can only be
-decided when a compiled graph runs (:func:`~keras_trees.validation.tensors.collected`)
-and hands them to :func:`require_all`, which returns the tensor the caller goes
+by one they would cost a dispatch each under ``jax.jit``. `checked` runs
+any checks of `keras_trees.validation`, gathers those that can only be
+decided when a compiled graph runs (`collected`)
+and hands them to `require_all`, which returns the tensor the caller goes
 on with computed after them:
 
 - eager values (TensorFlow, JAX, PyTorch, NumPy): each check raised at once;
@@ -16,8 +16,8 @@ on with computed after them:
 - ``torch.compile``: one op of the compiled library (``keras_trees::check``)
   that the tensor depends on, raising ``ValueError`` with the message.
 
-The messages are the same on every path. :func:`finite_variables` is
-:func:`keras_trees.validation.variables.finite` for several variables of one
+The messages are the same on every path. `finite_variables` is
+`keras_trees.validation.variables.finite` for several variables of one
 layer, with the same message.
 """
 
@@ -27,7 +27,7 @@ from keras_trees.validation import tensors, variables
 def require_all(checks, error=ValueError, output=None):
     """``checks``: ``[(ok, message), ...]`` or ``[(ok, message, error), ...]``
     with ``ok`` a scalar boolean (tensor or Python bool), and
-    :class:`keras_trees.validation.tensors.KernelCheck` entries (tensors that
+    `keras_trees.validation.tensors.KernelCheck` entries (tensors that
     must be finite, topologies). Fails with the message of the first failed check.
 
     Inside ``tf.function`` on the compiled kernels, with ``output`` and at
@@ -38,7 +38,7 @@ def require_all(checks, error=ValueError, output=None):
     Given ``output`` (the tensor the caller goes on with), returns it computed
     after the checks inside compiled graphs (``tf.function``: control
     dependencies on the assertions; ``jax.jit``: a data dependency on one
-    check call, see :func:`keras_trees.validation.tensors.jax_check`): the
+    check call, see `keras_trees.validation.tensors.jax_check`): the
     checks' message is the one users see (a kernel reading the same bad value
     does not fail first in its own words), nothing computed from a rejected
     value runs, and under JAX the checks cost microseconds. Without it they
@@ -68,7 +68,7 @@ def require_all(checks, error=ValueError, output=None):
 
 
 def _one_op(output, pending, checks):
-    """The checks of :func:`require_all` as one op of the compiled library
+    """The checks of `require_all` as one op of the compiled library
     (``KerasTrees>Check``) that ``output`` passes through: it scans the
     tensors of ``pending`` (finite float32/float64 values, valid topologies;
     other dtypes become conditions) and tests the scalar conditions of
@@ -92,10 +92,10 @@ def _one_op(output, pending, checks):
 
 
 def checked(checks, output):
-    """Runs ``checks()`` (any checks of :mod:`keras_trees.validation`) and
+    """Runs ``checks()`` (any checks of `keras_trees.validation`) and
     returns ``output`` computed after them: the checks traced into a compiled
-    graph are gathered (:func:`keras_trees.validation.tensors.collected`) and
-    issued as one by :func:`require_all`."""
+    graph are gathered (`keras_trees.validation.tensors.collected`) and
+    issued as one by `require_all`."""
     with tensors.collected() as pending:
         checks()
     return require_all(pending, output=output)
@@ -118,9 +118,9 @@ def kernels_check(x):
 
 
 def variable_checks(layer, variables_to_check):
-    """``[(ok, message), ...]`` for :func:`require_all`: each floating variable
+    """``[(ok, message), ...]`` for `require_all`: each floating variable
     in ``variables_to_check`` is finite; the message names the layer and the
-    variable, as :func:`keras_trees.validation.variables.finite`."""
+    variable, as `keras_trees.validation.variables.finite`."""
     checks = []
     for v in variables_to_check:
         value = v.value if hasattr(v, "value") else v
@@ -137,7 +137,7 @@ def variable_checks(layer, variables_to_check):
 
 def finite_variables(layer, variables_to_check, more=(), output=None):
     """Fails (every path, one check under ``jax.jit``) unless every floating
-    variable in ``variables_to_check`` is finite (:func:`variable_checks`).
+    variable in ``variables_to_check`` is finite (`variable_checks`).
     ``more``: further ``(ok, message)`` checks made at the same time;
-    ``output``: see :func:`require_all`."""
+    ``output``: see `require_all`."""
     return require_all(variable_checks(layer, variables_to_check) + list(more), output=output)

@@ -1,6 +1,6 @@
 """Checks of Python arguments that may be zero (``>= 0``): an annealing
 increment, a patience threshold, a number of extra epochs. The ``> 0``
-checks are in :mod:`keras_trees.validation.arguments`."""
+checks are in `keras_trees.validation.arguments`."""
 
 import math
 import numbers

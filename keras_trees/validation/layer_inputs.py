@@ -3,11 +3,11 @@ casts or builds (where a string input would fail with "Cast string to float is
 not supported" and an input of unknown rank inside ``tf.function`` with
 "as_list() is not defined on an unknown TensorShape").
 
-:func:`static_input` checks the type and the static shape of a layer's
-features ``x``; the mixin :class:`CheckedInputs` (put it first in a layer's
+`static_input` checks the type and the static shape of a layer's
+features ``x``; the mixin `CheckedInputs` (put it first in a layer's
 bases) runs it on the first argument of every call. Only attributes are read
 (dtype and static shape, no values), so the check costs nothing measurable;
-value checks (NaN/Inf) are :func:`keras_trees.validation.tensors.finite`.
+value checks (NaN/Inf) are `keras_trees.validation.tensors.finite`.
 """
 
 import numpy as np
@@ -100,7 +100,7 @@ def static_input(x, name="x", layer=None, axis=-1):
 
 class CheckedInputs:
     """Mixin for layers: every call checks its first argument (the features
-    ``x``) with :func:`static_input` before Keras converts or builds it. A layer
+    ``x``) with `static_input` before Keras converts or builds it. A layer
     whose features lie on another axis sets ``_checked_input_axis``."""
 
     _checked_input_axis = -1

@@ -8,16 +8,16 @@ Each check takes the tensor and the argument's name and returns the tensor
 - inside ``tf.function``: a ``tf.debugging.Assert`` op (stateful, so
   ``tf.function`` always runs it) fails with ``InvalidArgumentError`` carrying
   the same message. The checks of one layer call gathered by
-  :func:`collected` become one op of the compiled library instead
-  (``KerasTrees>Check``, see :func:`keras_trees.validation.batched.require_all`),
+  `collected` become one op of the compiled library instead
+  (``KerasTrees>Check``, see `keras_trees.validation.batched.require_all`),
   which scans the tensors that must be finite itself;
 - inside ``jax.jit``/``jax.grad`` tracing: the reduced condition goes to an
   XLA custom call of the compiled library (``KerasTreesCheck``), or without
   it to a ``jax.debug.callback``, which fails the compiled function with the
-  message when it runs (``JaxRuntimeError``), see :func:`jax_check`;
+  message when it runs (``JaxRuntimeError``), see `jax_check`;
 - inside ``torch.compile`` tracing: the conditions go to one op of the
   compiled library (``keras_trees::check``) that fails the compiled call with
-  the message when it runs (``ValueError``), see :func:`torch_check`, instead
+  the message when it runs (``ValueError``), see `torch_check`, instead
   of a graph break on every ``bool(tensor)``;
 - symbolic Keras tensors (functional model construction) have no values: only
   dtype and shape checks apply.
@@ -84,7 +84,7 @@ def require(ok, message, error=ValueError):
     ``ok`` is a Python bool or a scalar boolean tensor of the active backend
     (computed from the tensor being checked, so its kind tells the mode).
     Returns the ``tf.debugging.Assert`` op inside ``tf.function`` (see
-    :func:`after`), None otherwise.
+    `after`), None otherwise.
     """
     if isinstance(ok, (bool, np.bool_)):
         if not ok:
@@ -114,7 +114,7 @@ def collected():
     """Within the block, checks of values known only when a compiled graph runs
     (``tf.function``, ``jax.jit``) are gathered, not issued; the block yields
     the list of ``(ok, message, error)`` for
-    :func:`keras_trees.validation.batched.require_all`, which issues them as
+    `keras_trees.validation.batched.require_all`, which issues them as
     one check that a tensor depends on. Concrete values still raise at once.
     Per thread; blocks nest (the inner one gathers)."""
     stack = getattr(_collectors, "stack", None)
@@ -130,9 +130,9 @@ def collected():
 
 @contextlib.contextmanager
 def jit_gathered():
-    """On the JAX backend, :func:`collected`: the checks of traced values made
+    """On the JAX backend, `collected`: the checks of traced values made
     in the block are gathered, for the caller to hand to
-    :func:`keras_trees.validation.batched.require_all` with the tensor it goes
+    `keras_trees.validation.batched.require_all` with the tensor it goes
     on with (``x = require_all(pending, output=x)``). Under ``jax.jit`` they
     then become one check call that ``x`` depends on: microseconds, no side
     effect, so JAX keeps its fast dispatch (a check issued alone is a
@@ -148,10 +148,10 @@ def jit_gathered():
 
 class KernelCheck:
     """A pending check of a whole tensor in a TensorFlow graph, in a
-    :func:`collected` list next to ``(ok, message, error)`` entries: on the
-    compiled kernels :func:`keras_trees.validation.batched.require_all` hands
+    `collected` list next to ``(ok, message, error)`` entries: on the
+    compiled kernels `keras_trees.validation.batched.require_all` hands
     ``x`` to its one check op (``kind`` says what the op checks); elsewhere
-    :meth:`condition` gives the ``(ok, message, error)`` of ``keras.ops``."""
+    `condition` gives the ``(ok, message, error)`` of ``keras.ops``."""
 
     __slots__ = ("x", "message")
     kind = None
@@ -173,8 +173,8 @@ class FiniteCheck(KernelCheck):
 
 
 def defer(check):
-    """Inside a :func:`collected` block, while tracing a TensorFlow graph:
-    appends ``check`` (a :class:`KernelCheck`) to the block's list and returns
+    """Inside a `collected` block, while tracing a TensorFlow graph:
+    appends ``check`` (a `KernelCheck`) to the block's list and returns
     True; otherwise returns False (the caller checks ``check.x`` itself)."""
     stack = getattr(_collectors, "stack", None)
     if stack and _tf_graph(check.x):
@@ -185,7 +185,7 @@ def defer(check):
 
 def finite_check(x, message):
     """The check that floating ``x`` is finite, as an entry of
-    :func:`keras_trees.validation.batched.require_all`: a :class:`FiniteCheck`
+    `keras_trees.validation.batched.require_all`: a `FiniteCheck`
     in a TensorFlow graph, ``(ok, message)`` elsewhere."""
     if _tf_graph(x):
         return FiniteCheck(x, message)
@@ -204,7 +204,7 @@ def jax_check(oks, messages, error=ValueError, output=None):
 
     Given ``output`` (and the compiled kernels loaded), this is one XLA custom
     call (``KerasTreesCheck``) whose boolean result ``output`` is made to
-    depend on (:func:`depend`): a few microseconds, no side effect, so JAX keeps
+    depend on (`depend`): a few microseconds, no side effect, so JAX keeps
     its fast dispatch and SPMD partitioning works. Without ``output`` nothing
     would read the custom call's result, and a side-effecting custom call
     would both slow JAX's dispatch and break sharded (multi-device) programs:
@@ -262,7 +262,7 @@ def depend(x, token):
 
 
 def after(check, x):
-    """``x``, computed after ``check`` (what :func:`require` returned) inside
+    """``x``, computed after ``check`` (what `require` returned) inside
     ``tf.function``: ops that read ``x`` (a gather by ids) then run only once
     the check passed, so its message, not theirs, reports a bad value. Other
     modes need nothing (eager checks raise at once; ``jax.jit`` gathers clamp
@@ -291,7 +291,7 @@ def is_text_dtype(dtype):
 
 
 def _dtype_or_none(x):
-    """:func:`dtype_name`, or None for Python values and unknown dtypes."""
+    """`dtype_name`, or None for Python values and unknown dtypes."""
     try:
         return dtype_name(x)
     except (AttributeError, TypeError, ValueError):
@@ -363,7 +363,7 @@ def static_shape(x):
 
 
 def features(x, name="x", dtype=None, layout="(batch, input_dim)", like=None):
-    """Feature rows: ``x`` as a floating tensor (:func:`floating`) of rank 2
+    """Feature rows: ``x`` as a floating tensor (`floating`) of rank 2
     whose last dimension (the number of features) is known when traced; the
     ops size their parameters by it. Unknown rank or an unknown last
     dimension (``tf.function`` with a loose ``input_signature``) is a

@@ -1,7 +1,7 @@
 """Runtime check of a forest topology (``node_state``) on every path.
 
-:func:`keras_trees.topology.validate` checks a NumPy ``node_state`` and says
-which tree and position is wrong; :func:`node_state` here holds the same rules
+[`keras_trees.topology.validate`][keras_trees.topology.validate] checks a NumPy ``node_state`` and says
+which tree and position is wrong; `node_state` here holds the same rules
 on a tensor or variable (eager, ``tf.function``, ``jax.jit``): every value is
 ``ABSENT``/``LEAF``/``SPLIT``, no split on the last level, every root present,
 and a position is present exactly when its parent is a split.

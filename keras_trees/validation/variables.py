@@ -57,7 +57,7 @@ def check_loaded(layer, variables=None):
 
 class CheckedLoading:
     """Mixin for tree layers: loading weights from a ``.keras`` file or
-    ``load_weights`` validates them (:func:`check_loaded`)."""
+    ``load_weights`` validates them (`check_loaded`)."""
 
     def load_own_variables(self, store):
         super().load_own_variables(store)
