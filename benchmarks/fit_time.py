@@ -29,6 +29,12 @@ Two parts:
     python benchmarks/fit_time.py --curves iris wine breast_cancer digits crx pima --json curves.json
     python benchmarks/fit_time.py --curves held-out --families hinge   # a group of _data's sets
     python benchmarks/fit_time.py --smoke              # CI: 600 rows, two families, one epoch each
+    python benchmarks/fit_time.py --backend tensorflow torch --models hinge tel --seeds 0
+
+``--backend NAME ...`` runs the same measurement once per Keras backend, each
+in a fresh process with ``KERAS_BACKEND`` set (the backend is fixed when Keras
+is imported), one after the other; with ``--json PATH`` each writes
+``PATH`` with the backend's name before the extension.
 
 Figures: docs/benchmarks.md, "Fit time".
 """
@@ -36,6 +42,7 @@ Figures: docs/benchmarks.md, "Fit time".
 import math
 import os
 import statistics
+import subprocess
 import sys
 import time
 import types
@@ -98,7 +105,8 @@ def fit_time(args):
                           for key in ("seconds", "epochs", "accuracy", "cart_cv_seconds")}
             row[label]["cart_cv_ratio"] = statistics.median(r["seconds"] / r["cart_cv_seconds"] for r in runs[label])
             row[label]["runs"] = runs[label]
-        text = (f"{name:11s} fit {row['adaptive']['seconds']:6.1f} s  epochs {row['adaptive']['epochs']:5.0f}  "
+        text = (f"{keras.backend.backend():10s} {name:11s} "
+                f"fit {row['adaptive']['seconds']:6.1f} s  epochs {row['adaptive']['epochs']:5.0f}  "
                 f"accuracy {row['adaptive']['accuracy']:.4f}   | CART (CV) beside it "
                 f"{row['adaptive']['cart_cv_seconds']:5.2f} s, ratio {row['adaptive']['cart_cv_ratio']:5.1f}")
         if args.compare_patience:
@@ -107,7 +115,7 @@ def fit_time(args):
                      f"accuracy {fixed['accuracy']:.4f}  | time ratio {row['adaptive']['seconds'] / fixed['seconds']:.2f}")
         print(text, flush=True)
         results.append(row)
-    return {"rows": rows, "results": results}
+    return {"rows": rows, "backend": keras.backend.backend(), "results": results}
 
 
 class _Recorder(keras.callbacks.Callback):
@@ -192,8 +200,37 @@ def curves(args):
     return {"curves": recorded, "summary": summary}
 
 
+def _per_backend(backends, argv):
+    """Runs this script once per backend (``KERAS_BACKEND``), with ``argv``
+    less ``--backend``; the exit status of the first that fails, else 0."""
+    rest, skipping, json_path = [], False, None
+    for arg in argv:
+        if arg == "--backend":
+            skipping = True
+            continue
+        if skipping and not arg.startswith("--"):
+            continue
+        skipping = False
+        rest.append(arg)
+    if "--json" in rest:
+        json_path = rest[rest.index("--json") + 1]
+    status = 0
+    for backend in backends:
+        args = list(rest)
+        if json_path:
+            root, ext = os.path.splitext(json_path)
+            args[args.index("--json") + 1] = f"{root}.{backend}{ext or '.json'}"
+        print(f"--- backend {backend}", flush=True)
+        done = subprocess.run([sys.executable, os.path.abspath(__file__), *args],
+                              env={**os.environ, "KERAS_BACKEND": backend})
+        status = status or done.returncode
+    return status
+
+
 def main():
     parser = _data.arg_parser(__doc__.splitlines()[0])
+    parser.add_argument("--backend", nargs="+", choices=["tensorflow", "jax", "torch"],
+                        help="run once per Keras backend, each in a fresh process (default: the current one)")
     parser.add_argument("--models", nargs="+", choices=sorted(MODELS), default=list(MODELS))
     parser.add_argument("--seeds", nargs="+", type=int, default=list(_data.SEEDS))
     parser.add_argument("--compare-patience", action="store_true",
@@ -202,6 +239,8 @@ def main():
     parser.add_argument("--families", nargs="+", choices=["hinge", "tel"], default=["hinge", "tel"],
                         help="the estimators whose curves --curves records")
     args = parser.parse_args()
+    if args.backend and args.backend != [keras.backend.backend()]:
+        sys.exit(_per_backend(args.backend, sys.argv[1:]))
     if args.smoke:
         args.seeds = [0]
         args.models = [m for m in args.models if m in SMOKE_SETTINGS] or ["hinge"]

@@ -56,7 +56,7 @@ from sklearn.utils.validation import (
 )
 
 from keras_trees import _deprecation, _scores
-from keras_trees.estimators import _explain, _threads
+from keras_trees.estimators import _explain, _memory, _threads
 from keras_trees._arrays import to_numpy
 from keras_trees.estimators._preprocessing import is_frame, make_preprocessor
 
@@ -72,6 +72,7 @@ SHARED_CONSTRAINTS = {
     "min_frequency": [Interval(numbers.Integral, 1, None, closed="left"),
                       Interval(numbers.Real, 0, 1, closed="neither"), None],
     "code_indicators": [Interval(numbers.Integral, 3, None, closed="left"), None],
+    "max_categories": [Interval(numbers.Integral, 2, None, closed="left"), None],
     "random_state": ["random_state"],
     "verbose": [Interval(numbers.Integral, 0, 2, closed="both")],
     "n_jobs": [Interval(numbers.Integral, 1, None, closed="left"),
@@ -94,7 +95,8 @@ VERBOSE_DOC = """verbose: 0 silent; 1 one line per fit stage ({stages}) and a cl
             line (trees, depth, parameters, seconds, epochs, best validation
             loss); 2 also Keras' one line per epoch.
         n_jobs: CPU threads of ``fit`` and prediction (None: unchanged, all
-            cores; -1 all cores, -2 all but one): PyTorch's intra-op threads
+            cores, but one PyTorch intra-op thread unless ``OMP_NUM_THREADS``
+            is set; -1 all cores, -2 all but one): PyTorch's intra-op threads
             for the call; TensorFlow's intra-op and inter-op pools only if its
             runtime has not started yet (then for the whole process; else a
             ``RuntimeWarning``); not JAX's; NumPy/SciPy's BLAS and OpenMP pools
@@ -107,6 +109,12 @@ EXPLAIN_DOC = """``feature_importances_`` (per input column, one-hot
 
 #: The preprocessing arguments every estimator has, as its docstring lists them.
 PREPROCESSING_DOC = """min_frequency: ``OneHotEncoder``'s ``min_frequency`` for categorical columns.
+        max_categories: the most one-hot columns of one categorical column
+            (default 64): in a column with more distinct values (an
+            identifier, a zip code), values seen fewer than ``min_frequency``
+            times (5 if None) and all but the ``max_categories - 1`` most
+            frequent of the rest become ``other``; a column of nearly unique
+            values warns. None: no cap.
         code_indicators: a numeric column with 3 to this many distinct values
             in the training data (a code) keeps its scaled value and also gets
             a 0/1 column per value (``hobby=2``); None: no such columns."""
@@ -643,8 +651,9 @@ class TreeEstimator(BaseEstimator):
 
         seed = int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
         preprocessor = make_preprocessor(X, getattr(self, "min_frequency", None),
-                                         getattr(self, "code_indicators", None))
+                                         getattr(self, "code_indicators", None), getattr(self, "max_categories", None))
         x = np.asarray(preprocessor.fit_transform(X), dtype=np.float32)
+        _memory.check(self, x.shape[0], x.shape[1], n_outputs, preprocessor)  # before the model is built
         if x.shape[1] == 0:
             raise ValueError("X: no feature is left after preprocessing (every column was empty)")
         if eval_set is None:

@@ -10,6 +10,16 @@ tabular data (NumPy arrays or pandas frames) to dense float32 features.
   ``handle_unknown="infrequent_if_exist"`` (categories not seen in training
   encode as all zeros, or as the infrequent category when there is one) and
   ``min_frequency``.
+* Wide categorical columns, those with more than ``max_categories`` distinct
+  values in the training data (an identifier, a free-text field, a zip
+  code): before the one-hot encoding (``CapLevels``), their values seen
+  fewer than ``min_frequency`` times (``WIDE_MIN_COUNT`` when it is
+  None) and all but the ``max_categories - 1`` most frequent of the others
+  become one value, ``other`` (``id=other``; unseen values too), so no column
+  gives more than ``max_categories`` one-hot columns. A column with nearly as
+  many values as rows (at least ``NEAR_UNIQUE`` of them) warns
+  (``UserWarning``) naming it. Columns of at most ``max_categories`` values
+  are encoded exactly as without the cap; ``max_categories=None`` turns it off.
 * Ordered categorical columns (``pd.CategoricalDtype(ordered=True)``: the
   frame declares the order of the categories): the rank of the category in
   that order (``OrdinalEncoder``; missing and unseen values are missing
@@ -28,6 +38,8 @@ tabular data (NumPy arrays or pandas frames) to dense float32 features.
 Plain arrays are all numeric (NaN allowed). Columns are selected by position,
 so a model fitted on a frame also predicts on the frame's ``to_numpy()``.
 """
+
+import warnings
 
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
@@ -67,10 +79,98 @@ def numeric_pipeline():
     ])
 
 
-def categorical_pipeline(min_frequency):
+#: The estimators' default ``max_categories``: the most one-hot columns of one
+#: categorical column. Above the levels of ordinary categoricals (a country
+#: column has about 40), far below an identifier's.
+MAX_CATEGORIES = 64
+#: Values of a wide column seen fewer times than this are pooled into
+#: ``other`` when ``min_frequency`` is None.
+WIDE_MIN_COUNT = 5
+#: A wide column with at least this share of distinct values among its rows warns.
+NEAR_UNIQUE = 0.5
+
+
+def _min_count(min_frequency, n_rows):
+    """``min_frequency`` (a count, or a share of the rows) as a count of rows."""
+    if min_frequency is None:
+        return WIDE_MIN_COUNT
+    if isinstance(min_frequency, float) and 0 < min_frequency < 1:
+        return int(np.ceil(min_frequency * n_rows))
+    return int(min_frequency)
+
+
+class CapLevels(TransformerMixin, BaseEstimator):
+    """Pools the values of wide categorical columns (object arrays, missing
+    values already imputed): in a column with more than ``max_categories``
+    distinct training values, every value seen fewer than ``min_frequency``
+    times (``WIDE_MIN_COUNT`` if None; a float in (0, 1): a share of the
+    rows) and all but the ``max_categories - 1`` most frequent of the rest
+    (ties: the first in sorted order) become ``other`` (``other_`` if the
+    column has a value ``other``), as do values unseen in training. The
+    values of wide columns come out as strings; other columns pass unchanged.
+    ``names``: the columns' names, for the warning about a column of nearly
+    unique values.
+
+    Attributes (after ``fit``): ``kept_`` (column position -> the kept values,
+    sorted), ``other_`` (column position -> its pooled value), ``levels_``
+    (column position -> its number of distinct training values), ``n_features_in_``.
+    """
+
+    def __init__(self, max_categories=MAX_CATEGORIES, min_frequency=None, names=None):
+        self.max_categories = max_categories
+        self.min_frequency = min_frequency
+        self.names = names
+
+    def fit(self, X, y=None):
+        x = np.asarray(X, dtype=object)
+        n = len(x)
+        self.n_features_in_ = x.shape[1]
+        self.kept_, self.other_, self.levels_ = {}, {}, {}
+        for j in range(x.shape[1]):
+            values, counts = np.unique(x[:, j].astype(str), return_counts=True)
+            if len(values) <= self.max_categories:
+                continue
+            min_count = _min_count(self.min_frequency, n)
+            order = np.argsort(-counts, kind="stable")
+            order = order[counts[order] >= min_count][: self.max_categories - 1]
+            kept = np.sort(values[order])
+            other = "other"
+            while other in set(values):
+                other += "_"
+            self.kept_[j], self.other_[j], self.levels_[j] = kept, other, len(values)
+            if len(values) >= NEAR_UNIQUE * n:
+                name = self.names[j] if self.names is not None else f"x[{j}]"
+                warnings.warn(
+                    f"X: categorical column {name!r} has {len(values)} distinct values in {n} rows (an "
+                    f"identifier?). One-hot encoded, it would be {len(values)} features; its values "
+                    f"seen fewer than {min_count} times and all but the {self.max_categories - 1} most frequent "
+                    f"of the rest are pooled into {name}={other} ({len(kept)} values kept). Drop the column if "
+                    "it identifies rows; max_categories and min_frequency set the cap.",
+                    UserWarning, stacklevel=2)
+        return self
+
+    def transform(self, X):
+        x = np.array(X, dtype=object)
+        if x.ndim != 2 or x.shape[1] != self.n_features_in_:
+            raise ValueError(f"X: expected {self.n_features_in_} columns, got shape {x.shape}")
+        for j, kept in self.kept_.items():
+            column = x[:, j].astype(str).astype(object)  # object: a fixed-width str would cut ``other``
+            column[~np.isin(column, kept)] = self.other_[j]
+            x[:, j] = column
+        return x
+
+    def get_feature_names_out(self, input_features=None):
+        if input_features is not None:
+            return np.asarray(input_features, dtype=object)
+        return np.asarray([f"x{j}" for j in range(self.n_features_in_)], dtype=object)
+
+
+def categorical_pipeline(min_frequency, max_categories=None, names=None):
+    cap = [] if max_categories is None else [("cap", CapLevels(max_categories, min_frequency, names))]
     return Pipeline([
         ("as_object", FunctionTransformer(as_object, feature_names_out="one-to-one")),
         ("impute", SimpleImputer(strategy="constant", fill_value="missing")),
+        *cap,
         ("encode", OneHotEncoder(handle_unknown="infrequent_if_exist", min_frequency=min_frequency,
                                  sparse_output=False, dtype=np.float32)),
     ])
@@ -157,11 +257,13 @@ def column_kinds(frame):
     return numeric, categorical, ordered
 
 
-def make_preprocessor(x, min_frequency=None, code_indicators=None):
+def make_preprocessor(x, min_frequency=None, code_indicators=None, max_categories=None):
     """An unfitted transformer for ``x`` (a frame: numeric and categorical columns
     by dtype; otherwise every column numeric). Its output is dense.
     ``code_indicators``: the most distinct values of a numeric column that gets
-    value indicators (``ValueIndicators``, after all other columns); None: none."""
+    value indicators (``ValueIndicators``, after all other columns); None: none.
+    ``max_categories``: the cap of wide categorical columns (``CapLevels``);
+    None: no cap."""
     if not is_frame(x):
         if code_indicators is None:
             return numeric_pipeline()
@@ -172,7 +274,8 @@ def make_preprocessor(x, min_frequency=None, code_indicators=None):
     if numeric:
         parts.append(("numeric", numeric_pipeline(), numeric))
     if categorical:
-        parts.append(("categorical", categorical_pipeline(min_frequency), categorical))
+        names = [str(x.columns[i]) for i in categorical]
+        parts.append(("categorical", categorical_pipeline(min_frequency, max_categories, names), categorical))
     if ordered:
         categories = [list(x.dtypes.iloc[i].categories) for i in ordered]
         parts.append(("ordered", ordered_pipeline(categories), ordered))

@@ -37,7 +37,7 @@ from keras_trees.losses import GammaProcessPrior
 DEFAULTS = dict(
     max_depth=8, num_experts=20, epochs_per_level=30, annealing_increment=0.2, min_samples_split=10,
     min_gain=0.01, finetune_epochs=0, prior_weight=0.0, learning_rate=0.05, batch_size=256,
-    validation_fraction=0.1, min_frequency=None, code_indicators=None, random_state=None, verbose=0, n_jobs=None,
+    validation_fraction=0.1, min_frequency=None, max_categories=64, code_indicators=None, random_state=None, verbose=0, n_jobs=None,
 )
 
 _DOC = """{summary}

@@ -49,7 +49,7 @@ SPLIT_SCREENING = None
 DEFAULTS = dict(
     max_depth=8, split_type="oblique", epochs_per_level=15, finetune_epochs=None, min_samples_split=2,
     annealing_increment=0.1, learning_rate=0.01, batch_size=200, patience=10, validation_fraction=0.1,
-    min_frequency=None, code_indicators=None, random_state=None, verbose=0, n_jobs=None, depth_cap=None,
+    min_frequency=None, max_categories=64, code_indicators=None, random_state=None, verbose=0, n_jobs=None, depth_cap=None,
     split_screening=SPLIT_SCREENING,
 )
 # The classifier's leaves at the end of fit: the class frequencies of the rows

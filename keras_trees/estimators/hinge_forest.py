@@ -26,7 +26,7 @@ from keras_trees.layers import HingeBatchNormalization, HingeFern, HingeForest
 DEFAULTS = dict(
     kind="forest", num_trees=100, max_depth=8, num_features=100,
     learning_rate=0.005, batch_size=32, max_epochs=200, patience=30, validation_fraction=0.1,
-    min_frequency=None, code_indicators=None, random_state=None, verbose=0, n_jobs=None,
+    min_frequency=None, max_categories=64, code_indicators=None, random_state=None, verbose=0, n_jobs=None,
 )
 
 _DOC = """{summary}

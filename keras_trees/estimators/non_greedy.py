@@ -41,7 +41,7 @@ from keras_trees.layers import NonGreedyTree, co2_tree
 DEFAULTS = dict(
     max_depth=8, nu=10.0, inference="fast", criterion="entropy", init="co2", init_depth="cv", stable_sgd=True,
     learning_rate=None, momentum=0.9, batch_size=64, max_epochs=30, patience=10, validation_fraction=0.1,
-    min_frequency=None, code_indicators=None, random_state=None, verbose=0, n_jobs=None,
+    min_frequency=None, max_categories=64, code_indicators=None, random_state=None, verbose=0, n_jobs=None,
 )
 # The regressor: the same recipe on the squared loss (standardized targets),
 # started from scikit-learn's CART regression tree (CO2 is a classification

@@ -33,7 +33,7 @@ from keras_trees.layers import TreeEnsembleLayer
 DEFAULTS = dict(
     num_trees=10, max_depth=4, transition_width=1.0, node_l2=0.0,
     learning_rate=0.001, batch_size=256, max_epochs=300, patience=20, validation_fraction=0.1,
-    min_frequency=None, code_indicators=None, random_state=None, verbose=0, n_jobs=None,
+    min_frequency=None, max_categories=64, code_indicators=None, random_state=None, verbose=0, n_jobs=None,
 )
 # The classifier has 20 trees (within the paper's tuning range of Table 3,
 # 1-100): the best of 10, 20 and 30 on the choosing sets, and ahead of 10 on
