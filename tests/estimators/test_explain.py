@@ -240,6 +240,7 @@ def test_n_jobs_on_tensorflow_after_its_runtime_started_warns():
     assert tf.config.threading.get_intra_op_parallelism_threads() == current
 
 
+@pytest.mark.slow
 def test_n_jobs_sizes_tensorflow_before_its_runtime_starts():
     script = textwrap.dedent("""
         import warnings
