@@ -1,17 +1,17 @@
-"""One value type for a trained forest of every family: :class:`Forest`.
+"""One value type for a trained forest of every family: [`Forest`][keras_trees.forest.Forest].
 
-A :class:`Forest` holds, as NumPy arrays, what trained trees say independently
+A [`Forest`][keras_trees.forest.Forest] holds, as NumPy arrays, what trained trees say independently
 of how their family trains them, in the spirit of scikit-learn's ``Tree``:
 
-* the topology: ``node_state`` of :mod:`keras_trees.topology` (heap order; the
+* the topology: ``node_state`` of `keras_trees.topology` (heap order; the
   children of position ``i`` are ``2i + 1`` (left) and ``2i + 2`` (right)),
 * one split test per internal position (``split_kind``: oblique ``"linear"``,
   ``"axis_aligned"`` or ``"noisy_or"``) and the sign that sends a sample right,
 * one output per leaf position and how the trees' outputs combine.
 
 Every tree layer returns one from ``layer.to_forest()``; scikit-learn trees
-convert with :func:`keras_trees.interop.sklearn.from_sklearn`. Export to JSON
-(:meth:`Forest.to_dict`, :mod:`keras_trees.inspection`), statistics and plots
+convert with [`keras_trees.interop.sklearn.from_sklearn`][keras_trees.interop.sklearn.from_sklearn]. Export to JSON
+([`Forest.to_dict`][keras_trees.forest.Forest.to_dict], `keras_trees.inspection`), statistics and plots
 read forests only. Everything here is NumPy: a forest routes, predicts and
 counts samples without Keras or the compiled ops.
 
@@ -111,7 +111,7 @@ def node_sums(positions, values, num_positions, weights=None, subtrees=False):
 
     Args:
         positions: ``(n, T)`` heap position each sample stops at in each tree
-            (:meth:`Forest.route`, a layer's ``route``), or ``(n,)`` for one tree.
+            ([`Forest.route`][keras_trees.forest.Forest.route], a layer's ``route``), or ``(n,)`` for one tree.
         values: ``(n, U)`` (or ``(n,)``) values to add up, e.g. ones (counts),
             one-hot labels (class counts) or targets.
         num_positions: ``N``, the positions per tree.
@@ -195,7 +195,7 @@ def _doc_numbers(value, where, shape):
 
 def check_document(doc):
     """Checks the structure of an exported layer ``doc`` (format in
-    :mod:`keras_trees.inspection.export`) once, before anything reads it.
+    `keras_trees.inspection.export`) once, before anything reads it.
 
     Raises ``TypeError`` (not a dict) or ``ValueError`` saying which field is
     missing or wrong, e.g. ``doc["trees"][0]["nodes"][2]["split"]: missing
@@ -325,18 +325,18 @@ class Forest:
             thresholds (``threshold`` also for noisy-OR splits).
         expert_weights: noisy-OR splits: ``(T, I, K_experts)`` ``r_k >= 0``.
         right_if: ``"positive"`` (right iff value > 0: what every layer's
-            ``to_forest()`` and :func:`~keras_trees.interop.sklearn.from_sklearn`
+            ``to_forest()`` and [`from_sklearn`][keras_trees.interop.sklearn.from_sklearn]
             write, the Tree Ensemble Layer included, whose activation of the
             value is the probability of going right) or ``"negative"`` (right
             iff value < 0: for split values that measure going left, such as
-            the raw convention of :func:`keras_trees.ops.soft_tree_ensemble`).
+            the raw convention of [`keras_trees.ops.soft_tree_ensemble`][keras_trees.ops.soft_tree.soft_tree_ensemble]).
         aggregation: how tree outputs combine: ``"sum"``, ``"mean"`` or ``"none"``.
         family: where the trees come from (``"end_to_end_tree"``,
             ``"sklearn_decision_tree"``, ...).
         leaf_output: one line on what a leaf's value means.
         inputs: what the splits read (``"layer input"`` or a description).
         leaf_prediction: whether the source's (inference) output is exactly
-            :meth:`predict` (false for soft or margin-scaled families).
+            [`predict`][keras_trees.forest.Forest.predict] (false for soft or margin-scaled families).
         num_classes: classes of a classifier whose leaves hold class
             distributions (``K`` of them); None otherwise.
         feature_names: optional ``p`` names of the features.
@@ -447,7 +447,7 @@ class Forest:
         return (self.node_state == topology.SPLIT).sum(axis=1)
 
     def tree(self, i):
-        """Tree ``i`` alone, as a one-tree :class:`Forest` (same kind, outputs, facts)."""
+        """Tree ``i`` alone, as a one-tree [`Forest`][keras_trees.forest.Forest] (same kind, outputs, facts)."""
         if isinstance(i, bool) or int(i) != i or not -self.num_trees <= i < self.num_trees:
             raise ValueError(f"tree index i must be an integer in [0, {self.num_trees}), got {i!r}")
         one = slice(int(i) % self.num_trees, int(i) % self.num_trees + 1)
@@ -524,7 +524,7 @@ class Forest:
         return out
 
     def apply(self, x):
-        """scikit-learn's name for :meth:`route`: ``(n, T)`` leaf ids (heap positions;
+        """scikit-learn's name for [`route`][keras_trees.topology.route]: ``(n, T)`` leaf ids (heap positions;
         ``source_node[t, leaf]`` maps them back to a converted tree's node ids)."""
         return self.route(x)
 
@@ -567,7 +567,7 @@ class Forest:
         ``x`` may also be a stream of ``(x, y)`` / ``(x, y, sample_weight)``
         batches (a batched ``tf.data.Dataset``, a ``keras.utils.PyDataset``, a
         list of batches or a function returning a fresh iterable of them;
-        :mod:`keras_trees.streaming`), ``y`` None: the batches' labels are
+        `keras_trees.streaming`), ``y`` None: the batches' labels are
         used (weights are not), the sums are accumulated batch by batch and,
         in a distributed run, summed over the workers (each reads its share;
         every worker must call it): the statistics of all the batches.
@@ -655,11 +655,11 @@ class Forest:
 
     def to_dict(self, x=None, y=None, num_classes=None, statistics=None):
         """The forest as a plain JSON-friendly dict (format in
-        :mod:`keras_trees.inspection.export`); with ``x`` (and ``y``) its nodes
-        carry the :meth:`node_statistics` of those samples (``x`` may be a
+        `keras_trees.inspection.export`); with ``x`` (and ``y``) its nodes
+        carry the [`node_statistics`][keras_trees.forest.Forest.node_statistics] of those samples (``x`` may be a
         stream of batches, ``y`` None, as there), or the given
-        ``statistics``, a dict as :meth:`node_statistics` returns, e.g. summed
-        over batches of a stream. :meth:`from_dict` reads it back."""
+        ``statistics``, a dict as [`node_statistics`][keras_trees.forest.Forest.node_statistics] returns, e.g. summed
+        over batches of a stream. [`from_dict`][keras_trees.forest.Forest.from_dict] reads it back."""
         if statistics is not None and x is not None:
             raise ValueError("to_dict: pass samples x (and y) or their statistics, not both")
         stats = statistics if x is None else self.node_statistics(x, y, num_classes)
@@ -696,10 +696,10 @@ class Forest:
 
     @classmethod
     def from_dict(cls, doc):
-        """The :class:`Forest` of a :meth:`to_dict` / :func:`~keras_trees.inspection.export_trees`
+        """The [`Forest`][keras_trees.forest.Forest] of a [`to_dict`][keras_trees.forest.Forest.to_dict] / [`export_trees`][keras_trees.inspection.export.export_trees]
         dict (also one parsed from JSON, and documents written before this class
         existed). Arrays come back as float64; node statistics are not kept.
-        The document's structure is checked first (:func:`check_document`):
+        The document's structure is checked first (`check_document`):
         a missing or malformed field is a ``ValueError`` naming it."""
         kind, experts = check_document(doc)
         T, D, p, K = (int(doc[k]) for k in ("num_trees", "max_depth", "input_dim", "output_dim"))
@@ -739,7 +739,7 @@ class Forest:
     # ------------------------------------------------------------ pruning
     def prune(self, x=None, bounds=None, samples=None, merge="value"):
         """The smallest forest that routes to the same values: a new
-        :class:`Forest` (this one is not changed).
+        [`Forest`][keras_trees.forest.Forest] (this one is not changed).
 
         A split is replaced by the subtree of the one child its samples can
         reach, and two sibling leaves holding equal values become one leaf:
@@ -752,7 +752,7 @@ class Forest:
           this one predicts for every input inside ``bounds`` (everywhere
           without them);
         * with rows ``x`` (or ``samples``, their per-position counts, as
-          :meth:`node_statistics` returns them), a split is also replaced
+          [`node_statistics`][keras_trees.forest.Forest.node_statistics] returns them), a split is also replaced
           when every row of ``x`` arriving there goes the same way (the other
           child is reached by none). The pruned forest then predicts exactly
           what this one predicts on the rows of ``x``; another input that
@@ -775,7 +775,7 @@ class Forest:
                 predicted class, not the same values.
 
         Returns:
-            A :class:`Forest` of the same kind whose ``source_node`` maps every
+            A [`Forest`][keras_trees.forest.Forest] of the same kind whose ``source_node`` maps every
             position back to this forest's (or, if this forest has one, to
             its source's) node id; ``extra["pruned"]`` says what was pruned.
 
@@ -906,7 +906,7 @@ class Forest:
         Every leaf above the last level becomes a subtree of zero split rows
         (``w = 0, b = 0``: samples always go left) whose leaves copy its value;
         ``source_node`` of every copy names the original leaf. Splits must have a
-        :meth:`linear_form`; ``depth`` may be below ``max_depth`` when every tree
+        [`linear_form`][keras_trees.forest.Forest.linear_form]; ``depth`` may be below ``max_depth`` when every tree
         fits in it.
         """
         if depth is not None and (isinstance(depth, bool) or not isinstance(depth, numbers.Integral) or depth < 0):

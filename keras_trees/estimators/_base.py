@@ -1,8 +1,8 @@
 """What every keras-trees estimator shares; each family's module overrides the hooks.
 
-:class:`TreeEstimator` does the scikit-learn side once: input checks
+`TreeEstimator` does the scikit-learn side once: input checks
 (``n_features_in_``, ``feature_names_in_``), preprocessing
-(:mod:`keras_trees.estimators._preprocessing`), label encoding (``classes_``,
+(`keras_trees.estimators._preprocessing`), label encoding (``classes_``,
 any label type) or target standardization (regression), ``sample_weight``
 times ``class_weight``, the seeded (and for classifiers stratified)
 validation split, seeding Keras, and prediction. A family says what model to
@@ -29,7 +29,7 @@ build and how to train it through the hooks:
   (``_validation_score``: error, then loss) is kept (``candidate_scores_``).
 
 Each concrete class declares its constructor arguments and defaults with
-:func:`parameters` (scikit-learn reads them from the signature).
+`parameters` (scikit-learn reads them from the signature).
 """
 
 import inspect
@@ -159,7 +159,7 @@ def parameters(**defaults):
 
         __init__.__signature__ = signature
         __init__.__qualname__ = f"{cls.__qualname__}.__init__"
-        __init__.__doc__ = f"See :class:`{cls.__name__}`."
+        __init__.__doc__ = f"See `{cls.__name__}`."
         cls.__init__ = __init__
         return cls
 
@@ -172,13 +172,13 @@ def parameters(**defaults):
 #: bit-identical to ``steps_per_execution=1`` (tested), and fits of small
 #: models spend far less time in Python. No keras-trees callback has
 #: per-batch hooks, which Keras calls once per execution. The estimators' own
-#: fits on TensorFlow and JAX run a whole epoch per call (:func:`_fit_on_one_iterator`);
+#: fits on TensorFlow and JAX run a whole epoch per call (`_fit_on_one_iterator`);
 #: this is the compiled model's setting for any later ``fit``.
 STEPS_PER_EXECUTION = 32
 
 
 def steps_per_execution():
-    """``steps_per_execution`` for ``compile``: :data:`STEPS_PER_EXECUTION`,
+    """``steps_per_execution`` for ``compile``: `STEPS_PER_EXECUTION`,
     or 1 on PyTorch (which Keras runs eagerly, one step at a time)."""
     return 1 if keras.backend.backend() == "torch" else STEPS_PER_EXECUTION
 
@@ -249,7 +249,7 @@ def cv_cart_depth(task, x, y, sample_weight, max_depth, seed, criterion=None):
 def adaptive_patience(best_epoch, patience, rule=ADAPTIVE_PATIENCE):
     """Epochs without improvement before stopping when the best so far is the
     0-based epoch ``best_epoch`` (-1: the initial model): see
-    :data:`ADAPTIVE_PATIENCE`; ``rule=None``: ``patience``."""
+    `ADAPTIVE_PATIENCE`; ``rule=None``: ``patience``."""
     if rule is None:
         return patience
     rate, offset = rule
@@ -277,7 +277,7 @@ class TreeEstimator(BaseEstimator):
     #: ``max_epochs`` and ``patience`` mean enough optimizer steps on small
     #: data too (iris: 108 rows, one batch of 256, would get 40 steps). 0: off.
     _min_epoch_steps = 16
-    #: Early stopping's :data:`ADAPTIVE_PATIENCE` rule (None: fixed ``patience``).
+    #: Early stopping's `ADAPTIVE_PATIENCE` rule (None: fixed ``patience``).
     _adaptive_patience = ADAPTIVE_PATIENCE
     _parameter_constraints = {}
     #: Deprecated argument names (old -> new), accepted with a warning.
@@ -308,8 +308,8 @@ class TreeEstimator(BaseEstimator):
 
     def _validation_needed(self, callbacks):
         """None (every epoch's validation scores may be read), or a function
-        telling at an epoch's end whether they are (:class:`_ValidationLogs`);
-        ``callbacks``: those of :meth:`_callbacks`."""
+        telling at an epoch's end whether they are (`_ValidationLogs`);
+        ``callbacks``: those of `_callbacks`."""
         return None
 
     def _early_stopping(self, initial=None):
@@ -335,7 +335,7 @@ class TreeEstimator(BaseEstimator):
         return self._score_outputs(_outputs(model, x), y, w)
 
     def _score_outputs(self, out, y, w):
-        """:meth:`_validation_score` of model outputs ``out`` for targets ``y``, weights ``w``."""
+        """`_validation_score` of model outputs ``out`` for targets ``y``, weights ``w``."""
         out = np.asarray(out, dtype=np.float64)
         if self._task == "regression":
             mse = _scores.mean_squared_error(out, y, w)
@@ -343,7 +343,7 @@ class TreeEstimator(BaseEstimator):
         return _scores.error_and_log_loss(self._probabilities(out), y, w)
 
     def _constant_score(self, y, sample_weight, validation):
-        """:meth:`_score_outputs` on the validation data of the constant
+        """`_score_outputs` on the validation data of the constant
         prediction from the training targets ``y``: their weighted mean
         (regression), their weighted class frequencies (classification)."""
         w = np.asarray(sample_weight, dtype=np.float64)
@@ -466,7 +466,7 @@ class TreeEstimator(BaseEstimator):
 
     # ----------------------------------------------------------------- verbose
     #: ``verbose=1`` prints a progress line every tenth of the epochs (as well as
-    #: every :data:`PROGRESS_SECONDS`); False: only by time (a family whose own
+    #: every `PROGRESS_SECONDS`); False: only by time (a family whose own
     #: callbacks print a line per stage).
     _progress_by_epochs = True
 
@@ -670,6 +670,9 @@ class TreeEstimator(BaseEstimator):
         self.model_ = model
         self._design = _explain.design(self)
         forest = _explain.design_forest(self)
+        self._node_samples = None  # the training rows' count per node, for forest_'s pruning
+        if forest.num_trees == 1 and forest.leaf_prediction:
+            self._node_samples = forest.node_statistics(_explain.to_design(self, x[train]))["samples"]
         rows = train if len(train) <= _explain.IMPORTANCE_ROWS else np.sort(
             check_random_state(seed).choice(train, _explain.IMPORTANCE_ROWS, replace=False))
         self._feature_importances = self._importances_on(
@@ -700,14 +703,14 @@ class TreeEstimator(BaseEstimator):
     # ------------------------------------------------------------- explanation
     @property
     def forest_(self):
-        """The trained trees as a :class:`keras_trees.forest.Forest` whose splits
-        read the design rows of :meth:`forest_features` (numeric columns in their
+        """The trained trees as a [`keras_trees.forest.Forest`][keras_trees.forest.Forest] whose splits
+        read the design rows of `forest_features` (numeric columns in their
         units, 0/1 missing indicators and one-hot columns), named after the input
         columns (``colour=red``, ``age=missing``). Computed from ``model_`` on
-        each access (:mod:`keras_trees.estimators._explain`).
+        each access (`keras_trees.estimators._explain`).
 
         A single hard-routed tree (end-to-end, non-greedy, convex polytope) is
-        pruned (:meth:`Forest.prune <keras_trees.forest.Forest.prune>`): splits
+        pruned ([`Forest.prune`][keras_trees.forest.Forest.prune]): splits
         no input can flip (all weights zero, a test a split above already
         decided, a threshold no 0/1 value of a one-hot or missing-value column
         crosses) are removed, which changes no prediction; and where the
@@ -718,7 +721,7 @@ class TreeEstimator(BaseEstimator):
         return self._forest()
 
     def _forest(self, feature_names=None):
-        """:attr:`forest_`, optionally naming the input columns ``feature_names``."""
+        """`forest_`, optionally naming the input columns ``feature_names``."""
         check_is_fitted(self, "model_")
         forest = _explain.design_forest(self, feature_names)
         if forest.num_trees != 1 or not forest.leaf_prediction:
@@ -732,7 +735,7 @@ class TreeEstimator(BaseEstimator):
         return forest.prune(bounds=(lower, upper), samples=samples)
 
     def forest_features(self, X):
-        """The design rows of ``X`` that the splits of :attr:`forest_` read:
+        """The design rows of ``X`` that the splits of `forest_` read:
         ``(n_samples, n_design_columns)`` float64, the preprocessed features
         with scaling undone (missing values imputed, categoricals one-hot,
         ordered categoricals as ranks)."""
@@ -744,8 +747,8 @@ class TreeEstimator(BaseEstimator):
     def feature_importances_(self):
         """``(n_features_in_,)`` importance of each input column, summing to 1
         (all zeros when the trees have no split), in the order of the columns of
-        ``X`` (``feature_names_in_``): :func:`keras_trees.inspection.feature_importances`
-        (``kind="split_usage"``) of :attr:`forest_` on the training rows (a
+        ``X`` (``feature_names_in_``): [`keras_trees.inspection.feature_importances`][keras_trees.inspection.importances.feature_importances]
+        (``kind="split_usage"``) of `forest_` on the training rows (a
         seeded sample of 4096 of larger sets, with their sample weights), each
         split's samples shared among the design columns it reads (oblique
         splits: by ``|w_j| * std_j``), then summed over the design columns of
@@ -755,7 +758,7 @@ class TreeEstimator(BaseEstimator):
 
     def _importances_on(self, rows, y, sample_weight, kind="split_usage", criterion=None, aggregate=False,
                         forest=None):
-        """:func:`keras_trees.inspection.feature_importances` of :attr:`forest_` on
+        """[`keras_trees.inspection.feature_importances`][keras_trees.inspection.importances.feature_importances] of `forest_` on
         design rows: ``(n_design_columns,)``, or with ``aggregate`` summed into the
         input columns and normalized, ``(n_features_in_,)``."""
         from keras_trees.inspection.importances import feature_importances
@@ -778,7 +781,7 @@ class TreeEstimator(BaseEstimator):
     def _transform(self, X, preprocessor=None):
         """``preprocessor`` (default ``preprocessor_``) applied to checked rows
         ``X``. Rows given as an array to a model fitted on a frame have already
-        been warned about once (by :meth:`_check_X`); the transformer's own
+        been warned about once (by `_check_X`); the transformer's own
         steps do not warn again. A value that is no number in a column that
         was numeric in ``fit`` raises a ``ValueError`` naming the column."""
         import warnings
@@ -847,7 +850,7 @@ def _outputs(model, x):
 
 
 def _one_pass_per_epoch(x, y, sample_weight, batch_size, seed):
-    """The repeated ``tf.data`` dataset of :func:`_fit_on_one_iterator`: each
+    """The repeated ``tf.data`` dataset of `_fit_on_one_iterator`: each
     pass over the rows in a new order (seeded by ``seed``), in batches of
     ``batch_size`` rows, the last one smaller, like Keras' own from arrays."""
     import tensorflow as tf
@@ -884,7 +887,7 @@ def _full_batches(x, y, sample_weight, batch_size, seed):
 
 def _fit_on_one_iterator(model, batches, steps, fit_kwargs, steps_per_execution=None):
     """``model.fit`` on TensorFlow or JAX from one endless stream of mini-batches
-    for the whole fit (:func:`_one_pass_per_epoch`, :func:`_full_batches`).
+    for the whole fit (`_one_pass_per_epoch`, `_full_batches`).
 
     Given NumPy arrays, Keras makes a new data iterator every epoch; on
     TensorFlow, in the estimators' short epochs, that costs more than the
@@ -906,7 +909,7 @@ def _fit_on_one_iterator(model, batches, steps, fit_kwargs, steps_per_execution=
 class _ValidationLogs(keras.callbacks.Callback):
     """Writes the validation metrics of the epoch into its logs (``val_loss``
     and the model's other metrics, prefixed ``val_``), as
-    ``fit(validation_data=...)`` does: up to :data:`_PREDICT_BATCH` rows in one
+    ``fit(validation_data=...)`` does: up to `_PREDICT_BATCH` rows in one
     ``test_on_batch`` (the value of ``evaluate`` up to the order of the float
     sums), more with ``evaluate`` in batches of that size. ``fit``'s
     validation creates a new ``tf.data`` iterator at every epoch on
@@ -958,7 +961,7 @@ PROGRESS_SECONDS = 15.0
 
 class _Progress(keras.callbacks.Callback):
     """``verbose=1``: a line every tenth of the ``epochs`` (``by_epochs``) and
-    whenever :data:`PROGRESS_SECONDS` have passed since the last one, with the
+    whenever `PROGRESS_SECONDS` have passed since the last one, with the
     training and validation loss, the best validation loss so far, the
     seconds elapsed and an upper bound on those left (the epochs that remain
     at most, early stopping's patience included, at the mean epoch time so
@@ -1022,7 +1025,7 @@ class _Progress(keras.callbacks.Callback):
 
 
 class _EarlyStopping(keras.callbacks.EarlyStopping):
-    """Keras' early stopping with :func:`adaptive_patience` (the ``patience``
+    """Keras' early stopping with `adaptive_patience` (the ``patience``
     given is its upper bound; ``adaptive=None`` keeps it fixed), optionally
     with the starting model as a candidate: ``initial=(its monitored value,
     its weights)`` is the best before epoch 1 (restored at the end unless an
@@ -1049,7 +1052,7 @@ class _EarlyStopping(keras.callbacks.EarlyStopping):
 
 
 class TreeClassifierBase(TreeEstimator):
-    """Classifier side of :class:`TreeEstimator`: ``predict`` and ``predict_proba``."""
+    """Classifier side of `TreeEstimator`: ``predict`` and ``predict_proba``."""
 
     _task = "classification"
 
@@ -1058,7 +1061,7 @@ class TreeClassifierBase(TreeEstimator):
         return self._predict_proba(X)
 
     def predict_log_proba(self, X):
-        """The natural logarithm of :meth:`predict_proba` (``-inf`` where a
+        """The natural logarithm of `predict_proba` (``-inf`` where a
         probability is 0), ``(n_samples, n_classes)``."""
         with np.errstate(divide="ignore"):
             return np.log(self.predict_proba(X))
@@ -1070,7 +1073,7 @@ class TreeClassifierBase(TreeEstimator):
 
 
 class TreeRegressorBase(TreeEstimator):
-    """Regressor side of :class:`TreeEstimator`: ``predict`` in the units of ``y``."""
+    """Regressor side of `TreeEstimator`: ``predict`` in the units of ``y``."""
 
     _task = "regression"
 

@@ -5,9 +5,9 @@ An estimator's Keras model reads the *transformed* features
 indicators, one-hot categoricals), and its tree layer may read them through
 affine layers in front (``BatchNormalization``, a bias-free ``Dense`` of
 learned inner-product features, ``HingeBatchNormalization``). For
-inspection, :func:`design_forest` folds all of that into the splits: the
-returned :class:`~keras_trees.forest.Forest` reads the **design rows**
-(:func:`design_rows`), one column per transformed feature in the units of the
+inspection, `design_forest` folds all of that into the splits: the
+returned [`Forest`][keras_trees.forest.Forest] reads the **design rows**
+(`design_rows`), one column per transformed feature in the units of the
 input:
 
 * a numeric column in its own units, missing values replaced by the training
@@ -117,8 +117,8 @@ def _codes_part(indicators, positions, names):
 
 
 def design(estimator, names=None):
-    """The :class:`Design` of a fitted estimator's preprocessor (``names``:
-    the original columns' names, default :func:`column_names`)."""
+    """The `Design` of a fitted estimator's preprocessor (``names``:
+    the original columns' names, default `column_names`)."""
     preprocessor = estimator.preprocessor_
     names = column_names(estimator) if names is None else [str(n) for n in names]
     if len(names) != estimator.n_features_in_:
@@ -194,7 +194,7 @@ def _fold(forest, M, e, names, extra):
 
 
 def design_forest(estimator, names=None):
-    """The fitted estimator's trees as a :class:`~keras_trees.forest.Forest`
+    """The fitted estimator's trees as a [`Forest`][keras_trees.forest.Forest]
     reading design rows (module docstring), named by the original columns.
     ``extra`` carries ``feature_scale`` (each design column's standard
     deviation on the training data: transformed units per design unit) and

@@ -42,7 +42,7 @@ DEFAULTS = dict(
 
 _DOC = """{summary}
 
-    The model is one :class:`keras_trees.layers.ConvexPolytopeTree` on the
+    The model is one [`keras_trees.layers.ConvexPolytopeTree`][keras_trees.layers.convex_polytope_tree.ConvexPolytopeTree] on the
     preprocessed features (imputed with missing-value indicators, scaled,
     categoricals one-hot encoded), grown by its ``fit_greedy`` (Section
     3.3.2: each level's stumps train ``epochs_per_level`` epochs with Adam on
@@ -66,7 +66,7 @@ _DOC = """{summary}
             training after growth; the deprecated name ``refine_epochs`` still
             works, with a warning).
         prior_weight: strength of the gamma-process prior (Eq. 14,
-            :class:`keras_trees.losses.GammaProcessPrior` with its default
+            [`keras_trees.losses.GammaProcessPrior`][keras_trees.losses.gamma_process_prior.GammaProcessPrior] with its default
             hyperparameters) against the likelihood; 0 (the default) trains
             without it, 1 is the paper's objective.
         learning_rate, batch_size: Adam's step size and mini-batch size.

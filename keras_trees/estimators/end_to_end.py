@@ -80,13 +80,13 @@ REGRESSOR_DEFAULTS = {**DEFAULTS, "min_samples_split": 20, "depth_cap": "cv"}
 
 _DOC = """{summary}
 
-    The model is one :class:`keras_trees.layers.EndToEndTree` on the
+    The model is one [`keras_trees.layers.EndToEndTree`][keras_trees.layers.end_to_end_tree.EndToEndTree] on the
     preprocessed features (imputed with missing-value indicators, scaled,
     categoricals one-hot encoded; oblique splits on all of them), trained
-    inside ``model.fit`` with :class:`keras_trees.callbacks.GreedyLevelGrowth`
+    inside ``model.fit`` with [`keras_trees.callbacks.GreedyLevelGrowth`][keras_trees.callbacks.greedy_level_growth.GreedyLevelGrowth]
     (level by level from a root stump, ``epochs_per_level`` epochs per level,
     then ``finetune_epochs`` of joint finetuning; default 3 x
-    ``epochs_per_level``), {em}:class:`keras_trees.callbacks.SteepnessAnnealing`
+    ``epochs_per_level``), {em}[`keras_trees.callbacks.SteepnessAnnealing`][keras_trees.callbacks.steepness_annealing.SteepnessAnnealing]
     (``annealing_increment`` per epoch) and Adam on {loss}. Early stopping watches the
     validation loss of a held-out ``validation_fraction`` during finetuning
     only (a partly grown tree is no candidate) and restores the best
@@ -232,9 +232,9 @@ class _EndToEnd:
         return _growth(callbacks).max_epochs(self.max_depth)
 
     def _validation_needed(self, callbacks):
-        """Growth's :meth:`GreedyLevelGrowth.may_end_growth`: early stopping
+        """Growth's [`GreedyLevelGrowth.may_end_growth`][keras_trees.callbacks.greedy_level_growth.GreedyLevelGrowth.may_end_growth]: early stopping
         reads the validation loss from the epoch that ends growth on
-        (:class:`_FinetuneEarlyStopping`), so the epochs inside a level are not
+        (`_FinetuneEarlyStopping`), so the epochs inside a level are not
         scored (their ``val_*`` entries in ``history_`` are NaN). On 5,000 x 20
         about 120 of a fit's 130 epochs are growth epochs."""
         return _growth(callbacks).may_end_growth
@@ -273,7 +273,7 @@ class _EndToEnd:
         """The leaf values the tree cut at ``depth`` ships, indexed by heap
         position: every leaf that training rows reach (``reached``: their
         leaves in the uncut tree) holds their smoothed class frequencies
-        (:meth:`_smoothed_leaves`' formula, training rows only) or their mean
+        (`_smoothed_leaves`' formula, training rows only) or their mean
         target; leaves no row reaches keep their trained ``leaves``. These are
         the values ``predict`` routes to, so the depth and the epoch are
         chosen on the predictions the estimator returns."""
@@ -294,7 +294,7 @@ class _EndToEnd:
         return values
 
     def _shipped_score(self, tree, x, y, sample_weight, validation):
-        """The validation :meth:`_score_outputs` of the tree as it would be
+        """The validation `_score_outputs` of the tree as it would be
         shipped now (hard routing, leaves from the training rows; a
         regressor's trained leaves too, the better of the two)."""
         leaves = tree.leaves_numpy()[0]
@@ -332,10 +332,10 @@ class _EndToEnd:
 
     def _select_depth(self, tree, x, y, sample_weight, validation, cap=None):
         """Cuts the trained tree back to the depth with the best validation score
-        (:meth:`_score_outputs`: error, then log loss; the squared error of a
+        (`_score_outputs`: error, then log loss; the squared error of a
         regressor; ties: the deeper tree), never to the root of a tree that
         has a split (``CUT_MIN_DEPTH``) and at most to depth ``cap``. Each
-        depth is scored with the leaves it ships (:meth:`_leaf_table`: the
+        depth is scored with the leaves it ships (`_leaf_table`: the
         training rows' smoothed class frequencies or mean targets; a
         regressor also with its trained leaves below the cut, the better of
         the two). Returns the scores per depth and the chosen depth."""
@@ -425,7 +425,7 @@ class EndToEndTreeClassifier(ClassifierMixin, _EndToEnd, TreeClassifierBase):
     __doc__ = _DOC.format(
         verbose=VERBOSE_DOC.format(stages='a line per grown level'), explain=EXPLAIN_DOC,
         summary="An end-to-end learned decision tree classifier (greedy growth, then finetuning).",
-        em=":class:`keras_trees.callbacks.EMLeafUpdate` (closed-form leaf distributions), ",
+        em="[`keras_trees.callbacks.EMLeafUpdate`][keras_trees.callbacks.em_leaf_update.EMLeafUpdate] (closed-form leaf distributions), ",
         loss="the cross-entropy of the leaf distributions", stratified="stratified, ",
         cut_score="error rate, ties broken by log loss,", cut_leaves="class distributions",
         class_weight=CLASS_WEIGHT_DOC, attributes="``classes_``, ", outputs="class probabilities",

@@ -33,9 +33,9 @@ _DOC = """{summary}
 
     The model is ``Dense(num_features, use_bias=False)`` (learned
     inner-product features; ``num_features=0`` feeds the inputs directly) ->
-    :class:`keras_trees.layers.HingeBatchNormalization` ->
-    :class:`keras_trees.layers.HingeForest` (``kind="forest"``) or
-    :class:`keras_trees.layers.HingeFern` (``kind="fern"``) with the trees'
+    [`keras_trees.layers.HingeBatchNormalization`][keras_trees.layers.hinge_batch_norm.HingeBatchNormalization] ->
+    [`keras_trees.layers.HingeForest`][keras_trees.layers.hinge_forest.HingeForest] (``kind="forest"``) or
+    [`keras_trees.layers.HingeFern`][keras_trees.layers.hinge_forest.HingeFern] (``kind="fern"``) with the trees'
     outputs {reduction}, on the preprocessed features (imputed with
     missing-value indicators, scaled, categoricals one-hot encoded), trained
     with Adam on {loss}, with early stopping on the validation loss of a

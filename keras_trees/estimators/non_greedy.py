@@ -55,13 +55,13 @@ REGRESSOR_DEFAULTS = {**DEFAULTS, "criterion": "squared_error", "init": "cart", 
 
 _DOC = """{summary}
 
-    The model is a perfect oblique :class:`keras_trees.layers.NonGreedyTree`
+    The model is a perfect oblique [`keras_trees.layers.NonGreedyTree`][keras_trees.layers.non_greedy_tree.NonGreedyTree]
     of depth ``max_depth`` on the preprocessed features (imputed with
     missing-value indicators, scaled, categoricals one-hot encoded),
     initialized {init_doc} (padded to the perfect tree, rows scaled to
     ``nu``), and trained with SGD with momentum on the convex-concave upper
     bound of its {loss} (Eq. 9), with
-    :class:`keras_trees.callbacks.StableSGD` rounds (``stable_sgd``). Early
+    [`keras_trees.callbacks.StableSGD`][keras_trees.callbacks.stable_sgd.StableSGD] rounds (``stable_sgd``). Early
     stopping watches the tree's own {loss} on a held-out
     ``validation_fraction`` (``val_empirical_loss``; best weights restored),
     and the starting tree is its first candidate: training never returns a
@@ -194,12 +194,12 @@ class NonGreedyTreeClassifier(ClassifierMixin, _NonGreedy, TreeClassifierBase):
         verbose=VERBOSE_DOC.format(stages='a line per ``nu`` candidate'), explain=EXPLAIN_DOC,
         summary="A non-greedy oblique decision tree classifier.",
         init_doc="""(``init="co2"``, the paper's initialization) from the greedy
-    oblique tree of :func:`keras_trees.layers.co2_tree`, or (``init="cart"``)
+    oblique tree of [`keras_trees.layers.co2_tree`][keras_trees.layers._co2.co2_tree], or (``init="cart"``)
     from scikit-learn's ``DecisionTreeClassifier`` (``criterion``, the sample
     and class weights), of depth ``init_depth``""",
         loss="log loss", defaults_doc="with the CO2 start (chosen on many data sets, ``benchmarks/peers.py``)",
         criteria='``"gini"``, ``"entropy"``, ``"log_loss"``', cv_score="accuracy",
-        init_options="""``"co2"`` (a greedy oblique tree: :func:`keras_trees.layers.co2_tree`
+        init_options="""``"co2"`` (a greedy oblique tree: [`keras_trees.layers.co2_tree`][keras_trees.layers._co2.co2_tree]
             with the same ``nu``, ``criterion``, weights and seed, its default
             steps) or ``"cart"`` (the axis-aligned CART tree).""",
         stratified="stratified, ", class_weight=CLASS_WEIGHT_DOC, attributes="``classes_``, ",

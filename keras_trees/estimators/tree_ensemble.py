@@ -65,7 +65,7 @@ _DOC = """{summary}
     trees, depth, width, learning rate and L2 (see ``keras_trees.tuner``).
 
     Args:
-        num_trees, max_depth, transition_width: of :class:`keras_trees.layers.TreeEnsembleLayer`.
+        num_trees, max_depth, transition_width: of [`keras_trees.layers.TreeEnsembleLayer`][keras_trees.layers.tree_ensemble.TreeEnsembleLayer].
         node_l2: L2 penalty on the split weights (0: none).
         learning_rate, batch_size: Adam's step size and mini-batch size.
         max_epochs: most training epochs (an epoch is at least 16

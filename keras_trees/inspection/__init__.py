@@ -1,39 +1,39 @@
 """Look inside trained trees of every family.
 
 Every tree layer describes its trees as one value type,
-:class:`keras_trees.forest.Forest` (``layer.to_forest()``); everything here
+[`keras_trees.forest.Forest`][keras_trees.forest.Forest] (``layer.to_forest()``); everything here
 reads forests:
 
-* :func:`export_trees` / :func:`to_json`: a plain, documented dict / JSON per
-  tree layer (format in :mod:`keras_trees.inspection.export`), with sample
+* [`export_trees`][keras_trees.inspection.export.export_trees] / [`to_json`][keras_trees.inspection.export.to_json]: a plain, documented dict / JSON per
+  tree layer (format in `keras_trees.inspection.export`), with sample
   counts routed deterministically from given data;
-  :func:`route_exported` / :func:`predict_exported` evaluate it with NumPy alone.
-* :func:`tree_statistics`: depth, leaves, splits, split evaluations per sample,
+  [`route_exported`][keras_trees.inspection.export.route_exported] / [`predict_exported`][keras_trees.inspection.export.predict_exported] evaluate it with NumPy alone.
+* [`tree_statistics`][keras_trees.inspection.statistics.tree_statistics]: depth, leaves, splits, split evaluations per sample,
   reachable leaves (soft trees).
-* :mod:`keras_trees.inspection.plots` (needs matplotlib): :func:`plot_tree`
-  (deep trees too: cut with ``max_depth``), :func:`plot_split_weights`,
-  :func:`plot_decision_regions`.
-* :func:`feature_importances` (split usage or impurity gain of a forest),
-  :func:`routing_sensitivity` (soft layers), :func:`permutation_importance`
-  (any model): :mod:`keras_trees.inspection.importances`.
-* :func:`export_text`: a tree as indented rules, scikit-learn's layout.
-* :func:`hard_forest`: the hard-routed forest of a soft layer (Tree Ensemble
+* `keras_trees.inspection.plots` (needs matplotlib): [`plot_tree`][keras_trees.inspection.plots.plot_tree]
+  (deep trees too: cut with ``max_depth``), [`plot_split_weights`][keras_trees.inspection.plots.plot_split_weights],
+  [`plot_decision_regions`][keras_trees.inspection.plots.plot_decision_regions].
+* [`feature_importances`][keras_trees.inspection.importances.feature_importances] (split usage or impurity gain of a forest),
+  [`routing_sensitivity`][keras_trees.inspection.importances.routing_sensitivity] (soft layers), [`permutation_importance`][keras_trees.inspection.importances.permutation_importance]
+  (any model): `keras_trees.inspection.importances`.
+* [`export_text`][keras_trees.inspection.rules.export_text]: a tree as indented rules, scikit-learn's layout.
+* [`hard_forest`][keras_trees.inspection.extraction.hard_forest]: the hard-routed forest of a soft layer (Tree Ensemble
   Layer, hinge forests) and its measured agreement with the layer.
 * Feature names come from ``feature_names=``, a pandas DataFrame's columns or
-  the forest's ``feature_names`` (:mod:`keras_trees.inspection.names`).
+  the forest's ``feature_names`` (`keras_trees.inspection.names`).
 
 Data too large for memory: the statistics that are sums over samples take a
 stream of ``(x, y[, sample_weight])`` batches as well as arrays
-(:mod:`keras_trees.streaming`) and sum it batch by batch and over the workers
-of a distributed run: :func:`export_trees` / :func:`to_json`,
-:func:`tree_statistics`, :func:`feature_importances`,
-:func:`routing_sensitivity`, :func:`export_text`, :func:`plot_tree`'s sample
-counts (and :meth:`Forest.node_statistics <keras_trees.forest.Forest.node_statistics>`).
+(`keras_trees.streaming`) and sum it batch by batch and over the workers
+of a distributed run: [`export_trees`][keras_trees.inspection.export.export_trees] / [`to_json`][keras_trees.inspection.export.to_json],
+[`tree_statistics`][keras_trees.inspection.statistics.tree_statistics], [`feature_importances`][keras_trees.inspection.importances.feature_importances],
+[`routing_sensitivity`][keras_trees.inspection.importances.routing_sensitivity], [`export_text`][keras_trees.inspection.rules.export_text], [`plot_tree`][keras_trees.inspection.plots.plot_tree]'s sample
+counts (and [`Forest.node_statistics`][keras_trees.forest.Forest.node_statistics]).
 The others need arrays in memory and raise ``TypeError`` for a stream:
-:func:`permutation_importance` (shuffles a column across all rows),
-:func:`hard_forest` (every row's outputs and their agreement),
-:func:`layer_statistics` (one batch: use :func:`tree_statistics`),
-:func:`plot_decision_regions` (draws every point).
+[`permutation_importance`][keras_trees.inspection.importances.permutation_importance] (shuffles a column across all rows),
+[`hard_forest`][keras_trees.inspection.extraction.hard_forest] (every row's outputs and their agreement),
+[`layer_statistics`][keras_trees.inspection.statistics.layer_statistics] (one batch: use [`tree_statistics`][keras_trees.inspection.statistics.tree_statistics]),
+[`plot_decision_regions`][keras_trees.inspection.plots.plot_decision_regions] (draws every point).
 
 A new tree layer joins all of the above by defining ``to_forest()`` and
 ``forest_features(inputs)`` (see ``keras_trees.layers._forest_layer``).

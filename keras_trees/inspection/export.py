@@ -1,8 +1,8 @@
 """Export trained trees of every family to a plain, documented dict / JSON.
 
-Each tree layer's :class:`keras_trees.forest.Forest` (``layer.to_forest()``)
-is written by :meth:`~keras_trees.forest.Forest.to_dict` and read back by
-:meth:`~keras_trees.forest.Forest.from_dict`. Format ``keras_trees.inspection/1``
+Each tree layer's [`keras_trees.forest.Forest`][keras_trees.forest.Forest] (``layer.to_forest()``)
+is written by [`to_dict`][keras_trees.forest.Forest.to_dict] and read back by
+[`from_dict`][keras_trees.forest.Forest.from_dict]. Format ``keras_trees.inspection/1``
 (one dict per tree layer)::
 
     {
@@ -43,8 +43,8 @@ given: they count the samples routed deterministically through each node.
 Nodes of converted trees may carry ``source_node`` (the node id in the source,
 e.g. scikit-learn's). ``split_kind``, ``num_classes`` and ``feature_names``
 were added after the first documents; documents without them still load.
-:func:`route_exported` and :func:`predict_exported` evaluate a document with
-NumPy alone (through :meth:`~keras_trees.forest.Forest.from_dict`).
+[`route_exported`][keras_trees.inspection.export.route_exported] and [`predict_exported`][keras_trees.inspection.export.predict_exported] evaluate a document with
+NumPy alone (through [`from_dict`][keras_trees.forest.Forest.from_dict]).
 """
 
 import json
@@ -61,7 +61,7 @@ from keras_trees.layers._layer_inputs import identity, layer_input_fn
 
 
 def is_tree_layer(layer):
-    """Whether ``layer`` describes its trees as a :class:`~keras_trees.forest.Forest`
+    """Whether ``layer`` describes its trees as a [`Forest`][keras_trees.forest.Forest]
     (every keras-trees tree layer: ``to_forest()`` and ``forest_features(inputs)``)."""
     return callable(getattr(layer, "to_forest", None))
 
@@ -108,7 +108,7 @@ def export_layer(layer, features=None, y=None, feature_names=None):
 
 def _is_stream(x):
     """Whether ``x`` is a data source of ``(x, y[, sample_weight])`` batches
-    (:mod:`keras_trees.streaming`) rather than model inputs (arrays, tensors,
+    (`keras_trees.streaming`) rather than model inputs (arrays, tensors,
     a DataFrame, or a dict/list of them)."""
     if keras.ops.is_tensor(x) or hasattr(x, "shape") or streaming.is_array_like(x):
         return False
@@ -130,7 +130,7 @@ def require_arrays(value, argument, where, reason):
 
 def _streamed_docs(model, layers, data):
     """Per layer, the node statistics of a stream of batches, summed batch by
-    batch and over the workers, in :func:`export_layer` documents."""
+    batch and over the workers, in [`export_layer`][keras_trees.inspection.export.export_layer] documents."""
     data = streaming.stream(data, name="export_trees", model=model)
     forests = [layer.to_forest() for layer in layers]
     sums, kinds = [None] * len(layers), [None] * len(layers)
@@ -178,7 +178,7 @@ def export_trees(model, x=None, y=None, feature_names=None):
             ``y`` None, the batches' labels are used, weights are not): the
             node statistics are summed batch by batch (the data never has to
             fit in memory) and, in a distributed run, over the workers (each
-            reads its share; :func:`keras_trees.streaming.all_reduce_sum`).
+            reads its share; [`keras_trees.streaming.all_reduce_sum`][keras_trees.streaming.all_reduce_sum]).
         y: optional labels (class ids, or regression targets) for per-node
             class counts or target means.
         feature_names: names of the model's input features, for the layers
@@ -216,7 +216,7 @@ def export_trees(model, x=None, y=None, feature_names=None):
 
 @keras_trees_export("keras_trees.inspection")
 def to_json(model, path=None, x=None, y=None, indent=None, feature_names=None):
-    """:func:`export_trees` as a JSON string (also written to ``path`` if given)."""
+    """[`export_trees`][keras_trees.inspection.export.export_trees] as a JSON string (also written to ``path`` if given)."""
     if path is not None and not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a file path (str or os.PathLike), got {type(path).__name__}")
     text = json.dumps(export_trees(model, x, y, feature_names), indent=indent)
@@ -229,9 +229,9 @@ def to_json(model, path=None, x=None, y=None, indent=None, feature_names=None):
 @keras_trees_export("keras_trees.inspection")
 def route_exported(doc, features):
     """``(batch, num_trees)`` heap positions (leaves) reached in every tree of an
-    exported layer ``doc`` (a dict of :func:`export_trees`, or parsed from its
+    exported layer ``doc`` (a dict of [`export_trees`][keras_trees.inspection.export.export_trees], or parsed from its
     JSON) by ``features`` ``(batch, input_dim)``, the values its splits read:
-    :meth:`Forest.from_dict(doc).route(features) <keras_trees.forest.Forest.route>`."""
+    [`Forest.from_dict(doc).route(features)`][keras_trees.forest.Forest.route]."""
     return Forest.from_dict(doc).route(features)
 
 
@@ -239,7 +239,7 @@ def route_exported(doc, features):
 def predict_exported(doc, features):
     """Prediction of an exported hard-routed layer: the values of the leaves
     reached, combined by ``aggregation``
-    (:meth:`~keras_trees.forest.Forest.predict`).
+    ([`predict`][keras_trees.forest.Forest.predict]).
 
     Only for layers whose output is exactly that (``doc["leaf_prediction"]``:
     end-to-end trees and forests, ...); soft trees and hinge trees (whose leaves

@@ -2,12 +2,12 @@
 
 ``layer.to_forest()`` of a soft family is already its hard view: the Tree
 Ensemble Layer's forest sends a sample down the more probable child at every
-split (the greedy path; its :meth:`~keras_trees.forest.Forest.predict` adds,
+split (the greedy path; its [`predict`][keras_trees.forest.Forest.predict] adds,
 per tree, the one leaf reached instead of every leaf weighted by its
 probability); a hinge forest's / fern's forest routes exactly as the layer does
-but its :meth:`~keras_trees.forest.Forest.predict` adds the raw leaf values,
+but its [`predict`][keras_trees.forest.Forest.predict] adds the raw leaf values,
 where the layer multiplies each by ``|r*|``, the smallest margin on the path.
-:func:`hard_forest` returns that forest and how closely its prediction
+[`hard_forest`][keras_trees.inspection.extraction.hard_forest] returns that forest and how closely its prediction
 follows the layer's output on ``x``. (Rescaling each hinge leaf by the mean
 ``|r*|`` of the samples reaching it was tried and did not raise the agreement
 on breast cancer: hinge forest 0.942 either way, fern 0.965 against 0.977.)
@@ -50,7 +50,7 @@ def agreement(soft, hard, task="auto"):
 
 @keras_trees_export("keras_trees.inspection")
 def hard_forest(model, x, layer=None, task="auto"):
-    """The hard-routed :class:`~keras_trees.forest.Forest` of a soft tree layer
+    """The hard-routed [`Forest`][keras_trees.forest.Forest] of a soft tree layer
     and its agreement with the layer on ``x``.
 
     Args:
@@ -65,7 +65,7 @@ def hard_forest(model, x, layer=None, task="auto"):
             row's outputs).
         layer: which tree layer of ``model`` (needed if it holds several).
         task: ``"auto"`` (classification when the layer has several outputs),
-            ``"classification"`` or ``"regression"``: see :func:`agreement`.
+            ``"classification"`` or ``"regression"``: see `agreement`.
 
     Returns:
         A dict: ``forest`` (its ``predict`` is the hard model; feature names

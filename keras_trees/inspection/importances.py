@@ -1,28 +1,28 @@
 """Feature importances for every family.
 
-* :func:`feature_importances` reads a :class:`~keras_trees.forest.Forest` (hard
+* [`feature_importances`][keras_trees.inspection.importances.feature_importances] reads a [`Forest`][keras_trees.forest.Forest] (hard
   routing): ``kind="split_usage"`` (how much the splits use each feature,
   weighted by the samples reaching them) or ``kind="gain"`` (impurity decrease,
   scikit-learn's ``feature_importances_``).
-* :func:`routing_sensitivity`: mean ``|d output / d x_j|`` of a soft layer or
+* [`routing_sensitivity`][keras_trees.inspection.importances.routing_sensitivity]: mean ``|d output / d x_j|`` of a soft layer or
   any model (Tree Ensemble Layer, hinge forests: their output depends on the
   input only through routing).
-* :func:`permutation_importance`: the drop of a score when one feature is
+* [`permutation_importance`][keras_trees.inspection.importances.permutation_importance]: the drop of a score when one feature is
   shuffled, for anything that predicts.
 
 All return ``(p,)`` NumPy arrays normalized to sum 1 (permutation importance:
 raw score drops), in the order of the features; pair them with
-:func:`keras_trees.inspection.names.resolve` for names.
+`keras_trees.inspection.names.resolve` for names.
 
-Data: :func:`feature_importances` and :func:`routing_sensitivity` are sums
+Data: [`feature_importances`][keras_trees.inspection.importances.feature_importances] and [`routing_sensitivity`][keras_trees.inspection.importances.routing_sensitivity] are sums
 over samples (node counts, class counts, target sums, feature moments, mean
 derivatives): they also take a stream of ``(x, y)`` / ``(x, y,
 sample_weight)`` batches (a batched ``tf.data.Dataset``, a
 ``keras.utils.PyDataset``, a list of batches or a function returning a fresh
-iterable of them; :mod:`keras_trees.streaming`), accumulated batch by batch
+iterable of them; `keras_trees.streaming`), accumulated batch by batch
 (the data never has to fit in memory) and, in a distributed run, summed over
 the workers (each reads its share; every worker must call them). Arrays are
-used as given (not split among workers). :func:`permutation_importance`
+used as given (not split among workers). [`permutation_importance`][keras_trees.inspection.importances.permutation_importance]
 shuffles a column across all rows and needs arrays in memory (a stream raises
 ``TypeError``).
 """
@@ -199,7 +199,7 @@ def _data(x, y, sample_weight, where, model=None):
 
 
 def _forest_sums(forest, batches, reduce, workers, kind, criterion, num_classes, moments):
-    """The sums :func:`feature_importances` needs, accumulated batch by batch
+    """The sums [`feature_importances`][keras_trees.inspection.importances.feature_importances] needs, accumulated batch by batch
     and summed over the workers: ``samples`` ``(T, N)`` weighted node counts,
     with ``kind="gain"`` ``class_counts`` ``(T, N, K)`` or ``target_sums``
     ``(T, N, 2U)`` (targets and their squares), with ``moments`` ``std``."""
@@ -275,10 +275,10 @@ def feature_importances(forest, x=None, y=None, kind="split_usage", criterion=No
     """``(p,)`` importance of each feature the splits of ``forest`` read, summing to 1.
 
     Args:
-        forest: a :class:`~keras_trees.forest.Forest`, an exported layer dict,
+        forest: a [`Forest`][keras_trees.forest.Forest], an exported layer dict,
             a tree layer or a fitted scikit-learn tree.
         x: ``(n, p)`` rows the splits read (``layer.forest_features(inputs)``;
-            a pandas DataFrame is fine), routed hard (:meth:`Forest.route`);
+            a pandas DataFrame is fine), routed hard ([`Forest.route`][keras_trees.forest.Forest.route]);
             or a stream of ``(x, y)`` / ``(x, y, sample_weight)`` batches of
             such rows (``y`` and ``sample_weight`` None then; see the module
             documentation): the node counts, label sums and feature moments
@@ -354,7 +354,7 @@ def feature_importances(forest, x=None, y=None, kind="split_usage", criterion=No
 
 
 def _estimator_importances(estimator, x, y, kind, criterion, num_classes, sample_weight):
-    """:func:`feature_importances` of a fitted keras-trees estimator, per input column."""
+    """[`feature_importances`][keras_trees.inspection.importances.feature_importances] of a fitted keras-trees estimator, per input column."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     if num_classes is not None:
@@ -530,7 +530,7 @@ def permutation_importance(model, x, y, metric=None, n_repeats=5, seed=0, batch_
 
     Args:
         model: a Keras model or layer, anything with ``predict(x)`` (a
-            scikit-learn estimator, a :class:`~keras_trees.forest.Forest`) or a
+            scikit-learn estimator, a [`Forest`][keras_trees.forest.Forest]) or a
             callable. A fitted keras-trees estimator shuffles its input columns
             (a categorical column as a whole) and scores with its own loss
             by default, negated: the log loss of ``predict_proba`` (any label

@@ -73,10 +73,10 @@ def estimator_labels(estimator, y):
 
 
 def as_forest(source):
-    """A :class:`~keras_trees.forest.Forest` from a forest, an exported layer dict
-    (:func:`~keras_trees.inspection.export_trees`), a tree layer
+    """A [`Forest`][keras_trees.forest.Forest] from a forest, an exported layer dict
+    ([`export_trees`][keras_trees.inspection.export.export_trees]), a tree layer
     (``to_forest()``), a fitted scikit-learn tree
-    (:func:`~keras_trees.interop.from_sklearn`) or a fitted keras-trees
+    ([`from_sklearn`][keras_trees.interop.sklearn.from_sklearn]) or a fitted keras-trees
     estimator (its ``forest_``, over its input columns)."""
     if isinstance(source, Forest):
         return source

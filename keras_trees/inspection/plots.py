@@ -1,12 +1,12 @@
 """Plots of trained trees (matplotlib, an optional dependency: ``pip install keras-trees[examples]``).
 
-* :func:`plot_tree`: a tree diagram from an exported layer dict (or a
-  :class:`~keras_trees.forest.Forest`); edge widths
+* [`plot_tree`][keras_trees.inspection.plots.plot_tree]: a tree diagram from an exported layer dict (or a
+  [`Forest`][keras_trees.forest.Forest]); edge widths
   show the samples routed through them, leaves show class distributions (or
   their values).
-* :func:`plot_split_weights`: the linear split weights of a tree drawn as
+* [`plot_split_weights`][keras_trees.inspection.plots.plot_split_weights]: the linear split weights of a tree drawn as
   images (the end-to-end paper's Figures 4-5).
-* :func:`plot_decision_regions`: a model's predicted class over a 2D input plane.
+* [`plot_decision_regions`][keras_trees.inspection.plots.plot_decision_regions]: a model's predicted class over a 2D input plane.
 """
 
 import numbers
@@ -30,7 +30,7 @@ def _pyplot():
 
 
 def _document(doc, x=None, y=None):
-    """An exported layer dict, or the dict of a :class:`~keras_trees.forest.Forest`
+    """An exported layer dict, or the dict of a [`Forest`][keras_trees.forest.Forest]
     (or of a tree layer's ``to_forest()``)."""
     if isinstance(doc, dict):
         check_document(doc)
@@ -42,7 +42,7 @@ def _document(doc, x=None, y=None):
 
 def _tree(doc, tree):
     """The tree ``tree`` of a document (an integer in ``[-num_trees, num_trees)``, as
-    :meth:`Forest.tree <keras_trees.forest.Forest.tree>`)."""
+    [`Forest.tree`][keras_trees.forest.Forest.tree])."""
     count = len(doc["trees"])
     if isinstance(tree, bool) or not isinstance(tree, numbers.Integral) or not -count <= tree < count:
         raise ValueError(f"tree must be an integer in [0, {count}), got {tree!r}")
@@ -102,14 +102,14 @@ def _split_label(forest, tree, i, names, decimals, room, fontsize):
 @keras_trees_export("keras_trees.inspection")
 def plot_tree(doc, tree=0, ax=None, class_names=None, max_leaves=None, feature_names=None, max_depth=None,
               fontsize=None, decimals=3, x=None, y=None):
-    """Draws tree ``tree`` of an exported layer dict (:func:`export_trees`), a
-    :class:`~keras_trees.forest.Forest` or a tree layer.
+    """Draws tree ``tree`` of an exported layer dict ([`export_trees`][keras_trees.inspection.export.export_trees]), a
+    [`Forest`][keras_trees.forest.Forest] or a tree layer.
 
     Edge widths are proportional to ``samples`` when the export was given data.
     Leaves of classifiers are drawn as small bar charts of their class
     distribution (``class_counts`` when present, else the leaf values). Splits
     are labelled with the test that sends samples right (the rule text of
-    :func:`~keras_trees.inspection.export_text`).
+    [`export_text`][keras_trees.inspection.rules.export_text]).
 
     Deep trees stay readable: the figure grows with the number of leaves (up
     to 60 inches), a split's label is shortened to the width of its subtree
@@ -128,9 +128,9 @@ def plot_tree(doc, tree=0, ax=None, class_names=None, max_leaves=None, feature_n
         fontsize: of the labels (default 7, 6 for more than 128 leaves).
         decimals: digits in split labels.
         x, y: for a forest or layer (not a dict): rows its splits read and
-            optional labels, for sample counts (:meth:`Forest.to_dict`); ``x``
+            optional labels, for sample counts ([`Forest.to_dict`][keras_trees.forest.Forest.to_dict]); ``x``
             may be a stream of ``(x, y[, sample_weight])`` batches (``y``
-            None), summed batch by batch (:meth:`Forest.node_statistics`).
+            None), summed batch by batch ([`Forest.node_statistics`][keras_trees.forest.Forest.node_statistics]).
 
     A fitted keras-trees estimator draws its trees over its input columns
     (``estimator.forest_``); ``x, y`` are then what its ``fit`` takes,
@@ -226,7 +226,7 @@ def plot_split_weights(doc, image_shape, tree=0, nodes=None, max_nodes=12, axes=
     """Linear split weights of tree ``tree`` as images of ``image_shape``.
 
     Args:
-        doc: exported layer dict (or :class:`~keras_trees.forest.Forest`) with
+        doc: exported layer dict (or [`Forest`][keras_trees.forest.Forest]) with
             linear or noisy-OR splits.
         image_shape: ``(height, width)`` (or with channels; the channels are averaged).
         nodes: split ids to draw (default: the first ``max_nodes`` in heap order).

@@ -144,7 +144,7 @@ def export_text(forest, tree=0, feature_names=None, class_names=None, max_depth=
     """Tree ``tree`` as indented rules (scikit-learn's ``export_text`` layout).
 
     Args:
-        forest: a :class:`~keras_trees.forest.Forest`, an exported layer dict,
+        forest: a [`Forest`][keras_trees.forest.Forest], an exported layer dict,
             a tree layer, a fitted scikit-learn tree or a fitted keras-trees
             estimator: its trees over its input columns (``estimator.forest_``:
             numeric columns in their units, one-hot splits as ``colour = red``,
@@ -161,9 +161,9 @@ def export_text(forest, tree=0, feature_names=None, class_names=None, max_depth=
             (None: the whole tree).
         decimals: digits of thresholds, weights and values.
         x: optional rows the splits read: leaves then show ``(samples: n)``,
-            the samples routed there (:meth:`Forest.node_statistics`). Or a
+            the samples routed there ([`Forest.node_statistics`][keras_trees.forest.Forest.node_statistics]). Or a
             stream of ``(x, y)`` / ``(x, y, sample_weight)`` batches of such
-            rows (:mod:`keras_trees.streaming`; labels and weights unused):
+            rows (`keras_trees.streaming`; labels and weights unused):
             the counts are summed batch by batch and, in a distributed run,
             over the workers (every worker must call it).
         terms: oblique splits print their ``terms`` largest-``|weight|`` terms

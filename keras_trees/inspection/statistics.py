@@ -16,12 +16,12 @@ def layer_statistics(layer, features=None):
     ``leaves`` and ``splits`` (lists), and with ``features``:
     ``split_evaluations`` (mean number of split functions evaluated per sample
     over all trees at inference: the path lengths of the hard-routed
-    :class:`~keras_trees.forest.Forest`; for soft trees, the Tree Ensemble
+    [`Forest`][keras_trees.forest.Forest]; for soft trees, the Tree Ensemble
     Layer, the internal nodes its conditional forward pass visits) and, for
     soft trees, ``reachable_leaves`` (mean per sample and tree). An empty
     batch of ``features`` raises ``ValueError``: these are means over samples.
     ``features`` are arrays; for a stream of batches use
-    :func:`tree_statistics` (``tree_statistics(layer, stream)``).
+    [`tree_statistics`][keras_trees.inspection.statistics.tree_statistics] (``tree_statistics(layer, stream)``).
     """
     require_arrays(features, "features", "layer_statistics",
                    "it takes one batch of split features; tree_statistics(layer, stream) sums a stream's batches")
@@ -47,7 +47,7 @@ def layer_statistics(layer, features=None):
 
 @keras_trees_export("keras_trees.inspection")
 def tree_statistics(model, x=None):
-    """:func:`layer_statistics` for every tree layer of ``model`` (inputs ``x``).
+    """[`layer_statistics`][keras_trees.inspection.statistics.layer_statistics] for every tree layer of ``model`` (inputs ``x``).
 
     ``x`` may also be a stream of ``(x, y)`` or ``(x, y, sample_weight)``
     batches (a batched ``tf.data.Dataset``, a ``keras.utils.PyDataset``, a
@@ -55,7 +55,7 @@ def tree_statistics(model, x=None):
     labels and weights are not used): the per-sample statistics are then
     summed batch by batch (the data never has to fit in memory) and, in a
     distributed run, over the workers (each reads its share;
-    :func:`keras_trees.streaming.all_reduce_sum`), then divided by the number
+    [`keras_trees.streaming.all_reduce_sum`][keras_trees.streaming.all_reduce_sum]), then divided by the number
     of samples: the same means as for the arrays.
 
     >>> import keras, numpy as np

@@ -1,7 +1,7 @@
 """Shared machinery of EndToEndTree and EndToEndForest (Hehn et al., IJCV 2019).
 
-Not public: use :class:`keras_trees.layers.EndToEndTree` or
-:class:`keras_trees.layers.EndToEndForest`.
+Not public: use [`keras_trees.layers.EndToEndTree`][keras_trees.layers.end_to_end_tree.EndToEndTree] or
+[`keras_trees.layers.EndToEndForest`][keras_trees.layers.end_to_end_forest.EndToEndForest].
 """
 
 import math
@@ -311,7 +311,7 @@ class EndToEndTreesBase(CheckedLoading, XLACompatibility, _fit_checks.FitChecks,
 
     # ------------------------------------------------------------------ call
     def _feature_inputs(self, inputs, training=None):
-        """The splits read the extractor's output (if any); :meth:`features`
+        """The splits read the extractor's output (if any); `features`
         flattens it to ``(batch, q)``."""
         if self.split_features is not None:
             return self.split_features(inputs, training=training)
@@ -342,7 +342,7 @@ class EndToEndTreesBase(CheckedLoading, XLACompatibility, _fit_checks.FitChecks,
         Classification: class distributions, read from the EM table
         (``leaf_table``) or the softmax of the trainable ``leaf_logits``,
         whichever ``leaf_mode`` selects (a tensor; write with
-        :meth:`set_leaf_values`). Regression: the trainable ``leaf_table``
+        `set_leaf_values`). Regression: the trainable ``leaf_table``
         variable itself.
         """
         return self._leaves()
@@ -383,7 +383,7 @@ class EndToEndTreesBase(CheckedLoading, XLACompatibility, _fit_checks.FitChecks,
     def use_em_leaves(self):
         """Starts EM leaf learning: the model reads the EM table, which takes over
         the current leaves (also those the optimizer learnt). Called by
-        :class:`~keras_trees.callbacks.EMLeafUpdate` when training begins."""
+        [`EMLeafUpdate`][keras_trees.callbacks.em_leaf_update.EMLeafUpdate] when training begins."""
         if not self.is_classifier or self.leaf_learning == "gradient":
             raise ValueError(
                 f"{self.name}: EM leaf updates need a classification layer with leaf_learning "
@@ -694,7 +694,7 @@ class EndToEndTreesBase(CheckedLoading, XLACompatibility, _fit_checks.FitChecks,
 
     def _finish_stumps(self, growth, a, stumps):
         """With ``split_screening``: each new stump reads only its node's
-        screened features (:func:`keras_trees.layers._screening.screen_stumps`)."""
+        screened features (`keras_trees.layers._screening.screen_stumps`)."""
         if self.split_screening is not None:
             _screening.screen_stumps(self, growth, a, stumps, self.split_screening)
 

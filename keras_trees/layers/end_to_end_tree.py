@@ -11,7 +11,7 @@ class EndToEndTree(EndToEndTreesBase):
     Split ``i`` computes the split feature ``f_i(x) = (x, 1) . beta_i`` (oblique
     by default; ``split_type="axis_aligned"`` uses one input feature per split;
     ``split_features`` puts any Keras layer or model in front, trained end to
-    end; ``split_type="per_split"`` with :func:`keras_trees.layers.per_split_features`
+    end; ``split_type="per_split"`` with [`keras_trees.layers.per_split_features`][keras_trees.layers.per_split_features.per_split_features]
     gives every split its own small CNN, Section 3.4) and sends a sample right with probability
     ``sigmoid(steepness_i f_i(x))`` during training (Eq. 3, 5; the paper's
     ``gamma_i``). At inference (``predict``, ``call(training=False)``) every
@@ -23,7 +23,7 @@ class EndToEndTree(EndToEndTreesBase):
 
     Classification leaves hold categorical distributions (outputs are class
     probabilities; train with ``SparseCategoricalCrossentropy()``). With
-    :class:`keras_trees.callbacks.EMLeafUpdate` they are learned by the
+    [`keras_trees.callbacks.EMLeafUpdate`][keras_trees.callbacks.em_leaf_update.EMLeafUpdate] they are learned by the
     closed-form EM update of Eq. 13 while the optimizer updates the splits
     (Eq. 14: the gradient of the log-likelihood with respect to the splits
     equals the gradient of Eq. 14 at the current responsibilities). Without
@@ -33,26 +33,26 @@ class EndToEndTree(EndToEndTreesBase):
 
     Inputs: one sample is everything after the batch axis of the shape the
     layer is built on (a feature vector, or an image for ``patch_size``,
-    :class:`keras_trees.regularizers.SpatialLaplacian` or a ``split_features``
+    [`keras_trees.regularizers.SpatialLaplacian`][keras_trees.regularizers.spatial_laplacian.SpatialLaplacian] or a ``split_features``
     CNN), flattened for the splits. Axes in front of it are kept, like
     ``keras.layers.Dense``: built on ``(None, 4)`` and called on ``(2, 5, 4)``
     the layer returns ``(2, 5, K)`` (``call``, ``posterior``, ``route``);
     growth and EM need one row per label. ``x`` must be real numbers (strings
     raise ``TypeError``) and finite: NaN or Inf in ``x``, in a split
     parameter, steepness or leaf, and a ``node_state`` that breaks the rules of
-    :mod:`keras_trees.topology` raise an error naming ``x`` or the layer and the
+    `keras_trees.topology` raise an error naming ``x`` or the layer and the
     variable, in eager calls, inside ``fit``/``predict`` and ``jax.jit``, and
     when a ``.keras`` file or ``load_weights`` loads them.
 
     Mixed precision: the layer routes in its variable dtype (float32) under
     ``mixed_float16``/``mixed_bfloat16`` policies (inputs are cast to it) and
-    returns outputs in the compute dtype. The topology (:mod:`keras_trees.topology`) is a
+    returns outputs in the compute dtype. The topology (`keras_trees.topology`) is a
     heap of maximum depth ``max_depth`` held in Keras variables;
-    :class:`keras_trees.callbacks.GreedyLevelGrowth` grows it from a root stump
-    (Section 2.5) and :class:`keras_trees.callbacks.SteepnessAnnealing` raises
+    [`keras_trees.callbacks.GreedyLevelGrowth`][keras_trees.callbacks.greedy_level_growth.GreedyLevelGrowth] grows it from a root stump
+    (Section 2.5) and [`keras_trees.callbacks.SteepnessAnnealing`][keras_trees.callbacks.steepness_annealing.SteepnessAnnealing] raises
     each split's steepness (Table 1).
 
-    Variables (per position of the heap, see :mod:`keras_trees.topology`):
+    Variables (per position of the heap, see `keras_trees.topology`):
     ``split_kernel`` ``(1, 2**D - 1, q)``, ``split_bias`` ``(1, 2**D - 1)``,
     ``feature_mask`` (which features each split may use), ``gamma`` (the
     current steepness per split; the variable keeps the paper's name so that
@@ -79,7 +79,7 @@ class EndToEndTree(EndToEndTreesBase):
             split, redrawn on every growth attempt) or ``"per_split"`` (split
             ``n`` reads only output ``n`` of ``split_features``: one feature
             model per split, the paper's Section 3.4; see
-            :func:`keras_trees.layers.per_split_features`).
+            [`keras_trees.layers.per_split_features`][keras_trees.layers.per_split_features.per_split_features]).
         split_features: optional Keras layer/model computing split features
             from the input (shared by all splits unless ``split_type="per_split"``,
             trained end to end).
@@ -88,7 +88,7 @@ class EndToEndTree(EndToEndTreesBase):
             ``gamma`` still works, with a warning.
         inference_routing: ``"hard"`` (default) or ``"soft"`` for ``call(training=False)``.
         split_regularizer: regularizer of ``split_kernel``, e.g.
-            :class:`keras_trees.regularizers.SpatialLaplacian` (Eq. 15).
+            [`keras_trees.regularizers.SpatialLaplacian`][keras_trees.regularizers.spatial_laplacian.SpatialLaplacian] (Eq. 15).
         leaf_smoothing: pseudo-count (relative to a leaf's data mass) that keeps
             EM leaf probabilities away from exactly 0.
         leaf_learning: how classification leaves learn: ``"em"`` (only by
@@ -104,7 +104,7 @@ class EndToEndTree(EndToEndTreesBase):
             this value, except the child a split favours (the deterministic
             path), so every sample keeps at least one leaf per tree; the kept
             paths are all the compiled kernel evaluates, forward and backward
-            (:mod:`keras_trees.ops.pruned_routing`). Bound: the probability
+            (`keras_trees.ops.pruned_routing`). Bound: the probability
             mass a sample loses in a tree is below ``prune_threshold`` times
             the subtrees dropped there (at most one per visited split), and the
             tree's output (a class distribution) moves by at most that mass.
@@ -115,7 +115,7 @@ class EndToEndTree(EndToEndTreesBase):
             computation (every present split for every sample), unchanged.
         split_screening: None (default: every stump reads all its features,
             the paper's split) or ``r`` in (0, 1]: while
-            :class:`keras_trees.callbacks.GreedyLevelGrowth` grows the tree,
+            [`keras_trees.callbacks.GreedyLevelGrowth`][keras_trees.callbacks.greedy_level_growth.GreedyLevelGrowth] grows the tree,
             each new stump reads only the features whose best single
             threshold on the training rows reaching it gains at least ``r``
             times the best feature's (information gain; variance reduction
