@@ -16,6 +16,30 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEST_SEED = 1234
 
 
+FAST_TIER = os.environ.get("KERAS_TREES_TEST_TIER") == "fast"
+FAST_PARAMETERS = 3  # parameter sets per test function in the fast tier
+
+
+def pytest_collection_modifyitems(config, items):
+    """The fast tier (``python -m tests --fast``) runs at most ``FAST_PARAMETERS``
+    parameter sets of each test function: the first, the last and one between,
+    in collection order (the same on every run); the full suite runs them all."""
+    if not FAST_TIER:
+        return
+    groups = {}
+    for item in items:
+        if getattr(item, "callspec", None) is not None:
+            groups.setdefault((item.module.__name__, item.originalname), []).append(item)
+    dropped = set()
+    for group in groups.values():
+        if len(group) > FAST_PARAMETERS:
+            kept = {round(i * (len(group) - 1) / (FAST_PARAMETERS - 1)) for i in range(FAST_PARAMETERS)}
+            dropped.update(id(item) for i, item in enumerate(group) if i not in kept)
+    if dropped:
+        config.hook.pytest_deselected(items=[item for item in items if id(item) in dropped])
+        items[:] = [item for item in items if id(item) not in dropped]
+
+
 @pytest.fixture(autouse=True)
 def _same_random_state_for_every_test():
     """Starts every test from the same random state, whatever ran before it.
@@ -139,6 +163,13 @@ class FreshProcess:
         if status != "ok":
             pytest.fail(f"{name} failed in the shared child process:\n{text}")
         return text
+
+
+@pytest.fixture(scope="module")
+def reloaded(request, saved):
+    """The checks ``RELOADS`` (``{name: code}``) of the requesting module, run
+    in one fresh process in the folder of its ``saved`` fixture."""
+    return FreshProcess(request.module.RELOADS, cwd=saved)
 
 
 def finite_difference_check(loss, params, num_coords=12, eps=1e-6, rng=None):

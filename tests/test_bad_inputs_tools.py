@@ -291,6 +291,7 @@ def test_export_portable_of_a_grown_end_to_end_tree(tensorflow_backend, tmp_path
     keras_trees.export_portable(model, str(tmp_path / "p"), verbose=False)
 
 
+@pytest.mark.slow
 def test_portable_saved_model_rejects_nan_inputs(tensorflow_backend, tmp_path):
     import tensorflow as tf
 

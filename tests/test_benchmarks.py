@@ -26,6 +26,7 @@ import check_cost  # noqa: E402
 import scale  # noqa: E402
 
 
+@pytest.mark.slow
 def test_scale_cache_streams_the_generated_rows_and_completes_a_half_written_cache(tmp_path):
     data_dir = str(tmp_path / "data")
     manifest, _ = scale.ensure_data(data_dir, 3000, verbose=False)
@@ -198,6 +199,7 @@ def test_fit_time_replays_early_stopping_as_keras_does():
     assert fit_time.replay(dict(curve, max_epochs=20), None) == (20, 2)
 
 
+@pytest.mark.slow
 def test_hard_routing_speed_smoke(tmp_path, capfd):
     out, payload = smoke("benchmarks/hard_routing_speed.py", tmp_path, capfd)
     line_with(out, "depth", "op ms", "dense ms", "speedup", "flop ratio")
@@ -236,6 +238,7 @@ def test_non_greedy_letter_smoke(tmp_path, capfd):
     assert row["depth"] == 4 and row["ng_nu"] == 10.0 and 1 <= row["ng_active"] <= 16
 
 
+@pytest.mark.slow
 def test_non_greedy_speed_smoke(tmp_path, capfd):
     out, payload = smoke("benchmarks/non_greedy_speed.py", tmp_path, capfd)
     line_with(out, "depth", "exact_s", "fast_s", "route_s", "exact/fast", "agree")

@@ -163,6 +163,7 @@ def test_cuda_cache_key_has_nvcc_version_and_archs(monkeypatch):
     assert _build.library_path("jax", cuda=True) != default
 
 
+@pytest.mark.slow
 @needs_nvcc
 def test_nvcc_flags_make_warnings_errors(tmp_path):
     """The flags the builds give nvcc turn a warning in our code into an error

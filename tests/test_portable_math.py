@@ -54,6 +54,7 @@ int main() { run<float>("float32"); run<double>("float64"); }
 """
 
 
+@pytest.mark.slow
 def test_portable_functions_are_accurate(tmp_path):
     cxx = shutil.which("g++")
     if cxx is None:

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from tests.conftest import FreshProcess, run_python
+from tests.conftest import run_python
 
 BUILD_AND_SAVE = """
 import numpy as np, keras
@@ -37,7 +37,7 @@ def saved(tmp_path_factory):
     return workdir
 
 
-# Run one after another in one fresh process (tests.conftest.FreshProcess).
+# Run one after another in one fresh process (the `reloaded` fixture of tests/conftest.py).
 RELOADS = {
     "keras_file_round_trip": """
         import numpy as np, keras
@@ -79,11 +79,6 @@ RELOADS = {
         assert g is not None and np.abs(g.numpy()).sum() > 0
         """,
 }
-
-
-@pytest.fixture(scope="module")
-def reloaded(saved):
-    return FreshProcess(RELOADS, cwd=saved)
 
 
 @pytest.mark.slow

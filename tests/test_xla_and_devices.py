@@ -91,6 +91,7 @@ def _count_reference_calls(monkeypatch):
     return calls
 
 
+@pytest.mark.slow
 def test_default_compile_trains_when_a_gpu_is_visible(monkeypatch):
     _fake_gpu(monkeypatch)
     calls = _count_reference_calls(monkeypatch)
@@ -114,6 +115,7 @@ def test_cpu_device_scope_uses_kernels_even_with_a_gpu(monkeypatch):
     assert not tree_ops.custom_ops_available()
 
 
+@pytest.mark.slow
 def test_explicit_jit_compile_warns_and_trains_without_xla():
     x, y = _data()
     model = _tel_model()
@@ -126,6 +128,7 @@ def test_explicit_jit_compile_warns_and_trains_without_xla():
     assert np.all(np.isfinite(history.history["loss"]))
 
 
+@pytest.mark.slow
 def test_user_xla_function_takes_the_reference_path():
     x, _ = _data(64)
     layer = kt_layers.TreeEnsembleLayer(num_trees=3, max_depth=3, units=2, transition_width=0.5)

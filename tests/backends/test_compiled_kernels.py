@@ -302,6 +302,7 @@ def test_soft_tree_ensemble_tf_trace_free_ops():
         assert graph_ops("/GPU:0") == ["KerasTrees>SoftTreeEnsembleTraceFree"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", tel_engines())
 def test_soft_tree_ensemble_over_several_chunks(engine):
     """300 samples through 32 trees of depth 10 (float64): the GPU backward

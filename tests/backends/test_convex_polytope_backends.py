@@ -170,6 +170,7 @@ def test_train_step_many_makes_the_steps_of_as_many_calls():
 
 
 # ------------------------------------------------------------------ training
+@pytest.mark.slow
 def test_fit_greedy_fit_with_callbacks_refine_and_keras_round_trip(reference, tmp_path):
     x, y, tree, model = reference["x"], reference["y"], reference["tree"], reference["model"]
     history = reference["history"]
@@ -193,6 +194,7 @@ def test_fit_greedy_fit_with_callbacks_refine_and_keras_round_trip(reference, tm
     np.testing.assert_array_equal(as_numpy(loaded.layers[-1].node_state), as_numpy(tree.node_state))
 
 
+@pytest.mark.slow
 def test_model_fit_trains_a_tree_that_has_not_split_yet():
     # The probabilistic output depends on the root's parameters even before the
     # first split, so every backend gets (zero) gradients instead of failing.
@@ -260,6 +262,7 @@ def test_weighted_objective_thresholds_and_leaves_equal_repeated_rows():
     np.testing.assert_allclose(by_weight, as_numpy(tree.leaf_values), atol=1e-7)
 
 
+@pytest.mark.slow
 def test_fit_greedy_and_leaf_callback_use_sample_and_class_weights():
     x, y = disk_data()
     sw = np.random.default_rng(2).uniform(0.2, 3.0, size=len(y))
@@ -281,6 +284,7 @@ def test_fit_greedy_and_leaf_callback_use_sample_and_class_weights():
 
 
 # ------------------------------------------------------------------ progress
+@pytest.mark.slow
 def test_fit_greedy_reports_one_line_per_level(capsys):
     x, y = disk_data()
     tree, _, history = grow(x, y, epochs=2, verbose=2, validation_data=(x[150:], y[150:]))
@@ -329,6 +333,7 @@ def nested_model(kind, tree):
     return model
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["sequential", "functional", "subclassed"])
 def test_callbacks_find_a_nested_tree_and_map_model_inputs(kind, reference):
     x, y = disk_data()
@@ -344,6 +349,7 @@ def test_callbacks_find_a_nested_tree_and_map_model_inputs(kind, reference):
 
 
 # ------------------------------------------------------------------ mixed precision
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
 def test_mixed_precision_trains_like_float32(policy, reference):
     try:

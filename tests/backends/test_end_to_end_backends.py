@@ -231,6 +231,7 @@ def test_growth_logs_progress_round_trips_and_follows_set_random_seed(tmp_path, 
     assert not all(np.array_equal(a, b) for a, b in zip(initial, other))  # the seed matters
 
 
+@pytest.mark.slow
 def test_split_screening_grows_sparse_splits_that_round_trip(tmp_path):
     """split_screening: the root stump reads only the column that separates
     its rows (on every backend); the masked tree saves and loads exactly."""
@@ -307,6 +308,7 @@ def test_sample_and_class_weights_reach_em_leaves():
     assert EMLeafUpdate(x, y, class_weight=class_weight).get_config()["class_weight"] == {"0": 2.0, "1": 0.5, "3": 3.0}
 
 
+@pytest.mark.slow
 def test_sample_and_class_weights_reach_growth_statistics():
     x, y = blobs(80)
     w = np.random.default_rng(2).integers(0, 4, size=80)
@@ -506,6 +508,7 @@ def test_em_gradient_leaves_and_growth_train_on_two_replicas(tmp_path):
 
 
 # ---------------------------------------------------------------- pruned routing
+@pytest.mark.slow
 def test_pruned_soft_routing_matches_the_numpy_oracle_and_trains():
     from tests.ops.pruned_oracle import pruned_outputs
     from tests.test_topology import random_tree

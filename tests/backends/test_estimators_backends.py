@@ -36,6 +36,7 @@ def test_regressor_fit_predict():
     assert reg.predict(x).shape == (len(x),) and reg.score(x, target) > 0.5
 
 
+@pytest.mark.slow
 def test_end_to_end_classifier_cut_to_its_validation_depth():
     """The depth cut (NumPy on the layer's routing and variables) on every backend."""
     from keras_trees import topology
@@ -50,6 +51,7 @@ def test_end_to_end_classifier_cut_to_its_validation_depth():
     assert clf.score(x, y) > 0.8
 
 
+@pytest.mark.slow
 def test_steps_per_execution_trains_the_same_weights(monkeypatch):
     """Several optimizer steps per compiled call (TensorFlow, JAX) train
     bit-identical weights to one step per call; PyTorch runs one step a call."""
@@ -122,6 +124,7 @@ def test_seeding_a_fit_leaves_tensorflow_unimported_off_its_backend(tmp_path):
         assert out.strip().splitlines()[-1] == "False"
 
 
+@pytest.mark.slow
 def test_validation_logs_equal_those_of_fit_validation_data(monkeypatch):
     """The estimators' per-epoch validation metrics (one ``test_on_batch``,
     or ``evaluate`` beyond ``_PREDICT_BATCH`` rows) equal those of
@@ -151,6 +154,7 @@ def test_validation_logs_equal_those_of_fit_validation_data(monkeypatch):
             np.testing.assert_allclose(ours[name], keras_own[name], rtol=1e-5, atol=1e-6, err_msg=name)
 
 
+@pytest.mark.slow
 def test_fit_reads_one_data_iterator(monkeypatch):
     """On TensorFlow a fit reads all its epochs from one ``tf.data`` iterator
     (Keras makes a new one per epoch from arrays; plus one for the initial
@@ -243,6 +247,7 @@ def test_jax_batches_are_full_and_each_pass_holds_every_row_once():
     assert [sorted(b[1]) for b in small] == [[0, 1, 2]] * 4
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(BACKEND not in ("tensorflow", "jax"), reason="one stream of batches on TensorFlow and JAX")
 def test_one_call_per_epoch_trains_the_same_weights(monkeypatch):
     """A TensorFlow or JAX fit runs each epoch in one call of the training

@@ -92,6 +92,7 @@ def test_string_losses_expect_probabilities(name):
     assert loss_expects("mse") is None and loss_expects(keras.losses.MeanSquaredError()) is None
 
 
+@pytest.mark.slow
 def test_raw_outputs_with_a_probability_loss_warn():
     """The issue's first trap: EndToEndTree(units=2) with SparseCategoricalCrossentropy()
     (the loss stays at log 2)."""
@@ -142,6 +143,7 @@ def test_em_leaves_without_em_callback_warn():
     assert "leaf_learning='em'" in message and "EMLeafUpdate" in message
 
 
+@pytest.mark.slow
 def test_em_leaves_with_em_callback_do_not_warn():
     layer = kt_layers.EndToEndTree(max_depth=2, num_classes=2, leaf_learning="em", seed=0)
     assert trap_warnings(fit_warnings(layer, SCCE(), callbacks=[kt_callbacks.EMLeafUpdate])) == []
@@ -229,6 +231,7 @@ class _CopyWarnings:
         return self._catch.__exit__(*exc)
 
 
+@pytest.mark.slow
 def test_no_numpy_copy_deprecation_from_keras_trees():
     """Reading variables (growth phases, validation checks, EM, growth, inspection)
     used ``keras.ops.convert_to_numpy``, whose ``np.array(variable)`` warns under

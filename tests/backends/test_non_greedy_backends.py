@@ -45,6 +45,7 @@ def weights(model):
     return [np.asarray(keras.ops.convert_to_numpy(v)) for v in model.weights]
 
 
+@pytest.mark.slow
 def test_cart_init_fit_with_stable_sgd_evaluate_and_keras_round_trip(tmp_path):
     x, y = problem()
     model, cart = cart_tree(depth=3, nu=2.0)
@@ -351,6 +352,7 @@ def test_training_does_not_load_tensorflow_on_torch(tmp_path):
     assert "tensorflow loaded: False" in out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("label", [1.5, 2**32 + 1, -1])
 def test_labels_are_checked_before_the_cast(label):
     """#16 item 5: fractional float labels are refused (not truncated), int64

@@ -18,6 +18,7 @@ def em_leaves(cb):
     return tree.leaves_numpy()
 
 
+@pytest.mark.slow
 def test_em_leaf_update_from_a_list_of_batches_equals_arrays():
     rng = np.random.default_rng(0)
     x = rng.normal(size=(150, 3)).astype("float32")

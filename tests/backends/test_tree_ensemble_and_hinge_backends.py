@@ -72,6 +72,7 @@ def test_fit_predict_and_keras_round_trip(family, tmp_path):
     np.testing.assert_array_equal(loaded.predict(x, verbose=0), model.predict(x, verbose=0))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_set_random_seed_makes_training_reproducible(family):
     first, x, _ = train(family, seed=7, epochs=2)
@@ -83,6 +84,7 @@ def test_set_random_seed_makes_training_reproducible(family):
     assert any(not np.array_equal(a, b) for a, b in zip(first.get_weights(), other.get_weights()))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_mixed_precision_trains_like_float32(family, policy):

@@ -11,6 +11,7 @@ from keras_trees.callbacks._common import reset_optimizer
 from keras_trees.layers import EndToEndTree
 
 
+@pytest.mark.slow
 def test_each_new_stump_anneals_on_its_own(rng):
     x = rng.normal(size=(200, 2)).astype("float32")
     y = ((x[:, 0] > 0) ^ (x[:, 1] > 0)).astype("int32")
@@ -38,6 +39,7 @@ def test_steepness_schedules_of_table_1(rng):
         np.testing.assert_allclose(np.asarray(tree.gamma), 1.0 + 3 * increment, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_steepness_starts_at_the_layer_argument_and_stops_at_max_steepness(rng):
     x = rng.normal(size=(64, 2)).astype("float32")
     y = (x[:, 0] > 0).astype("int32")
@@ -50,6 +52,7 @@ def test_steepness_starts_at_the_layer_argument_and_stops_at_max_steepness(rng):
     np.testing.assert_allclose(np.asarray(tree.gamma), 10.0, rtol=1e-6)  # capped
 
 
+@pytest.mark.slow
 def test_deep_copied_callbacks_find_layers_through_model(rng):
     x = rng.normal(size=(64, 2)).astype("float32")
     y = (x[:, 0] > 0).astype("int32")

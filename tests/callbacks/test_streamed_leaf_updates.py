@@ -37,6 +37,7 @@ def em_leaves(cb, model, tree):
     return tree.leaves_numpy().copy()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("weights", ["none", "sample_weight", "class_weight"])
 def test_em_leaves_from_a_dataset_or_a_list_of_batches_equal_those_from_arrays(weights):
     x, y, w = problem()
@@ -52,6 +53,7 @@ def test_em_leaves_from_a_dataset_or_a_list_of_batches_equal_those_from_arrays(w
         assert not np.allclose(plain, expected, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_em_from_a_stream_builds_the_model_and_keeps_config_and_deep_copies():
     x, y, _ = problem()
     data = as_sources(x, y)["dataset"]
@@ -68,6 +70,7 @@ def test_em_from_a_stream_builds_the_model_and_keeps_config_and_deep_copies():
     np.testing.assert_allclose(em_leaves(clone, *em_model()), expected, rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.slow
 def test_em_from_a_stream_in_model_fit():
     x, y, w = problem()
     ds = as_sources(x, y, w)["dataset"]
@@ -199,6 +202,7 @@ def test_polytope_statistics_of_two_workers_sum_to_the_one_worker_statistics(mon
     np.testing.assert_allclose(total[0].sum(), w.sum(), rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_em_leaves_of_a_multi_input_model_from_a_dict_of_arrays_or_a_dataset_of_dicts():
     x, y, w = problem()
     inputs = {"a": x[:, :2], "b": x[:, 2:]}

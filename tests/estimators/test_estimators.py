@@ -118,6 +118,7 @@ def test_bad_arguments_name_the_argument():
         tiny(E.TreeEnsembleClassifier).fit(x, np.zeros(len(x)))
 
 
+@pytest.mark.slow
 def test_polytope_prior_weight_reaches_the_layer():
     x, y = easy(60)
     for weight in (0.5, 0.0):
@@ -214,6 +215,7 @@ def test_end_to_end_scores_validation_only_where_early_stopping_reads_it(eager, 
     assert history["depth_scores"] == full["depth_scores"]
 
 
+@pytest.mark.slow
 def test_class_weight_changes_the_fit_and_combines_with_sample_weight(eager):
     x, y = make_classification(300, 4, weights=[0.85], class_sep=0.5, random_state=0)
     plain = tiny(E.TreeEnsembleClassifier, random_state=0).fit(x, y)
@@ -270,6 +272,7 @@ def test_an_epoch_is_at_least_16_mini_batches(eager, monkeypatch):
     assert int(large.model_.optimizer.iterations) == 2 * 50
 
 
+@pytest.mark.slow
 def test_early_stopping_returns_the_start_when_no_epoch_beats_it():
     from keras_trees.estimators._base import _EarlyStopping
 
@@ -405,6 +408,7 @@ def test_end_to_end_depth_is_cut_back_on_validation(cls, monkeypatch, eager):
         np.testing.assert_allclose(leaves[n], expected, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_end_to_end_classifier_leaves_are_smoothed_frequencies_of_all_fit_rows():
     """After the cut, every leaf that rows of X reach (training and validation
     parts) holds ``(n_k + 2 / K) / (n + 2)`` of the (weighted) rows it receives,
@@ -531,6 +535,7 @@ def test_ordered_categoricals_are_ranks():
     assert pre.transform(unseen)[0, 3] == out[2, 3]  # the missing rank's imputed value
 
 
+@pytest.mark.slow
 def test_explained_design_of_an_ordered_categorical_is_its_rank(eager):
     from keras_trees.estimators._explain import design
 

@@ -59,6 +59,7 @@ def fitted():
     return X, y, clf, reg
 
 
+@pytest.mark.slow
 def test_feature_importances_are_per_input_column(fitted):
     X, y, clf, reg = fitted
     for est in (clf, reg):
@@ -185,6 +186,7 @@ def test_verbose_levels(verbose, capsys, eager):
         assert lines[0].startswith("TreeEnsembleClassifier: training: at most 2 epochs")
 
 
+@pytest.mark.slow
 def test_verbose_one_prints_a_line_per_candidate(capsys, eager):
     X, y = frame(60)
     tiny(E.NonGreedyTreeClassifier, random_state=0, nu=[1.0, 10.0], max_epochs=1, verbose=1).fit(X, y)

@@ -56,6 +56,7 @@ def test_eval_set_errors_name_the_estimator_and_the_argument():
 
 
 # -------------------------------------------------------- predict_log_proba
+@pytest.mark.slow
 def test_predict_log_proba():
     X, y = _frame(200)
     clf = tiny(E.TreeEnsembleClassifier, random_state=0).fit(X, y)
@@ -63,6 +64,7 @@ def test_predict_log_proba():
 
 
 # ------------------------------------------------------ validation_fraction
+@pytest.mark.slow
 @pytest.mark.parametrize("fraction", [None, 0.0])
 def test_validation_fraction_none_or_zero_trains_without_validation(fraction):
     X, y = _frame(200)
@@ -71,6 +73,7 @@ def test_validation_fraction_none_or_zero_trains_without_validation(fraction):
 
 
 # ---------------------------------------------------------------- prediction
+@pytest.mark.slow
 def test_a_string_in_a_numeric_column_names_the_column():
     X, y = _frame(200)
     clf = tiny(E.TreeEnsembleClassifier, random_state=0).fit(X, y)
@@ -86,6 +89,7 @@ def test_a_string_in_a_numeric_column_names_the_column():
         numeric.predict(rows)
 
 
+@pytest.mark.slow
 def test_an_array_after_a_frame_warns_once():
     X, y = _frame(200)
     clf = tiny(E.TreeEnsembleClassifier, random_state=0).fit(X, y)
@@ -97,6 +101,7 @@ def test_an_array_after_a_frame_warns_once():
 
 
 # ------------------------------------------------------ permutation importance
+@pytest.mark.slow
 def test_permutation_importance_defaults_to_the_estimators_loss():
     """On an imbalanced set where every prediction is the majority class,
     accuracy cannot move; the log loss does, for the column that carries the
@@ -139,6 +144,7 @@ def test_a_barely_annealed_regressor_is_not_returned_worse_than_the_mean():
     assert reg.history_["routing"] == "soft"
 
 
+@pytest.mark.slow
 def test_the_depth_is_chosen_on_the_predictions_returned():
     """The validation score of the kept depth is that of ``predict`` on the
     validation rows (here an explicit ``eval_set``), and so is the loss of
@@ -155,6 +161,7 @@ def test_the_depth_is_chosen_on_the_predictions_returned():
     assert reg.history_["depth_scores"][reg.history_["depth"]][1] == pytest.approx(standardized.mean(), rel=1e-4)
 
 
+@pytest.mark.slow
 def test_a_model_worse_than_the_constant_warns():
     """A validation set whose targets run against the training ones: the fitted
     model validates worse than the mean, and fit says so (a ``UserWarning``
@@ -169,6 +176,7 @@ def test_a_model_worse_than_the_constant_warns():
     assert min(reg.history_["val_loss"]) > constant[1]
 
 
+@pytest.mark.slow
 def test_the_best_candidate_that_beats_the_constant_is_kept(monkeypatch):
     """Of several candidates, one that validates worse than the constant is
     never kept over one that beats it, even where its error is lower."""
@@ -186,6 +194,7 @@ def test_the_best_candidate_that_beats_the_constant_is_kept(monkeypatch):
 
 
 # ------------------------------------------------------------------- verbose
+@pytest.mark.slow
 def test_verbose_lines_follow_the_fit_and_agree_with_the_model(capsys):
     X, y = _frame(400)
     tiny(E.HingeForestClassifier, max_epochs=10, random_state=0, verbose=1).fit(X, y)

@@ -26,6 +26,7 @@ def _imbalanced(n=2000, rate=0.05, noise=1.5, seed=0):
     return train_test_split(x.astype(np.float32), y, test_size=0.25, random_state=0, stratify=y)
 
 
+@pytest.mark.slow
 def test_imbalanced_data_is_not_fitted_by_a_constant_polytope_tree():
     # Every depth of the grown tree predicts the majority class, so the
     # accuracy ties at every depth; the depth cut used to keep the shallowest,
@@ -44,6 +45,7 @@ def test_imbalanced_data_is_not_fitted_by_a_constant_polytope_tree():
     assert set(scores) == set(range(len(scores))) and all(len(s) == 2 for s in scores.values())  # error, loss
 
 
+@pytest.mark.slow
 def test_the_layers_depth_cut_breaks_accuracy_ties_by_the_log_loss():
     # The same cut as the estimator's, on the layer (fit_greedy with
     # validation data): where every depth predicts the majority class, the
@@ -84,6 +86,7 @@ def _categorical_frame(n=2000, seed=0):
     return train_test_split(pd.DataFrame(columns), 1000 + 50 * target, test_size=0.25, random_state=0)
 
 
+@pytest.mark.slow
 def test_easy_regression_frame_with_categoricals_is_not_fitted_by_a_constant_end_to_end_tree():
     # A guard: the reported constant (R^2 -0.00001 on 20,000 rows) was not
     # reproduced on synthetic frames (this one passes on the code before

@@ -86,6 +86,7 @@ def test_a_wide_column_of_integers_is_capped_too():
     assert isinstance(CapLevels().fit(np.array([["a"]], dtype=object)), CapLevels)
 
 
+@pytest.mark.slow
 def test_the_identifier_adds_one_feature_to_the_model_and_no_importance():
     frame, y = _frame(20000)
     estimator = E.TreeEnsembleClassifier(max_depth=2, num_trees=3, max_epochs=1, random_state=0)
@@ -104,6 +105,7 @@ def test_the_identifier_adds_one_feature_to_the_model_and_no_importance():
     assert importances["id"] == 0.0
 
 
+@pytest.mark.slow
 def test_max_categories_none_turns_the_cap_off():
     frame, y = _frame(300)
     estimator = E.TreeEnsembleClassifier(max_depth=2, num_trees=2, max_epochs=1, random_state=0,

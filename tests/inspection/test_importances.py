@@ -69,6 +69,7 @@ def test_sklearn_forest_and_split_usage_pick_the_deciding_feature(data):
         _check(feature_importances(from_sklearn(cart), x, y, kind=kind))
 
 
+@pytest.mark.slow
 def test_end_to_end_tree(data):
     x, y = data
     tree = EndToEndTree(max_depth=2, num_classes=2, seed=0)
@@ -81,6 +82,7 @@ def test_end_to_end_tree(data):
     _check(feature_importances(tree))  # |weights| alone, no data
 
 
+@pytest.mark.slow
 def test_non_greedy_tree(data):
     x, y = data
     model = NonGreedyTree(max_depth=3, num_classes=2, nu=2.0)
@@ -91,6 +93,7 @@ def test_non_greedy_tree(data):
         _check(feature_importances(model.to_forest(), x, y, kind=kind))
 
 
+@pytest.mark.slow
 def test_convex_polytope_tree(data):
     x, y = data
     tree = ConvexPolytopeTree(max_depth=2, num_experts=3, num_classes=2, seed=0)
@@ -102,6 +105,7 @@ def test_convex_polytope_tree(data):
         _check(feature_importances(forest, x, y, kind=kind))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layer", [
     lambda: TreeEnsembleLayer(num_trees=4, max_depth=2, units=2),
     lambda: HingeForest(num_trees=8, max_depth=2, units=2, reduction="sum", seed=0),
@@ -116,6 +120,7 @@ def test_routing_sensitivity_of_soft_layers(data, layer):
     np.testing.assert_allclose(routing_sensitivity(model, x[:200]), routing_sensitivity(layer, x[:200]), rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_permutation_importance_of_any_model(data):
     x, y = data
     y = np.where(np.random.default_rng(3).random(len(y)) < 0.1, 1 - y, y)  # 10% label noise

@@ -89,6 +89,7 @@ def grown_tree(rng, max_depth=4, **kwargs):
     return model, tree, x, y
 
 
+@pytest.mark.slow
 def test_grown_end_to_end_tree_export_predicts_like_the_model(rng):
     model, tree, x, y = grown_tree(rng)
     [doc] = _roundtrip(model, x, y)
@@ -116,6 +117,7 @@ def test_forest_export_with_feature_subsets(rng):
     np.testing.assert_allclose(predict_exported(doc, x), model.predict(x, verbose=0), rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_export_needs_a_tree_layer_and_matching_data(rng):
     with pytest.raises(ValueError, match="no keras-trees tree layer"):
         export_trees(keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)]))
@@ -153,6 +155,7 @@ def test_plots_for_every_family(rng, tmp_path):
         plot_split_weights(doc, (2, 2))
 
 
+@pytest.mark.slow
 def test_grown_convex_polytope_tree_export_predicts_like_the_model(rng):
     from keras_trees.layers import ConvexPolytopeTree
 

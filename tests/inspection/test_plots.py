@@ -21,6 +21,7 @@ def perfect_classifier(depth, p=4, k=3, seed=0):
                   feature_names=[f"feature_{j}" for j in range(p)])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("depth", [8, 10])
 def test_deep_trees_draw(depth, tmp_path):
     forest = perfect_classifier(depth)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.conftest import FreshProcess, run_python
+from tests.conftest import run_python
 
 GROW_AND_SAVE = """
 import numpy as np, keras
@@ -45,7 +45,7 @@ def saved(tmp_path_factory):
     return workdir
 
 
-# Run one after another in one fresh process (tests.conftest.FreshProcess).
+# Run one after another in one fresh process (the `reloaded` fixture of tests/conftest.py).
 RELOADS = {
     "keras_file_round_trip_keeps_grown_topology": """
         import numpy as np, keras
@@ -76,11 +76,6 @@ RELOADS = {
         print("hard" if "KerasTrees>HardRouting" in ops else sorted(ops))
         """,
 }
-
-
-@pytest.fixture(scope="module")
-def reloaded(saved):
-    return FreshProcess(RELOADS, cwd=saved)
 
 
 @pytest.mark.slow

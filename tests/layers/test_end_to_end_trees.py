@@ -175,6 +175,7 @@ def test_finetuning_after_growth_trains_every_split_on_the_sparse_path():
     assert soft_loss() < before_loss - 0.05, (soft_loss(), before_loss)
 
 
+@pytest.mark.slow
 def test_growth_retries_a_failed_split_then_makes_a_leaf(rng):
     x = np.ones((40, 3), "float32")  # identical inputs, mixed labels: every split fails
     y = np.arange(40) % 2
@@ -187,6 +188,7 @@ def test_growth_retries_a_failed_split_then_makes_a_leaf(rng):
     assert len(h.history["loss"]) == 3 + 1  # three attempts, one finetune epoch
 
 
+@pytest.mark.slow
 def test_best_first_growth_respects_max_leaves(rng):
     x, y = blobs(rng, 300)
     tree = EndToEndTree(max_depth=4, num_classes=4, seed=0)
@@ -196,6 +198,7 @@ def test_best_first_growth_respects_max_leaves(rng):
     assert tree.num_leaves() == 3
 
 
+@pytest.mark.slow
 def test_best_first_commits_the_split_with_the_largest_information_gain(rng):
     # Left of x0 = 0 the label is decided by x1 (one bit of gain); right of it
     # labels are coin flips (near zero gain). With a budget of 3 leaves the
@@ -228,6 +231,7 @@ def test_forest_feature_subsets_and_patches(rng):
         assert patch.sum() == 9 and np.ptp(rows) == 2 and np.ptp(cols) == 2
 
 
+@pytest.mark.slow
 def test_regression_leaves_and_axis_aligned_splits(rng):
     x = rng.normal(size=(300, 3)).astype("float32")
     y = np.where(x[:, 1] > 0, 2.0, -1.0).astype("float32")[:, None]
@@ -240,6 +244,7 @@ def test_regression_leaves_and_axis_aligned_splits(rng):
     assert float(np.mean((model.predict(x, verbose=0) - y) ** 2)) < np.var(y)
 
 
+@pytest.mark.slow
 def test_split_feature_extractor_is_trained(rng):
     x = rng.normal(size=(200, 6)).astype("float32")
     y = (x[:, 0] * x[:, 1] > 0).astype("int32")
@@ -386,6 +391,7 @@ def test_screening_gains_equal_the_exhaustive_threshold_search(rng, num_classes)
     np.testing.assert_allclose(best_split_gains(x, y, w, num_classes), expected, rtol=1e-9, atol=1e-9)
 
 
+@pytest.mark.slow
 def test_split_screening_masks_the_features_that_do_not_separate_a_node(rng):
     keras.utils.set_random_seed(0)
     x = rng.normal(size=(400, 6)).astype("float32")

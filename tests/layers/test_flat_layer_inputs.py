@@ -186,6 +186,7 @@ def test_hinge_traverse_checks_thresholds():
         layer.traverse(x_data())
 
 
+@pytest.mark.slow
 def test_non_greedy_tree_checks_its_variables_in_route_and_fit():
     layer = built("ngt")
     layer.compile(keras.optimizers.SGD(0.1))
@@ -307,6 +308,7 @@ def test_loading_feature_indices_out_of_range_names_them(name, index, tmp_path):
         keras.models.load_model(damaged)
 
 
+@pytest.mark.slow
 def test_good_files_still_load(tmp_path):
     for name in LAYERS:
         layer = built(name)
@@ -457,6 +459,7 @@ def _ngt():
     return layer
 
 
+@pytest.mark.slow
 def test_non_greedy_tree_rejects_fractional_labels_and_accepts_whole_floats():
     x = x_data()
     y = (np.arange(16) % 3).astype("float64")

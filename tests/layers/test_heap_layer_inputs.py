@@ -121,6 +121,7 @@ def test_nan_or_inf_in_x_is_rejected_on_every_eager_path(family, prune_threshold
             raises_with("x contains NaN or Inf", lambda: layer(x, training=True))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("prune_threshold", [0.0, 1e-4], ids=["dense", "pruned"])
 @pytest.mark.parametrize("family", FAMILIES)
 def test_nan_in_x_is_rejected_inside_compiled_fit_and_predict(family, prune_threshold):
@@ -132,6 +133,7 @@ def test_nan_in_x_is_rejected_inside_compiled_fit_and_predict(family, prune_thre
     raises_with("x contains NaN or Inf", lambda: model.predict(x, verbose=0))
 
 
+@pytest.mark.slow
 def test_growth_model_rejects_nan_x():
     layer, model = built("forest", prune_threshold=0.0)
     layer.node_state.assign(topology.stump(3, layer.max_depth))
@@ -167,6 +169,7 @@ def test_nan_weights_are_rejected_naming_the_variable(family):
             raises_with(expected, lambda: model.fit(x, y, epochs=1, batch_size=8, verbose=0))
 
 
+@pytest.mark.slow
 def test_polytope_training_steps_reject_a_nan_parameter():
     """fit_greedy's stump steps, refine's tree steps and the leaf update."""
     x, y = data(200)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.conftest import FreshProcess, run_python
+from tests.conftest import run_python
 
 pytest.importorskip("sklearn")
 
@@ -38,7 +38,7 @@ def saved(tmp_path_factory):
     return workdir
 
 
-# Run one after another in one fresh process (tests.conftest.FreshProcess).
+# Run one after another in one fresh process (the `reloaded` fixture of tests/conftest.py).
 RELOADS = {
     "keras_file_round_trip_and_training_resumes": """
         import numpy as np, keras
@@ -72,11 +72,6 @@ RELOADS = {
         print("hard" if "KerasTrees>HardRouting" in ops else sorted(ops))
         """,
 }
-
-
-@pytest.fixture(scope="module")
-def reloaded(saved):
-    return FreshProcess(RELOADS, cwd=saved)
 
 
 @pytest.mark.slow

@@ -21,6 +21,7 @@ def problem(n=600, p=4, seed=0):
     return x, y
 
 
+@pytest.mark.slow
 def test_cart_initialization_reproduces_the_tree_and_training_improves_the_bound():
     x, y = problem()
     cart = sklearn_tree.DecisionTreeClassifier(max_depth=3, random_state=0).fit(x, y)
@@ -44,6 +45,7 @@ def test_cart_initialization_reproduces_the_tree_and_training_improves_the_bound
     assert after["accuracy"] > 0.8
 
 
+@pytest.mark.slow
 def test_train_step_is_algorithm_1_with_plain_sgd():
     """One SGD step (no momentum) equals W - lr * mean((g - h) x^T), Theta - lr * mean(dloss)."""
     x, y = problem(n=64)
@@ -78,6 +80,7 @@ def test_train_step_is_algorithm_1_with_plain_sgd():
     np.testing.assert_allclose(np.asarray(model.leaf_values), t0 - 0.1 * gt / 64, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_stable_sgd_rounds_and_regression():
     rng = np.random.default_rng(0)
     x = rng.normal(size=(400, 3)).astype("float32")
@@ -120,6 +123,7 @@ def test_from_end_to_end_initialization():
     np.testing.assert_array_equal(model.predict(x, verbose=0).argmax(1), e2e.predict(x, verbose=0).argmax(1))
 
 
+@pytest.mark.slow
 def test_active_leaves_and_exact_inference_train():
     x, y = problem(n=300)
     model = NonGreedyTree(max_depth=3, num_classes=3, nu=1.0, inference="exact", seed=0)
@@ -128,6 +132,7 @@ def test_active_leaves_and_exact_inference_train():
     assert 1 <= model.active_leaves(x) <= 8
 
 
+@pytest.mark.slow
 def test_bad_arguments_and_inputs():
     with pytest.raises(ValueError, match="exactly one of num_classes"):
         NonGreedyTree(max_depth=3)

@@ -15,6 +15,7 @@ def toy_classification(rng, n=600, dim=10, classes=3):
     return x, np.minimum(y, classes - 1)
 
 
+@pytest.mark.slow
 def test_sequential_fit_learns(rng):
     x, y = toy_classification(rng)
     model = keras.Sequential([
@@ -30,6 +31,7 @@ def test_sequential_fit_learns(rng):
     assert model.predict(x[:7], verbose=0).shape == (7, 3)
 
 
+@pytest.mark.slow
 def test_hidden_layer_in_functional_cnn(rng):
     images = rng.normal(size=(32, 8, 8, 1)).astype("float32")
     labels = rng.integers(0, 4, size=32)
@@ -187,6 +189,7 @@ def test_non_finite_inputs_raise(bad):
             layer(x)
 
 
+@pytest.mark.slow
 def test_non_finite_inputs_raise_inside_fit():
     model = keras.Sequential([keras.Input((3,)), TreeEnsembleLayer(num_trees=2, max_depth=2, units=1)])
     model.compile("adam", "mse")

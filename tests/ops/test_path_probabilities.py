@@ -47,6 +47,7 @@ def test_matches_brute_force_and_sums_to_one(rng, depth):
     np.testing.assert_allclose(per_tree, 1.0, rtol=1e-9)
 
 
+@pytest.mark.slow
 def test_gradients_match_finite_differences(rng):
     depth, trees, dim = 4, 2, 3
     state = random_tree(rng, depth, num_trees=trees)

@@ -77,6 +77,7 @@ def test_one_op_replaces_the_assertions():
     assert kinds.count("KerasTrees>Check") == 1 and "Assert" not in kinds
 
 
+@pytest.mark.slow
 def test_topology_decisions_and_messages_match_the_reference(rng):
     fn, ref = _checked_value(lambda s: [topology_checks.TopologyCheck(s, "node_state is broken")])
     value = tf.constant([1.0, 2.0])
