@@ -21,16 +21,21 @@ FAST_PARAMETERS = 3  # parameter sets per test function in the fast tier
 
 
 def pytest_collection_modifyitems(config, items):
-    """The fast tier (``python -m tests --fast``) runs at most ``FAST_PARAMETERS``
+    """The fast tier (``python -m tests --fast``) leaves out the tests marked
+    ``slow_on(backend, ...)`` for the running backend (e.g. tests whose cost on
+    JAX is its compilation of every shape), and runs at most ``FAST_PARAMETERS``
     parameter sets of each test function: the first, the last and one between,
-    in collection order (the same on every run); the full suite runs them all."""
+    in collection order (the same on every run). The full suite runs them all."""
     if not FAST_TIER:
         return
+    backend = os.environ.get("KERAS_BACKEND", "tensorflow")
+    slow_here = {id(item) for item in items
+                 if any(backend in mark.args for mark in item.iter_markers("slow_on"))}
     groups = {}
     for item in items:
         if getattr(item, "callspec", None) is not None:
             groups.setdefault((item.module.__name__, item.originalname), []).append(item)
-    dropped = set()
+    dropped = set(slow_here)
     for group in groups.values():
         if len(group) > FAST_PARAMETERS:
             kept = {round(i * (len(group) - 1) / (FAST_PARAMETERS - 1)) for i in range(FAST_PARAMETERS)}

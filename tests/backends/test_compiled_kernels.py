@@ -221,6 +221,7 @@ def ensemble_vjp(x, w, b, o, gamma, cot):
     return numpy(jax.jit(run)(x, w, b, o))
 
 
+@pytest.mark.slow_on("jax")
 @jax_only
 @pytest.mark.parametrize("engine", sweep_engines())
 def test_soft_tree_ensemble_depths(engine):
@@ -400,6 +401,7 @@ def test_hinge_forest_rejects_bad_inputs(engine):
             tree_ops.hinge_forest(x, t, f, w[:, :4])
 
 
+@pytest.mark.slow_on("jax")
 @jax_only
 @pytest.mark.parametrize("engine", sweep_engines())
 @pytest.mark.parametrize("fern", [False, True], ids=["tree", "fern"])
@@ -418,6 +420,7 @@ def test_hinge_forest_depths(fern, engine):
             check_gradients(kernel, reference, args, [0, 1, 3], dtype, rng, fd_coords=2)
 
 
+@pytest.mark.slow_on("jax")
 @pytest.mark.parametrize("engine", engines())
 def test_hinge_forest_gradients_over_long_runs(engine):
     """700 samples through depth-2 trees and ferns: each leaf and vertex
@@ -432,6 +435,7 @@ def test_hinge_forest_gradients_over_long_runs(engine):
             check_gradients(kernel, reference, args, [0, 1, 3], "float64", rng, fd_coords=2)
 
 
+@pytest.mark.slow_on("jax")
 @pytest.mark.parametrize("engine", engines())
 def test_hinge_forest_wide_rows(engine):
     """Rows of 16 and 40 outputs per tree (the leaf-weight rows longer than
@@ -512,6 +516,7 @@ def test_hard_route(experts, dtype, batch, engine):
     check_hard_route(rng, experts, dtype, batch, depth=3, engine=engine)
 
 
+@pytest.mark.slow_on("jax")
 @jax_only
 @pytest.mark.parametrize("engine", sweep_engines())
 @pytest.mark.parametrize("experts", [0, 2], ids=["oblique", "noisy_or"])
@@ -522,6 +527,7 @@ def test_hard_route_depths(experts, engine):
         check_hard_route(rng, experts, ("float32", "float64")[depth % 2], 7, depth=depth, engine=engine)
 
 
+@pytest.mark.slow_on("jax")
 @pytest.mark.parametrize("engine", engines())
 @pytest.mark.parametrize("experts", [0, 2], ids=["oblique", "noisy_or"])
 def test_hard_route_input_widths(experts, engine):
@@ -714,6 +720,7 @@ def test_pruned_em_statistics(threshold, batch, dtype):
             np.asarray(compiled(kernel)(x, w, b, gamma, v, bad, weights))
 
 
+@pytest.mark.slow_on("jax")
 @pytest.mark.parametrize("experts", [0, 3], ids=["oblique", "noisy_or"])
 def test_pruned_weight_gradients_when_the_input_is_data(experts):
     # x not differentiated (the usual case: x is data): the kernels skip dL/dx

@@ -236,6 +236,7 @@ assert not np.array_equal(train(seed=4, build_only=True)["initial"][0], first["i
 
 
 # ------------------------------------------------------------------ weights
+@pytest.mark.slow_on("jax")
 def test_weighted_objective_thresholds_and_leaves_equal_repeated_rows():
     x, y = disk_data(120)
     counts = np.random.default_rng(1).integers(1, 4, size=len(y))
@@ -407,6 +408,7 @@ print("OUTSIDE", history["leaves"])
     assert abs(fit - reference["fit_accuracy"]) <= 0.03
 
 
+@pytest.mark.slow_on("jax")
 def test_pruned_probabilistic_tree_matches_the_numpy_oracle():
     from tests.ops.pruned_oracle import pruned_outputs
     from tests.test_topology import random_tree

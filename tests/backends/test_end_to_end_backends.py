@@ -290,6 +290,7 @@ def _em(x, y, **weights):
     return numpy(tree.leaf_values)
 
 
+@pytest.mark.slow_on("jax")
 def test_sample_and_class_weights_reach_em_leaves():
     x, y = blobs(60)
     w = np.random.default_rng(1).integers(0, 4, size=60)

@@ -19,6 +19,7 @@ def data(n=240, seed=0):
     return x, np.where((a > 0) ^ (colour == "red"), "yes", "no"), 2.0 * a + (colour == "red")
 
 
+@pytest.mark.slow_on("jax")
 def test_classifier_fit_predict_and_repeatability():
     x, y, _ = data()
     settings = dict(max_depth=3, num_trees=4, max_epochs=8, learning_rate=0.1, random_state=0)
@@ -29,6 +30,7 @@ def test_classifier_fit_predict_and_repeatability():
     np.testing.assert_array_equal(E.TreeEnsembleClassifier(**settings).fit(x, y).predict_proba(x), proba)
 
 
+@pytest.mark.slow_on("jax")
 def test_regressor_fit_predict():
     x, _, target = data()
     reg = E.EndToEndTreeRegressor(max_depth=2, epochs_per_level=3, finetune_epochs=2, learning_rate=0.05,
@@ -71,6 +73,7 @@ def test_steps_per_execution_trains_the_same_weights(monkeypatch):
     np.testing.assert_array_equal(several.predict_proba(x), one.predict_proba(x))
 
 
+@pytest.mark.slow_on("jax")
 @pytest.mark.skipif(BACKEND != "jax", reason="JAX's dispatch")
 def test_jax_compiled_steps_hold_no_host_callback(monkeypatch):
     """The compiled training, validation and prediction steps of every
@@ -99,6 +102,7 @@ def test_jax_compiled_steps_hold_no_host_callback(monkeypatch):
         assert not calls, f"{type(estimator).__name__}: a jax.debug.callback was traced"
 
 
+@pytest.mark.slow_on("jax")
 def test_seeding_a_fit_leaves_tensorflow_unimported_off_its_backend(tmp_path):
     """``random_state`` seeds Python, NumPy and Keras as
     ``keras.utils.set_random_seed`` does, without importing TensorFlow (about

@@ -150,6 +150,7 @@ def test_em_leaves_with_em_callback_do_not_warn():
     assert not layer._em_updates  # unmarked when the fit ended
 
 
+@pytest.mark.slow_on("jax")
 def test_auto_leaves_without_em_callback_do_not_warn():
     layer = kt_layers.EndToEndTree(max_depth=2, num_classes=2, seed=0)
     assert trap_warnings(fit_warnings(layer, SCCE())) == []
@@ -176,6 +177,7 @@ def test_num_classes_outputs_probabilities_and_round_trips(family, tmp_path):
     np.testing.assert_allclose(to_numpy(loaded(x)), proba, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow_on("jax")
 def test_hinge_num_classes_without_reduction_gives_every_tree_probabilities():
     layer = kt_layers.HingeForest(num_trees=3, max_depth=2, num_classes=4, seed=0)
     out = to_numpy(layer(data()[0]))
@@ -195,6 +197,7 @@ def test_num_classes_and_units_are_exclusive(cls):
 
 
 # ------------------------------------------------------------ num_leaves()
+@pytest.mark.slow_on("jax")
 def test_end_to_end_tree_num_leaves_is_an_int_and_forest_an_array():
     x, _ = data()
     tree = kt_layers.EndToEndTree(max_depth=3, num_classes=2, seed=0)

@@ -206,6 +206,7 @@ def test_weight_gradients_without_the_input_gradient(rng):
         np.testing.assert_allclose(without_x, core, rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.slow_on("jax")
 @pytest.mark.parametrize("form", ["oblique", "experts"])
 def test_depth_sweep(rng, form):
     """Depths 1 to 10 (balanced-ish random trees), forward and gradients."""

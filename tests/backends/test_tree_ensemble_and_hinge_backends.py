@@ -62,6 +62,7 @@ def test_import_does_not_load_tensorflow_on_other_backends(tmp_path):
     assert f"tensorflow loaded: {BACKEND == 'tensorflow'}" in out
 
 
+@pytest.mark.slow_on("jax")
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_fit_predict_and_keras_round_trip(family, tmp_path):
     model, x, y = train(family)
@@ -163,6 +164,7 @@ def test_non_finite_weights_are_rejected_naming_the_variable(family, variable):
         model.predict(x, verbose=0)
 
 
+@pytest.mark.slow_on("jax")
 def test_hinge_batch_norm_rejects_non_finite_inputs():
     """#16 item 7: NaN/Inf x is an error naming x, in training and inference,
     eager and compiled; the running statistics stay as they were."""
