@@ -3,6 +3,7 @@ from a list of batches sets the same leaves as from arrays."""
 
 import keras
 import numpy as np
+import pytest
 
 from keras_trees.callbacks import EMLeafUpdate
 from keras_trees.layers import EndToEndTree
