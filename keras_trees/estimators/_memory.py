@@ -5,7 +5,7 @@ The estimate (``estimate``) counts what grows with the preprocessed
 features: the dense feature matrix and its copies during ``fit`` (the
 transformer's float64 output, its float32 copy, the training and validation
 parts, the backend's copy of the training rows: ``DATA_COPIES`` float32
-matrices in all), the square probe of the trees' inspection (one row per
+matrices in all), the square matrix of the trees' inspection (one row per
 feature, float64), and the model's parameters with their gradients, the
 optimizer's two moments and the inspection's float64 copy
 (``BYTES_PER_PARAMETER``). The parameters are counted from the
@@ -66,8 +66,8 @@ def estimate(estimator, n_rows, n_features, n_outputs):
     ``n_rows`` x ``n_features`` preprocessed rows, and the parameter count."""
     params = parameters(estimator, n_features, n_outputs)
     data = DATA_COPIES * 4 * n_rows * n_features
-    probe = 8 * n_features * n_features
-    return data + probe + BYTES_PER_PARAMETER * params, params
+    inspection = 8 * n_features * n_features
+    return data + inspection + BYTES_PER_PARAMETER * params, params
 
 
 def _widest(preprocessor, names, n=3):
