@@ -117,6 +117,8 @@ class HingeBatchNormalization(CheckedLoading, CheckedInputs, keras.layers.Layer)
             self.input_spec = keras.layers.InputSpec(ndim=rank, axes={self._axis: dim})
 
     def _broadcast(self, stat, rank):
+        if self.axis % rank == rank - 1:  # the last axis: broadcasts as it is
+            return stat
         shape = [1] * rank
         shape[self.axis % rank] = stat.shape[0]
         return ops.reshape(stat, shape)

@@ -195,6 +195,8 @@ class _HingeEnsemble(CheckedLoading, CheckedInputs, XLACompatibility, FitChecks,
     def _flatten(self, inputs):
         # Margins and leaf sums in the variable dtype (float32 under mixed precision).
         inputs = ops.cast(ops.convert_to_tensor(inputs), self.variable_dtype)
+        if len(inputs.shape) == 2:  # already (batch, features): no reshape (eager PyTorch pays per op)
+            return inputs, None
         lead = ops.shape(inputs)[:-1]
         return ops.reshape(inputs, (-1, inputs.shape[-1])), lead
 
@@ -211,6 +213,8 @@ class _HingeEnsemble(CheckedLoading, CheckedInputs, XLACompatibility, FitChecks,
             out = ops.sum(out, axis=1)
         if self.num_classes is not None:  # class probabilities (of every tree without a reduction)
             out = ops.softmax(out, axis=-1)
+        if lead is None:  # (batch, num_trees, output_dim) or (batch, output_dim) already
+            return ops.cast(out, self.compute_dtype)
         if self.reduction == "none":
             return ops.cast(ops.reshape(out, (*lead, self.num_trees, self.output_dim)), self.compute_dtype)
         return ops.cast(ops.reshape(out, (*lead, self.output_dim)), self.compute_dtype)
@@ -232,7 +236,7 @@ class _HingeEnsemble(CheckedLoading, CheckedInputs, XLACompatibility, FitChecks,
         leaf, margin, vertex = tree_ops.hinge_forest_traversal(
             x, self.thresholds, self.feature_indices, fern=self._fern
         )
-        shape = (*lead, self.num_trees)
+        shape = (-1, self.num_trees) if lead is None else (*lead, self.num_trees)
         return {
             "leaf": ops.reshape(leaf, shape),
             "margin": ops.reshape(margin, shape),

@@ -284,6 +284,8 @@ class TreeEnsembleLayer(CheckedLoading, CheckedInputs, XLACompatibility, FitChec
         small split margins that decide hard routing)."""
         static_input(inputs, "x", self)  # call() checks in __call__; the other methods here
         inputs = ops.cast(ops.convert_to_tensor(inputs), self.variable_dtype)
+        if len(inputs.shape) == 2:  # already (batch, input_dim): no reshape (eager PyTorch pays per op)
+            return inputs, None
         lead = ops.shape(inputs)[:-1]
         return ops.reshape(inputs, (-1, inputs.shape[-1])), lead
 
@@ -303,7 +305,9 @@ class TreeEnsembleLayer(CheckedLoading, CheckedInputs, XLACompatibility, FitChec
         )
         if self.num_classes is not None:
             out = ops.softmax(out, axis=-1)
-        return ops.cast(ops.reshape(out, (*lead, self.output_dim)), self.compute_dtype)
+        if lead is not None:
+            out = ops.reshape(out, (*lead, self.output_dim))
+        return ops.cast(out, self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
         return (*input_shape[:-1], self.output_dim)
