@@ -9,7 +9,7 @@ from a keras-trees model), the XLA FFI handlers under JAX, the
 
 __version__ = "0.2.0"
 
-from keras_trees import ops  # noqa: E402
+from keras_trees import ops  # noqa: E402,F401
 from keras_trees.ops._library import load as _load_ops  # noqa: E402
 
 _load_ops()

@@ -603,7 +603,7 @@ class TreeEstimator(BaseEstimator):
         start = time.perf_counter()
         self._fit_start = start
         with _threads.limit(self.n_jobs, type(self).__name__):
-            forest = self._fit(X, y, sample_weight, eval_set)
+            self._fit(X, y, sample_weight, eval_set)
         if self.verbose:  # the trees as forest_ returns them
             self._say(self._summary(self._forest(), time.perf_counter() - start))
         return self
@@ -614,7 +614,7 @@ class TreeEstimator(BaseEstimator):
             return None
         if isinstance(eval_set, list):
             if not eval_set:
-                raise ValueError(f"eval_set: expected (X_val, y_val) or a non-empty list of them, got []")
+                raise ValueError("eval_set: expected (X_val, y_val) or a non-empty list of them, got []")
             eval_set = eval_set[-1]
         if not isinstance(eval_set, tuple) or len(eval_set) not in (2, 3):
             raise ValueError(f"eval_set: expected (X_val, y_val), (X_val, y_val, sample_weight_val) or a list "

@@ -248,7 +248,7 @@ def co2_tree(x, y, max_depth, num_classes=None, nu=4.0, steps=100, learning_rate
     open_samples = np.arange(n)
     leaves[0] = _class_frequencies(y, weight, k)
     state[0, 0] = topology.LEAF
-    for level in range(max_depth):
+    for _ in range(max_depth):
         if not len(open_samples):
             break
         order = open_samples[np.argsort(position[open_samples], kind="stable")]

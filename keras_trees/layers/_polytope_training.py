@@ -179,7 +179,7 @@ def stream_finish_stumps(layer, growth, a, stumps):
 
     def fn(feats, targets, w, stops):
         moments, hist = np.zeros((m, 3)), np.zeros((m, bins))
-        for i, (t, n, nodes) in enumerate(stumps):
+        for i, (t, _, nodes) in enumerate(stumps):
             at = np.isin(stops[:, t], nodes) & (w > 0)
             if not at.any():
                 continue

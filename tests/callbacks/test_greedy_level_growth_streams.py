@@ -6,7 +6,6 @@ import keras
 import numpy as np
 import pytest
 
-from keras_trees import streaming
 from keras_trees.callbacks import GreedyLevelGrowth
 from keras_trees.layers import EndToEndForest, EndToEndTree
 from keras_trees.layers._level_growth import LevelGrowth

@@ -59,7 +59,7 @@ def main(argv=None):
                          ("list", streaming.stream([(x_ids[i:i + 4], ids[i:i + 4]) for i in range(0, n, 4)])),
                          ("dataset", streaming.stream(batches))):
         counts = np.zeros(n)
-        for xb, yb, _ in source:
+        for xb, _, _ in source:
             np.add.at(counts, xb[:, 0].astype(int), 1)
         shares[name] = counts
     totals = streaming.all_reduce_sum([shares["arrays"], shares["list"], shares["dataset"]])

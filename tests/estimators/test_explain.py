@@ -79,7 +79,7 @@ def test_feature_importances_are_per_input_column(fitted):
     gain = inspection.feature_importances(clf, X, y, kind="gain")  # string labels
     assert gain.shape == (3,) and np.isclose(gain.sum(), 1.0)
     with pytest.raises(NotFittedError):
-        E.TreeEnsembleClassifier().feature_importances_
+        _ = E.TreeEnsembleClassifier().feature_importances_
     with pytest.raises(NotFittedError):
         inspection.export_text(E.HingeForestClassifier())
 

@@ -229,4 +229,4 @@ def test_former_names_of_the_view_api(rng):
         forest = inspection.view(layer)
     np.testing.assert_array_equal(forest.node_state, layer.to_forest().node_state)
     with pytest.raises(AttributeError, match="to_forest"):
-        inspection.register_family
+        _ = inspection.register_family

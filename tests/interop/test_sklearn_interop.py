@@ -118,4 +118,4 @@ def test_end_to_end_tree_to_forest_and_the_deprecated_names(rng):
         for name in keras_trees.interop.__all__:
             getattr(keras_trees.interop, name)
     with pytest.raises(AttributeError):
-        interop.NoSuchThing
+        _ = interop.NoSuchThing

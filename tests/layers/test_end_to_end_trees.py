@@ -292,7 +292,7 @@ def test_bad_data_gives_clear_errors(rng):
     bad[0, 0] = np.nan
     with pytest.raises(Exception, match="NaN or Inf"):
         model.predict(bad, verbose=0)
-    with pytest.raises(Exception):
+    with pytest.raises(ValueError):
         model.predict(np.zeros((3, 5), "float32"), verbose=0)
     with pytest.raises(ValueError, match="would need about"):
         keras.Sequential([keras.Input((4096,)), EndToEndTree(max_depth=24, num_classes=2)])

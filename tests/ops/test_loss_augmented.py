@@ -146,8 +146,7 @@ def test_fast_and_exact_agree_when_the_optimum_is_in_the_hamming_ball(rng, loss)
 
 def test_ties_keep_the_h_leaf():
     # zero split rows (a padded CART leaf) and identical leaves: flipping costs 0
-    # and gains nothing, so g must stay at h for every sample
-    depth = 3
+    # and gains nothing, so g must stay at h for every sample (depth 3: 7 splits, 8 leaves)
     x = np.random.default_rng(0).normal(size=(10, 2))
     w = np.zeros((7, 2)); b = np.zeros(7)
     theta = np.tile([[1.0, 0.0]], (8, 1))

@@ -69,7 +69,7 @@ def test_k1_polytope_is_an_oblique_split(rng):
 
 
 def test_left_region_is_convex_and_inside_theorem1_polytope(rng):
-    for trial in range(5):
+    for _ in range(5):
         k, dim = int(rng.integers(1, 12)), int(rng.integers(2, 6))
         w = rng.normal(size=(k, dim)) * rng.uniform(0.5, 4)
         b = rng.normal(size=k)
