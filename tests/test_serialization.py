@@ -1,6 +1,5 @@
 """Saving and exporting round trips, each reloaded in a fresh Python process."""
 
-import numpy as np
 import pytest
 
 from tests.conftest import run_python
@@ -38,7 +37,20 @@ def saved(tmp_path_factory):
 
 
 # Run one after another in one fresh process (the `reloaded` fixture of tests/conftest.py).
+# The portable check runs first: keras_trees is not imported yet, so its
+# "keras_trees not in sys.modules" holds only if loading the file needs none of it.
 RELOADS = {
+    "portable_saved_model_needs_no_keras_trees": """
+        import sys, numpy as np, tensorflow as tf
+        assert "keras_trees" not in sys.modules
+        loaded = tf.saved_model.load("portable")
+        pred = loaded.serve(tf.constant(np.load("x.npy"))).numpy()
+        assert "keras_trees" not in sys.modules
+        np.testing.assert_allclose(pred, np.load("pred.npy"), rtol=1e-4, atol=1e-4)
+        ops = {op.type for f in loaded.serve.concrete_functions for op in f.graph.get_operations()}
+        assert not any(t.startswith("KerasTrees") for t in ops), ops
+        print("ok")
+        """,
     "keras_file_round_trip": """
         import numpy as np, keras
         import keras_trees  # registers the serializable classes
@@ -93,20 +105,8 @@ def test_saved_model_with_custom_ops(reloaded):
 
 
 @pytest.mark.slow
-def test_portable_saved_model_needs_no_keras_trees(saved):
-    out = run_python(
-        """
-        import sys, numpy as np, tensorflow as tf
-        loaded = tf.saved_model.load("portable")
-        pred = loaded.serve(tf.constant(np.load("x.npy"))).numpy()
-        assert "keras_trees" not in sys.modules
-        np.testing.assert_allclose(pred, np.load("pred.npy"), rtol=1e-4, atol=1e-4)
-        ops = {op.type for f in loaded.serve.concrete_functions for op in f.graph.get_operations()}
-        assert not any(t.startswith("KerasTrees") for t in ops), ops
-        print("ok")
-        """,
-        cwd=saved,
-    )
+def test_portable_saved_model_needs_no_keras_trees(reloaded):
+    out = reloaded.output("portable_saved_model_needs_no_keras_trees")
     assert out.strip().endswith("ok")
 
 

@@ -46,7 +46,24 @@ def saved(tmp_path_factory):
 
 
 # Run one after another in one fresh process (the `reloaded` fixture of tests/conftest.py).
+# The portable check runs first: keras_trees is not imported yet, so its
+# "keras_trees not in sys.modules" holds only if loading the file needs none of it.
 RELOADS = {
+    "portable_export_of_grown_trees_needs_no_keras_trees": """
+        import sys, numpy as np, tensorflow as tf
+        assert "keras_trees" not in sys.modules
+        loaded = tf.saved_model.load("portable")
+        pred = loaded.serve(tf.constant(np.load("x.npy"))).numpy()
+        assert "keras_trees" not in sys.modules
+        np.testing.assert_allclose(pred, np.load("pred.npy"), rtol=1e-5, atol=1e-5)
+        ops = set()
+        for f in loaded.serve.concrete_functions:  # the graph and every nested function
+            gdef = f.graph.as_graph_def()
+            ops |= {n.op for n in gdef.node}
+            ops |= {n.op for fn in gdef.library.function for n in fn.node_def}
+        assert ops and not any(t.startswith("KerasTrees") for t in ops), sorted(ops)
+        print("ok")
+        """,
     "keras_file_round_trip_keeps_grown_topology": """
         import numpy as np, keras
         import keras_trees
@@ -95,24 +112,8 @@ def test_saved_model_export_uses_the_hard_routing_op(reloaded):
 
 
 @pytest.mark.slow
-def test_portable_export_of_grown_trees_needs_no_keras_trees(saved):
+def test_portable_export_of_grown_trees_needs_no_keras_trees(reloaded):
     # export_portable traces under reference_only(): the hard-routing dispatch
     # must take the keras.ops reference path, leaving only stock TF ops.
-    out = run_python(
-        """
-        import sys, numpy as np, tensorflow as tf
-        loaded = tf.saved_model.load("portable")
-        pred = loaded.serve(tf.constant(np.load("x.npy"))).numpy()
-        assert "keras_trees" not in sys.modules
-        np.testing.assert_allclose(pred, np.load("pred.npy"), rtol=1e-5, atol=1e-5)
-        ops = set()
-        for f in loaded.serve.concrete_functions:  # the graph and every nested function
-            gdef = f.graph.as_graph_def()
-            ops |= {n.op for n in gdef.node}
-            ops |= {n.op for fn in gdef.library.function for n in fn.node_def}
-        assert ops and not any(t.startswith("KerasTrees") for t in ops), sorted(ops)
-        print("ok")
-        """,
-        cwd=saved,
-    )
+    out = reloaded.output("portable_export_of_grown_trees_needs_no_keras_trees")
     assert out.strip().endswith("ok")
