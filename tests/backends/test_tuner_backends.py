@@ -13,13 +13,17 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("eager_tensorflow")]
 from tests.backends.conftest import run_fresh  # noqa: E402
 
 # name -> constructor expression, evaluated in this process and in the child.
+# The fewest epochs each family trains with (one batch of the 90 training rows
+# an epoch for the greedily grown trees): the search and reload paths are the
+# same at any length of training.
 HYPERMODELS = {
     "tree_ensemble": "TreeEnsembleHyperModel((4,), num_classes=3, max_trees=4, max_depth=3)",
     "hinge": "HingeForestHyperModel((4,), num_classes=3, max_trees=10, max_depth=3)",
-    "end_to_end_tree": "EndToEndTreeHyperModel((4,), num_classes=3, max_depth=2, epochs_per_level=1, batch_sizes=60)",
+    "end_to_end_tree": "EndToEndTreeHyperModel((4,), num_classes=3, max_depth=2, epochs_per_level=1, batch_sizes=90)",
     "end_to_end_forest": "EndToEndTreeHyperModel((4,), num_classes=3, max_depth=2, forest=True, max_trees=5, "
-                         "epochs_per_level=1, batch_sizes=60)",
-    "convex_polytope": "ConvexPolytopeHyperModel((4,), num_classes=3, max_depth=2, num_experts=(1, 3))",
+                         "epochs_per_level=1, batch_sizes=90)",
+    "convex_polytope": "ConvexPolytopeHyperModel((4,), num_classes=3, max_depth=2, num_experts=(1, 3), "
+                       "epochs_per_level=(1, 2))",
     "non_greedy": "NonGreedyHyperModel((4,), num_classes=3, max_depth=3)",
 }
 
