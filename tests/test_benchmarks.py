@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from tests._scripts import line_with, lines_matching, run_in_process
-from tests.conftest import REPO_ROOT, run_python
+from tests.conftest import REPO_ROOT
 
 sys.path.insert(0, os.path.join(REPO_ROOT, "benchmarks"))
 
@@ -61,24 +61,14 @@ def test_scale_cache_streams_the_generated_rows_and_completes_a_half_written_cac
     np.testing.assert_array_equal(x_large, x)
 
 
-def run_script(script, args, tmp_path):
-    """The output of ``python benchmarks/<script> <args>``, run in a fresh process."""
-    benchmarks = os.path.join(REPO_ROOT, "benchmarks")
-    code = (
-        "import runpy, sys\n"
-        f"sys.path.insert(0, {benchmarks!r})\n"
-        f"sys.argv = {[script, *args]!r}\n"
-        f"runpy.run_path({os.path.join(benchmarks, script)!r}, run_name='__main__')\n"
-    )
-    return run_python(code, cwd=tmp_path)
-
-
 @pytest.mark.slow
-def test_scale_script_prints_its_table(tmp_path):
-    """Without --smoke: one (family, N) in its own child process, as the full run does."""
+def test_scale_script_prints_its_table(tmp_path, capfd):
+    """Without --smoke: one (family, N) in its own child process, as the full run does (the
+    script itself runs in this process; its child is a fresh one, whose peak RSS it reports)."""
     out_json = tmp_path / "scale.json"
-    out = run_script("scale.py", ["--sizes", "2000", "--families", "TreeEnsembleLayer", "--threads", "1",
-                                  "--data-dir", str(tmp_path / "data"), "--json", str(out_json)], tmp_path)
+    out = run_in_process("benchmarks/scale.py", ["--sizes", "2000", "--families", "TreeEnsembleLayer", "--threads",
+                                                 "1", "--data-dir", tmp_path / "data", "--json", out_json],
+                         tmp_path, capfd)
     assert "family" in out and "rows/s" in out and "peak RSS MB" in out
     rows = [line for line in out.splitlines() if line.startswith("TreeEnsembleLayer ") and "2,000" in line]
     assert rows and "FAILED" not in rows[-1] and "skipped" not in rows[-1], out
