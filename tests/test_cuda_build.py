@@ -4,14 +4,22 @@ library links and loads and exports its handlers, the TensorFlow op library
 built with the GPU kernels loads and registers a GPU kernel (float and double)
 for each op of the GPU families; and no float atomics anywhere in the kernels.
 
-The two CUDA builds happen once per run, in a temporary cache shared by the
-tests of this file; the TensorFlow one links the objects of the suite's CPU
-build (copied into that cache), so it compiles only the GPU adapters and the
-CUDA sources. On 2 cores: about 30-50 s for JAX's, about 60-70 s for
-TensorFlow's. Skipped, with the reason, where nvcc is not found. Whether the
-kernels *run* right is the business of tests/gpu/, on a GPU.
+The two CUDA builds are made by ``_build.build`` into a cache of their own
+under the kernel cache (``tests-cuda/<toolchain>/``), shared by the tests of
+this file and kept between runs: the library's own key covers every source,
+the nvcc and compiler flags, nvcc's version, the architectures and the
+framework's version, and the ``<toolchain>`` folder adds the build rules
+(keras_trees/_build.py) and the host compiler's version, so a change to any
+input of a build makes the next run compile it again (with warnings as
+errors), and an unchanged build is not compiled twice. The TensorFlow one
+links the objects of the suite's CPU build (copied into that cache), so it
+compiles only the GPU adapters and the CUDA sources. When they compile: on 2
+cores about 30-50 s for JAX's, about 60-70 s for TensorFlow's. Skipped, with
+the reason, where nvcc is not found. Whether the kernels *run* right is the
+business of tests/gpu/, on a GPU.
 """
 
+import hashlib
 import json
 import re
 import shutil
@@ -57,30 +65,63 @@ def _build_into(cache, **kwargs):
         return path, time.perf_counter() - start
 
 
+def _toolchain_key():
+    """What the builds depend on beyond the library's own cache key: the build
+    rules (keras_trees/_build.py) and the host compiler's version."""
+    digest = hashlib.sha256(open(_build.__file__, "rb").read())
+    cxx = _build._compiler()
+    digest.update(subprocess.run([cxx, "--version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT).stdout)
+    return digest.hexdigest()[:16]
+
+
+def _current_builds():
+    """The folder names of the builds this file makes with the current sources."""
+    names = set()
+    for framework, cuda in (("jax", True), ("tensorflow", True), ("tensorflow", False)):
+        try:
+            names.add(_build.library_path(framework, cuda=cuda).parent.name)
+        except Exception:  # noqa: BLE001 - a framework that is not installed builds nothing here
+            pass
+    return names
+
+
 @pytest.fixture(scope="module")
-def cuda_cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("keras_trees_cuda_cache")
+def cuda_cache():
+    root = _build.cache_dir() / "tests-cuda"
+    cache = root / _toolchain_key()
+    # Only the current builds are kept: older toolchains' and sources' go.
+    keep = _current_builds() if NVCC else set()
+    for old in (root.iterdir() if root.is_dir() else ()):
+        if old != cache:
+            shutil.rmtree(old, ignore_errors=True)
+    for old in (cache.iterdir() if cache.is_dir() else ()):
+        if old.name not in keep:
+            shutil.rmtree(old, ignore_errors=True)
+    return cache
 
 
 @pytest.fixture(scope="module")
 def jax_cuda_library(cuda_cache):
     pytest.importorskip("jax")
     path, seconds = _build_into(cuda_cache, framework="jax", cuda=True)
-    print(f"JAX CUDA build: {seconds:.0f} s")
+    print(f"JAX CUDA build: {seconds:.0f} s ({path.parent})")
     return path
 
 
 @pytest.fixture(scope="module")
 def tf_cuda_library(cuda_cache):
-    # The suite's CPU build (normally cached already), copied into the
-    # temporary cache with its objects: its key does not depend on the cache
+    # The suite's CPU build (normally cached already), copied into this
+    # file's cache with its objects: its key does not depend on the cache
     # folder, so the CUDA build finds it there and links its objects.
     cpu = _build.build(framework="tensorflow", verbose=False)
     seeded = cuda_cache / cpu.parent.name
     if not seeded.exists():
-        shutil.copytree(cpu.parent, seeded, ignore=shutil.ignore_patterns(".lock", "tmp*"))
+        partial = cuda_cache / (cpu.parent.name + ".copying")
+        shutil.rmtree(partial, ignore_errors=True)
+        shutil.copytree(cpu.parent, partial, ignore=shutil.ignore_patterns(".lock", "tmp*"))
+        partial.rename(seeded)
     path, seconds = _build_into(cuda_cache, framework="tensorflow", cuda=True)
-    print(f"TensorFlow CUDA build: {seconds:.0f} s")
+    print(f"TensorFlow CUDA build: {seconds:.0f} s ({path.parent})")
     return path
 
 

@@ -144,14 +144,16 @@ def test_deployment_page_opens_with_the_import_that_loading_needs():
 
 @pytest.mark.slow
 def test_loading_without_the_import_fails_as_the_deployment_page_says(tmp_path):
+    """A .keras file with a keras_trees layer (saved here, where keras_trees is
+    imported) does not load in a fresh process that has not imported it."""
+    import keras
+
+    from keras_trees.layers import EndToEndTree
     from tests.conftest import run_python
 
-    run_python("""
-        import keras
-        from keras_trees.layers import EndToEndTree
-        model = keras.Sequential([keras.Input((3,)), EndToEndTree(max_depth=2, num_classes=2, seed=0)])
-        model.save("m.keras")
-    """, cwd=tmp_path)
+    model = keras.Sequential([keras.Input((3,)), EndToEndTree(max_depth=2, num_classes=2, seed=0)])
+    model.save(str(tmp_path / "m.keras"))
+    keras.backend.clear_session()
     out = run_python("""
         import keras
         try:
