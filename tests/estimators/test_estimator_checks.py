@@ -3,9 +3,13 @@
 Cost: every check fits a new Keras model (about 70 fits per estimator for the
 ~60 checks), so the suite is arranged to stay cheap:
 
-* tiny settings (depth 2, a few trees and epochs), epochs of at least 2
-  mini-batches instead of 16 (conftest.py), and no validation split (the
-  early-stopping path is tested in test_estimators.py);
+* tiny settings (depth 2, a few trees and epochs) for the checks that score
+  the fit (``ACCURACY_CHECKS``: accuracy and R^2 thresholds, every class
+  predicted), and the least model that runs the same code (``CHEAP``: one
+  epoch, one tree or expert where the family has several) for the others,
+  which check the estimator's interface and invariances whatever the model's
+  quality; epochs of at least 2 mini-batches instead of 16 (conftest.py), and
+  no validation split (the early-stopping path is tested in test_estimators.py);
 * on TensorFlow the checks run with ``tf.config.run_functions_eagerly(True)``:
   for these few-step fits, tracing the train function (about 1 s per fit,
   10 s for the first end-to-end tree with its growth and EM functions) costs
@@ -52,6 +56,27 @@ MODEL_CHECKS = {
 # A family's regressor shares its model, training and prediction with the
 # classifier but for the output head and the loss: it runs the checks of those.
 REGRESSOR_CHECKS = {"check_regressors_train", "check_regressor_multioutput", "check_fit_idempotent"}
+# The checks that fail on a poor model: they run with the TINY settings.
+ACCURACY_CHECKS = {
+    "check_classifiers_train",
+    "check_regressors_train",
+    "check_classifiers_classes",
+    "check_class_weight_classifiers",
+}
+# Overrides of TINY for the other checks: one epoch (per level), the fewest
+# trees or experts the family builds as it does with more.
+CHEAP = {
+    E.TreeEnsembleClassifier: dict(num_trees=1, max_epochs=1),
+    E.TreeEnsembleRegressor: dict(num_trees=1, max_epochs=1),
+    E.HingeForestClassifier: dict(num_trees=2, max_epochs=1),
+    E.HingeForestRegressor: dict(num_trees=2, max_epochs=1),
+    E.EndToEndTreeClassifier: dict(epochs_per_level=1, finetune_epochs=1),
+    E.EndToEndTreeRegressor: dict(max_depth=2, epochs_per_level=1, finetune_epochs=1),
+    E.ConvexPolytopeTreeClassifier: dict(num_experts=2, epochs_per_level=1),
+    E.ConvexPolytopeTreeRegressor: dict(max_depth=2, num_experts=2, epochs_per_level=1),
+    E.NonGreedyTreeClassifier: dict(max_epochs=1),
+    E.NonGreedyTreeRegressor: dict(max_depth=2, max_epochs=1),
+}
 ALL_CHECKS = os.environ.get("KERAS_TREES_ALL_ESTIMATOR_CHECKS") == "1"
 
 
@@ -64,16 +89,18 @@ def _name(check):
 def _cases():
     for cls in TINY:
         seen = set()
+        scored = tiny(cls, validation_fraction=0.0)
+        cheap = tiny(cls, validation_fraction=0.0, **CHEAP[cls])
         for case in estimator_checks_generator(
-            tiny(cls, validation_fraction=0.0), legacy=True, expected_failed_checks=EXPECTED_FAILED_CHECKS,
-            mark="xfail",
+            cheap, legacy=True, expected_failed_checks=EXPECTED_FAILED_CHECKS, mark="xfail",
         ):
             _, check = getattr(case, "values", case)
             name = _name(check)
             wanted = REGRESSOR_CHECKS if issubclass(cls, RegressorMixin) else MODEL_CHECKS
             if ALL_CHECKS or cls in REFERENCE or (name in wanted and name not in seen):
                 seen.add(name)
-                yield case
+                estimator = scored if name in ACCURACY_CHECKS else cheap
+                yield pytest.param(estimator, check, marks=getattr(case, "marks", ()))
 
 
 def _id(value):

@@ -55,18 +55,41 @@ def test_eval_set_errors_name_the_estimator_and_the_argument():
         clf.fit(X, y, eval_set=(X, np.where(y == "yes", "maybe", y)))
 
 
+@pytest.fixture(scope="module")
+def fitted_on_a_frame():
+    """``(X, y, clf)``: one tiny classifier fitted on a 200-row frame, read (not
+    changed) by the prediction tests; fitted with the estimator tests' short
+    epochs and, on TensorFlow, eagerly (a few steps cost less than tracing)."""
+    import keras
+
+    from keras_trees.estimators._base import TreeEstimator
+
+    X, y = _frame(200)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(TreeEstimator, "_min_epoch_steps", 2)
+        if keras.backend.backend() == "tensorflow":
+            import tensorflow as tf
+
+            tf.config.run_functions_eagerly(True)
+        try:
+            clf = tiny(E.TreeEnsembleClassifier, random_state=0).fit(X, y)
+        finally:
+            if keras.backend.backend() == "tensorflow":
+                tf.config.run_functions_eagerly(False)
+    return X, y, clf
+
+
 # -------------------------------------------------------- predict_log_proba
 @pytest.mark.slow
-def test_predict_log_proba():
-    X, y = _frame(200)
-    clf = tiny(E.TreeEnsembleClassifier, random_state=0).fit(X, y)
+def test_predict_log_proba(fitted_on_a_frame):
+    X, y, clf = fitted_on_a_frame
     np.testing.assert_allclose(clf.predict_log_proba(X), np.log(clf.predict_proba(X)), rtol=1e-12)
 
 
 # ------------------------------------------------------ validation_fraction
 @pytest.mark.slow
 @pytest.mark.parametrize("fraction", [None, 0.0])
-def test_validation_fraction_none_or_zero_trains_without_validation(fraction):
+def test_validation_fraction_none_or_zero_trains_without_validation(fraction, eager_tensorflow):
     X, y = _frame(200)
     clf = tiny(E.TreeEnsembleClassifier, validation_fraction=fraction, random_state=0).fit(X, y)
     assert "val_loss" not in clf.history_ and len(clf.history_["loss"]) == clf.max_epochs
@@ -74,9 +97,8 @@ def test_validation_fraction_none_or_zero_trains_without_validation(fraction):
 
 # ---------------------------------------------------------------- prediction
 @pytest.mark.slow
-def test_a_string_in_a_numeric_column_names_the_column():
-    X, y = _frame(200)
-    clf = tiny(E.TreeEnsembleClassifier, random_state=0).fit(X, y)
+def test_a_string_in_a_numeric_column_names_the_column(fitted_on_a_frame, eager_tensorflow):
+    X, y, clf = fitted_on_a_frame
     bad = X.copy()
     bad["b"] = bad["b"].astype(object)
     bad.loc[5, "b"] = "n/a"
@@ -90,9 +112,8 @@ def test_a_string_in_a_numeric_column_names_the_column():
 
 
 @pytest.mark.slow
-def test_an_array_after_a_frame_warns_once():
-    X, y = _frame(200)
-    clf = tiny(E.TreeEnsembleClassifier, random_state=0).fit(X, y)
+def test_an_array_after_a_frame_warns_once(fitted_on_a_frame):
+    X, y, clf = fitted_on_a_frame
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         clf.predict(X.to_numpy())
@@ -102,7 +123,7 @@ def test_an_array_after_a_frame_warns_once():
 
 # ------------------------------------------------------ permutation importance
 @pytest.mark.slow
-def test_permutation_importance_defaults_to_the_estimators_loss():
+def test_permutation_importance_defaults_to_the_estimators_loss(eager_tensorflow):
     """On an imbalanced set where every prediction is the majority class,
     accuracy cannot move; the log loss does, for the column that carries the
     signal."""
