@@ -40,7 +40,7 @@ SUFFIX = {"tf_saved_model": "", "onnx": ".onnx", "litert": ".tflite"}
 SMOKE_FAMILY = "HingeForest"
 
 
-def _data(rows=512, seed=0):
+def _rows(rows=512, seed=0):
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(rows, FEATURES)).astype("float32")
     y = (np.argmax(x[:, :OUTPUTS] + 0.5 * x[:, OUTPUTS:2 * OUTPUTS], axis=1)).astype("int32")
@@ -61,7 +61,7 @@ def build(family, seed=0):
 
     keras.utils.set_random_seed(seed)
     model, description = _untrained(family, seed)
-    x, y = _data()
+    x, y = _rows()
     if isinstance(model, keras.Sequential):
         probabilities = family in ("EndToEndTree", "ConvexPolytopeTree")
         model.compile(keras.optimizers.Adam(0.02), keras.losses.SparseCategoricalCrossentropy(
@@ -84,7 +84,7 @@ def _untrained(family, seed):
         return _sequential(layer), "10 trees, depth 5"
     if family == "ConvexPolytopeTree":
         layer = kt.ConvexPolytopeTree(max_depth=3, num_experts=4, num_classes=OUTPUTS, seed=seed)
-        x, y = _data()
+        x, y = _rows()
         layer.fit_greedy(x, y, epochs=1, batch_size=128, verbose=0)  # grows the tree
         return _sequential(layer), "depth <= 3 (grown), 4 experts"
     if family == "HingeForest":
@@ -159,7 +159,7 @@ def latency_us(run, row, calls, warmup):
 
 def bench(family, formats, calls, warmup, directory):
     model, description = build(family)
-    x, _ = _data(64, seed=1)
+    x, _ = _rows(64, seed=1)
     expected = model.predict(x, verbose=0)
     rows = []
     for format in formats:

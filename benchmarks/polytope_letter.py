@@ -162,7 +162,7 @@ def main():
         leaves = _data.mean_std([r["leaves"] for r in rows])
         summary[name] = {"accuracy_mean": acc[0], "accuracy_std": acc[1], "leaves_mean": leaves[0]}
         print(f"{name:8s} accuracy {100 * acc[0]:.2f} +- {100 * acc[1]:.2f}  leaves {leaves[0]:.0f}")
-    print(f"target (paper): CPT 90.51% with 463 leaves (depth 11); CPT K=1 84.13%; CART 86.07%")
+    print("target (paper): CPT 90.51% with 463 leaves (depth 11); CPT K=1 84.13%; CART 86.07%")
     _data.write_json(args.json, {"benchmark": "polytope_letter", "depth": depth, "experts": args.experts,
                                  "epochs": epochs, "refine_epochs": refine_epochs, "prior_weight": args.prior_weight,
                                  "seeds": seeds, "search_trials": args.search, "search_best": best,

@@ -331,7 +331,7 @@ def _build(family, args, n, data_dir):
             # Streamed empirical leaves: the warm-up sets first leaves from its two batches.
             warm_leaves, leaves = PolytopeLeafUpdate(warm), PolytopeLeafUpdate(train)
         except (TypeError, ValueError) as error:
-            raise Skip(f"needs the streaming PolytopeLeafUpdate (it refused a tf.data.Dataset: {error})")
+            raise Skip(f"needs the streaming PolytopeLeafUpdate (it refused a tf.data.Dataset: {error})") from error
         return model, [PolytopeAnnealing(0.5), leaves], [warm_leaves], 1
     if family == "NonGreedyTree":
         from sklearn.tree import DecisionTreeClassifier
@@ -355,7 +355,7 @@ def _build(family, args, n, data_dir):
             # Streaming statistics: the callback reads the training stream itself.
             growth = GreedyLevelGrowth(train, epochs_per_level=1, finetune_epochs=0, max_attempts=1)
         except (TypeError, ValueError) as error:
-            raise Skip(f"needs the streaming GreedyLevelGrowth (it refused a tf.data.Dataset: {error})")
+            raise Skip(f"needs the streaming GreedyLevelGrowth (it refused a tf.data.Dataset: {error})") from error
         return model, [growth], None, growth.max_epochs(depth)  # growth stops the fit when done
     raise ValueError(f"unknown family {family!r}")
 

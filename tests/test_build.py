@@ -123,7 +123,8 @@ def test_failed_build_falls_back_with_one_warning(tmp_path):
     assert "reference path" in out
 
 
-def test_reference_only_context_switches_paths(rng=np.random.default_rng(0)):
+def test_reference_only_context_switches_paths():
+    rng = np.random.default_rng(0)
     x = rng.normal(size=(5, 3))
     w = rng.normal(size=(2, 3, 3))
     o = rng.normal(size=(2, 4, 1))

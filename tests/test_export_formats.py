@@ -139,7 +139,7 @@ def test_keras_exporters_are_wrapped():
     for name, format in kt_export.PORTABLE_EXPORTERS.items():
         assert getattr(getattr(keras_export, name), "keras_trees_format", None) == format, name
     assert kt_export.install_keras_hooks() == ("onnx", "litert", "openvino")  # idempotent
-    assert not hasattr(getattr(keras_export, "export_onnx").__wrapped__, "keras_trees_format")
+    assert not hasattr(keras_export.export_onnx.__wrapped__, "keras_trees_format")
 
 
 @pytest.mark.slow
