@@ -257,7 +257,7 @@ def broken_states(layer):
 def test_node_state_outside_the_enum_is_rejected_at_call_time(family):
     x, y = data()
     layer, _ = built(family)
-    for label, state in broken_states(layer).items():
+    for state in broken_states(layer).values():
         layer, model = built(family)
         layer.node_state.assign(state)
         raises_with("node_state is not a valid topology", lambda: model.predict(x, verbose=0))

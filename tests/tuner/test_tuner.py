@@ -12,9 +12,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("eager_tensorflow")]
 
 from keras_trees.tuner import (  # noqa: E402
     ConvexPolytopeHyperModel,
-    EndToEndTreeHyperModel,
-    HingeForestHyperModel,
-    NonGreedyHyperModel,
     TreeEnsembleHyperModel,
 )
 from keras_trees import topology  # noqa: E402
