@@ -98,6 +98,27 @@ def rng():
     return np.random.default_rng(1234)
 
 
+#: A fresh-process snippet (`FreshProcess`, `reloaded`): the portable SavedModel in
+#: ``portable/`` loads and predicts ``pred.npy`` on ``x.npy`` within ``{tolerance}``
+#: without importing keras_trees, and no op of its graph or nested functions is a
+#: keras-trees op. Run it before anything imports keras_trees.
+PORTABLE_SAVED_MODEL_CHECK = """
+import sys, numpy as np, tensorflow as tf
+assert "keras_trees" not in sys.modules
+loaded = tf.saved_model.load("portable")
+pred = loaded.serve(tf.constant(np.load("x.npy"))).numpy()
+assert "keras_trees" not in sys.modules
+np.testing.assert_allclose(pred, np.load("pred.npy"), rtol={tolerance}, atol={tolerance})
+ops = set()
+for f in loaded.serve.concrete_functions:  # the graph and every nested function
+    gdef = f.graph.as_graph_def()
+    ops |= {{n.op for n in gdef.node}}
+    ops |= {{n.op for fn in gdef.library.function for n in fn.node_def}}
+assert ops and not any(t.startswith("KerasTrees") for t in ops), sorted(ops)
+print("ok")
+"""
+
+
 def run_python(code, cwd, env=None, timeout=600):
     """Runs `code` in a fresh Python process and returns its stdout.
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.conftest import run_python
+from tests.conftest import PORTABLE_SAVED_MODEL_CHECK, run_python
 
 BUILD_AND_SAVE = """
 import numpy as np, keras
@@ -40,17 +40,7 @@ def saved(tmp_path_factory):
 # The portable check runs first: keras_trees is not imported yet, so its
 # "keras_trees not in sys.modules" holds only if loading the file needs none of it.
 RELOADS = {
-    "portable_saved_model_needs_no_keras_trees": """
-        import sys, numpy as np, tensorflow as tf
-        assert "keras_trees" not in sys.modules
-        loaded = tf.saved_model.load("portable")
-        pred = loaded.serve(tf.constant(np.load("x.npy"))).numpy()
-        assert "keras_trees" not in sys.modules
-        np.testing.assert_allclose(pred, np.load("pred.npy"), rtol=1e-4, atol=1e-4)
-        ops = {op.type for f in loaded.serve.concrete_functions for op in f.graph.get_operations()}
-        assert not any(t.startswith("KerasTrees") for t in ops), ops
-        print("ok")
-        """,
+    "portable_saved_model_needs_no_keras_trees": PORTABLE_SAVED_MODEL_CHECK.format(tolerance=1e-4),
     "keras_file_round_trip": """
         import numpy as np, keras
         import keras_trees  # registers the serializable classes

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.conftest import run_python
+from tests.conftest import PORTABLE_SAVED_MODEL_CHECK, run_python
 
 GROW_AND_SAVE = """
 import numpy as np, keras
@@ -49,21 +49,7 @@ def saved(tmp_path_factory):
 # The portable check runs first: keras_trees is not imported yet, so its
 # "keras_trees not in sys.modules" holds only if loading the file needs none of it.
 RELOADS = {
-    "portable_export_of_grown_trees_needs_no_keras_trees": """
-        import sys, numpy as np, tensorflow as tf
-        assert "keras_trees" not in sys.modules
-        loaded = tf.saved_model.load("portable")
-        pred = loaded.serve(tf.constant(np.load("x.npy"))).numpy()
-        assert "keras_trees" not in sys.modules
-        np.testing.assert_allclose(pred, np.load("pred.npy"), rtol=1e-5, atol=1e-5)
-        ops = set()
-        for f in loaded.serve.concrete_functions:  # the graph and every nested function
-            gdef = f.graph.as_graph_def()
-            ops |= {n.op for n in gdef.node}
-            ops |= {n.op for fn in gdef.library.function for n in fn.node_def}
-        assert ops and not any(t.startswith("KerasTrees") for t in ops), sorted(ops)
-        print("ok")
-        """,
+    "portable_export_of_grown_trees_needs_no_keras_trees": PORTABLE_SAVED_MODEL_CHECK.format(tolerance=1e-5),
     "keras_file_round_trip_keeps_grown_topology": """
         import numpy as np, keras
         import keras_trees
