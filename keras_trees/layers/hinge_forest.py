@@ -13,6 +13,7 @@ from keras_trees.layers._fit_checks import FitChecks
 from keras_trees.layers._forest_layer import ForestLayer, numpy
 from keras_trees.layers._heap import deprecated_count
 from keras_trees.layers._random import check_seed, numpy_generator
+from keras_trees.layers._rows import from_rows, to_rows
 from keras_trees.layers._xla import XLACompatibility
 from keras_trees.validation import batched, tensors, variables
 from keras_trees.validation.layer_inputs import CheckedInputs
@@ -195,10 +196,7 @@ class _HingeEnsemble(CheckedLoading, CheckedInputs, XLACompatibility, FitChecks,
     def _flatten(self, inputs):
         # Margins and leaf sums in the variable dtype (float32 under mixed precision).
         inputs = ops.cast(ops.convert_to_tensor(inputs), self.variable_dtype)
-        if len(inputs.shape) == 2:  # already (batch, features): no reshape (eager PyTorch pays per op)
-            return inputs, None
-        lead = ops.shape(inputs)[:-1]
-        return ops.reshape(inputs, (-1, inputs.shape[-1])), lead
+        return to_rows(inputs)
 
     def call(self, inputs, training=None):
         self._check_fit(training)
@@ -213,11 +211,8 @@ class _HingeEnsemble(CheckedLoading, CheckedInputs, XLACompatibility, FitChecks,
             out = ops.sum(out, axis=1)
         if self.num_classes is not None:  # class probabilities (of every tree without a reduction)
             out = ops.softmax(out, axis=-1)
-        if lead is None:  # (batch, num_trees, output_dim) or (batch, output_dim) already
-            return ops.cast(out, self.compute_dtype)
-        if self.reduction == "none":
-            return ops.cast(ops.reshape(out, (*lead, self.num_trees, self.output_dim)), self.compute_dtype)
-        return ops.cast(ops.reshape(out, (*lead, self.output_dim)), self.compute_dtype)
+        tail = (self.num_trees, self.output_dim) if self.reduction == "none" else (self.output_dim,)
+        return ops.cast(from_rows(out, lead, *tail), self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
         if self.reduction == "none":
@@ -236,11 +231,10 @@ class _HingeEnsemble(CheckedLoading, CheckedInputs, XLACompatibility, FitChecks,
         leaf, margin, vertex = tree_ops.hinge_forest_traversal(
             x, self.thresholds, self.feature_indices, fern=self._fern
         )
-        shape = (-1, self.num_trees) if lead is None else (*lead, self.num_trees)
         return {
-            "leaf": ops.reshape(leaf, shape),
-            "margin": ops.reshape(margin, shape),
-            "vertex": ops.reshape(vertex, shape),
+            "leaf": from_rows(leaf, lead, self.num_trees),
+            "margin": from_rows(margin, lead, self.num_trees),
+            "vertex": from_rows(vertex, lead, self.num_trees),
         }
 
     def _forest(self):

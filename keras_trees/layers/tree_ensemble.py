@@ -12,6 +12,7 @@ from keras_trees.layers import _validation
 from keras_trees.layers._fit_checks import FitChecks
 from keras_trees.layers._forest_layer import ForestLayer, numpy
 from keras_trees.layers._heap import deprecated_count
+from keras_trees.layers._rows import from_rows, to_rows
 from keras_trees.layers._xla import XLACompatibility
 from keras_trees.validation import batched, tensors, variables
 from keras_trees.validation.layer_inputs import CheckedInputs, static_input
@@ -284,10 +285,7 @@ class TreeEnsembleLayer(CheckedLoading, CheckedInputs, XLACompatibility, FitChec
         small split margins that decide hard routing)."""
         static_input(inputs, "x", self)  # call() checks in __call__; the other methods here
         inputs = ops.cast(ops.convert_to_tensor(inputs), self.variable_dtype)
-        if len(inputs.shape) == 2:  # already (batch, input_dim): no reshape (eager PyTorch pays per op)
-            return inputs, None
-        lead = ops.shape(inputs)[:-1]
-        return ops.reshape(inputs, (-1, inputs.shape[-1])), lead
+        return to_rows(inputs)
 
     def call(self, inputs, training=None):
         self._check_fit(training)
@@ -305,9 +303,7 @@ class TreeEnsembleLayer(CheckedLoading, CheckedInputs, XLACompatibility, FitChec
         )
         if self.num_classes is not None:
             out = ops.softmax(out, axis=-1)
-        if lead is not None:
-            out = ops.reshape(out, (*lead, self.output_dim))
-        return ops.cast(out, self.compute_dtype)
+        return ops.cast(from_rows(out, lead, self.output_dim), self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
         return (*input_shape[:-1], self.output_dim)
