@@ -1,8 +1,7 @@
 """Bad inputs to the tools around the layers (forests, exported documents,
 scikit-learn conversion, inspection, export, callbacks, HyperModels): a clear
 ``ValueError``/``TypeError`` naming the argument, never NumPy wrap-around, a
-raw ``KeyError``/``IndexError``/reshape error, or a terabyte allocation (#16
-items 1, 8 and 9)."""
+raw ``KeyError``/``IndexError``/reshape error, or a terabyte allocation."""
 
 import copy
 

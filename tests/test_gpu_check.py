@@ -148,7 +148,7 @@ def test_ncu_summary_reads_nsight_compute_per_kernel_times(tmp_path, capsys):
 
 
 def test_gpu_train_compares_the_gpu_run_with_the_cpu_run(monkeypatch, capsys):
-    """gpu_train.py's verdict (#33's models): the floor, the gap to the CPU run
+    """gpu_train.py's verdict (the probabilistic trees' models): the floor, the gap to the CPU run
     (--max-gap), a failed CPU run and --expect-gpu, with the training replaced
     by fixed results (the training itself is the dry run's: tests/gpu/README.md)."""
     spec = importlib.util.spec_from_file_location("gpu_train", os.path.join(GPU_DIR, "gpu_train.py"))

@@ -492,7 +492,7 @@ def test_gpu_kernels_match_their_cpu_emulation_bitwise():
                     cpu = numpy(tree_ops.hard_route(x, w, b, is_split))
                 for a, c in zip(gpu, cpu):
                     np.testing.assert_array_equal(a, c)
-            # The Tree Ensemble Layer (#32): soft and hard splits, and 300 samples
+            # The Tree Ensemble Layer: soft and hard splits, and 300 samples
             # through depth 10 (three backward chunks).
             for batch, trees, depth, gamma in ((37, 4, 6, 1.0), (37, 4, 6, 0.05), (300, 32, 10, 1.5)):
                 args = ensemble_args(rng, batch, dtype, trees=trees, depth=depth, features=9, units=5)

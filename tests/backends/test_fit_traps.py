@@ -1,5 +1,5 @@
-"""Setups that would train nothing, silently, warn at the first ``fit`` (issue
-#30): probability outputs with a loss expecting logits and the reverse,
+"""Setups that would train nothing, silently, warn at the first ``fit``:
+probability outputs with a loss expecting logits and the reverse,
 ``leaf_learning="em"`` without ``EMLeafUpdate``; ``num_classes`` on the Tree
 Ensemble Layer and the hinge forests/ferns; ``EndToEndTree.num_leaves()`` an
 int; no NumPy 2 ``copy`` deprecation warnings from keras-trees' own reads of
@@ -245,7 +245,7 @@ def test_no_numpy_copy_deprecation_from_keras_trees():
     model.compile(keras.optimizers.Adam(0.05), SCCE())
     hinge = kt_layers.HingeForest(num_trees=2, max_depth=2, units=1)
     with _CopyWarnings() as caught:
-        hinge(x)  # the issue's PyTorch reproduction: the validation check's read
+        hinge(x)  # the reported PyTorch reproduction: the validation check's read
         growth = kt_callbacks.GreedyLevelGrowth(x, y, epochs_per_level=1, finetune_epochs=1)
         model.fit(x, y, epochs=4, batch_size=64, verbose=0,
                   callbacks=[growth, kt_callbacks.EMLeafUpdate(x, y), kt_callbacks.SteepnessAnnealing(0.1)])

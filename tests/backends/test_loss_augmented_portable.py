@@ -1,4 +1,4 @@
-"""The GPU kernels of loss-augmented inference (#33): the portable bodies of
+"""The GPU kernels of loss-augmented inference: the portable bodies of
 custom_ops/core/loss_augmented_bodies.h (fast search one thread per sample,
 exact search one block per sample) against the CPU engine and the keras.ops
 reference. The outputs are discrete choices: the leaves g and h must equal

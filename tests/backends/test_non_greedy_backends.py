@@ -355,7 +355,7 @@ def test_training_does_not_load_tensorflow_on_torch(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("label", [1.5, 2**32 + 1, -1])
 def test_labels_are_checked_before_the_cast(label):
-    """#16 item 5: fractional float labels are refused (not truncated), int64
+    """Fractional float labels are refused (not truncated), int64
     labels beyond int32 are refused (not wrapped, also where the backend keeps
     int32 only); whole-number floats are class ids."""
     x, y = problem(n=60)
@@ -371,7 +371,7 @@ def test_labels_are_checked_before_the_cast(label):
 
 
 def test_non_finite_splits_and_rank_three_inputs_are_rejected():
-    """#16 items 3 and 6: a NaN split is an error naming the variable (the
+    """A NaN split is an error naming the variable (the
     compiled routing sent it one way); rank-3 inputs are not flattened into
     samples."""
     x, y = problem(n=60)

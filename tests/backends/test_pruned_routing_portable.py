@@ -1,4 +1,4 @@
-"""Pruned probabilistic routing's GPU kernels (#33), through their CPU
+"""Pruned probabilistic routing's GPU kernels, through their CPU
 emulation on machines without a GPU: the "KerasTreesPruned...Portable" XLA FFI
 targets (core/pruned_routing_bodies.h and _pipeline.h on the CPU launcher)
 against the CPU engine (core/pruned_routing.cc), the keras.ops reference and

@@ -143,7 +143,7 @@ def test_backend_reports_what_runs_where():
      ("hinge_forest", "thresholds"), ("hinge_fern", "leaf_weights")],
 )
 def test_non_finite_weights_are_rejected_naming_the_variable(family, variable):
-    """#16 item 3: a NaN weight is an error naming it, eagerly and in the
+    """A NaN weight is an error naming it, eagerly and in the
     compiled predict (tf.function, jax.jit), never a finite prediction."""
     x = data(n=32)[0]
     layer = FAMILIES[family]()
@@ -166,7 +166,7 @@ def test_non_finite_weights_are_rejected_naming_the_variable(family, variable):
 
 @pytest.mark.slow_on("jax")
 def test_hinge_batch_norm_rejects_non_finite_inputs():
-    """#16 item 7: NaN/Inf x is an error naming x, in training and inference,
+    """NaN/Inf x is an error naming x, in training and inference,
     eager and compiled; the running statistics stay as they were."""
     x = data(n=32)[0]
     bn = kt_layers.HingeBatchNormalization()

@@ -1,4 +1,4 @@
-"""No estimator returns a constant model where CART finds signal (issue #31).
+"""No estimator returns a constant model where CART finds signal.
 
 Cheap versions of the reported cases: an imbalanced classification set (5%
 positives, a noisy linear score) and an easy regression frame with

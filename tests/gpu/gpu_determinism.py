@@ -5,9 +5,9 @@ leaf, margin and vertex; backward: gradients with respect to the inputs, the
 thresholds and the leaf weights) and hard routing (oblique and noisy-OR
 "experts" splits, some nodes not split: leaf node and path values) and the
 Tree Ensemble Layer ("tel": output and the gradients with respect to x, the
-node weights and biases and the leaf weights, #32) and pruned probabilistic
+node weights and biases and the leaf weights) and pruned probabilistic
 routing ("pruned": output, kept leaves, visited splits, every gradient and the
-EM E-step's counts, #33; integers compared exactly with the CPU engine's, which
+EM E-step's counts; integers compared exactly with the CPU engine's, which
 random inputs keep away from the threshold's rounding), in float32
 and float64 (JAX's x64 mode), each jitted computation runs ``--runs`` times on
 the same inputs on ``jax.devices()[0]`` (the GPU on the lent machine) and
@@ -148,7 +148,7 @@ PRUNE_THRESHOLD = 1e-3
 
 
 def pruned_inputs(rng, dtype, size):
-    """Pruned probabilistic routing (#33), oblique splits, some nodes not split;
+    """Pruned probabilistic routing, oblique splits, some nodes not split;
     leaf values also as class distributions with labels for the EM E-step."""
     batch, trees, depth, dim, units = size["batch"], size["trees"], size["depth"], size["dim"], size["units"]
     n = 2**depth - 1

@@ -9,7 +9,7 @@ from, the compiled libraries in ``$KERAS_TREES_CACHE_DIR``,
 
 With ``--expect-gpu`` it exits non-zero unless JAX's default device is a GPU
 and ``custom_ops_available(family)`` is True there for each of "hinge",
-"hard_routing" and "soft_tree" (the Tree Ensemble Layer, JAX only, #32) (the per-family form of ``custom_ops_available`` is required
+"hard_routing" and "soft_tree" (the Tree Ensemble Layer, JAX only) (the per-family form of ``custom_ops_available`` is required
 then). Without it (the dry run on a CPU machine) it only reports, falling back
 to ``custom_ops_available()`` where the per-family form raises ``TypeError``,
 and fails only when no kernel loads at all.

@@ -5,7 +5,7 @@ experts): hinge forest and fern forward and backward (gradients with respect
 to inputs, thresholds and leaf weights) and the traversal, hard routing with
 oblique and noisy-OR ("experts") splits, with and without path values, some
 nodes not split, and the Tree Ensemble Layer forward and backward (soft and
-hard splits, #32); each once under ``jax.jit`` on the default device, waited for.
+hard splits); each once under ``jax.jit`` on the default device, waited for.
 
     XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_PYTHON_CLIENT_ALLOCATOR=platform \\
         compute-sanitizer --tool memcheck --error-exitcode 1 python tests/gpu/gpu_sanitize.py
@@ -81,7 +81,7 @@ def main():
     pi /= pi.sum(-1, keepdims=True)
 
     def pruned(x, w, b, w4, b3, r, c):
-        """Pruned probabilistic routing (#33): both split forms, forward and
+        """Pruned probabilistic routing: both split forms, forward and
         backward, leaf statistics and the EM E-step."""
         outs = []
         for threshold in (0.0, 0.05):
@@ -107,7 +107,7 @@ def main():
     targets = rng.normal(size=(batch, units)).astype(np.float32)
 
     def lai(x, w3, b3_, o3, w9, b9, o9):
-        """Loss-augmented inference (#33): fast (a thread per sample) and exact
+        """Loss-augmented inference: fast (a thread per sample) and exact
         (a block per sample, shared memory and barriers), both losses."""
         outs = []
         for w_, b_, o_ in ((w3, b3_, o3), (w9, b9, o9)):

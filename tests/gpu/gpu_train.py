@@ -6,8 +6,8 @@ features, ``HingeBatchNormalization``, ``HingeForest(100 trees, depth 6, 10
 units, summed)``, Adam 0.005, batch 32, on a stratified 80/20 split with
 standardized features. ``--model tel``: ``TreeEnsembleLayer(20 trees, depth
 4, 10 units, transition_width 1)`` on the standardized pixels instead (the
-conditional forward and backward passes, #32), Adam 0.01. The probabilistic
-trees of #33, each on the standardized pixels (``--epochs`` is their epoch
+conditional forward and backward passes), Adam 0.01. The probabilistic
+trees, each on the standardized pixels (``--epochs`` is their epoch
 count as described; ``--smoke``: tiny sizes, for CI):
 
 - ``--model e2e``: ``EndToEndForest(10 trees, depth <= 4, 8 features per

@@ -21,14 +21,14 @@
 #   training      gpu_train.py: a hinge forest on digits, GPU and CPU, test accuracy > 0.9
 #   training-tel  gpu_train.py --model tel: the Tree Ensemble Layer, likewise
 #   training-e2e, training-polytope, training-nongreedy
-#                 gpu_train.py --model e2e|polytope|nongreedy (#33): an EndToEndForest grown with
+#                 gpu_train.py --model e2e|polytope|nongreedy: an EndToEndForest grown with
 #                 GreedyLevelGrowth, EMLeafUpdate and SteepnessAnnealing, a ConvexPolytopeTree via
 #                 fit_greedy, a NonGreedyTree; GPU and CPU, each above a floor and at most 0.05 below the CPU
 #   sanitizers    compute-sanitizer --tool memcheck and --tool racecheck (at the same time)
 #                 on gpu_sanitize.py (tiny shapes)
 #   profile       (GPU only) ncu's time per kernel of gpu_profile.py, condensed by
 #                 ncu_summary.py into the summary's "ncu" lines (ncu.txt: the report)
-#   finetune      benchmarks/end_to_end_finetune_speed.py --quick (#33): the end-to-end forest's
+#   finetune      benchmarks/end_to_end_finetune_speed.py --quick: the end-to-end forest's
 #                 finetune epoch on letter, pruned kernels vs the dense keras.ops path
 #                 (letter from .whl/letter.npz: KERAS_TREES_DATA_DIR)
 # The sanitizers run before the profile: a failure there matters more. A
@@ -202,7 +202,7 @@ fi
 # XLA's default is TF32, ~1e-3 off: hard_route_reference's split values).
 # (The "portable" engine, the CPU emulation, is CI's: deselected on the GPU.)
 TESTS='tests/backends/test_compiled_kernels.py -k "(hinge or hard_route or soft_tree or gpu_kernels) and not portable"'
-# Pruned routing (#33): its contract tests run the CUDA handlers on a GPU
+# Pruned routing: its contract tests run the CUDA handlers on a GPU
 # (the CPU emulation in CI), against the CPU engine.
 PRUNED_TESTS='tests/backends/test_pruned_routing_portable.py tests/backends/test_loss_augmented_portable.py'
 # KT_GPU_CHECK_KERNEL_TESTS=pruned: only the pruned-routing and LAI files; tel-pruned: those and the
@@ -238,14 +238,14 @@ if [ -n "$DRY" ]; then
 else
     step training 150 '$PY tests/gpu/gpu_train.py --epochs 20 $EXPECT_GPU'
 fi
-# The Tree Ensemble Layer (#32): its conditional forward and backward passes.
+# The Tree Ensemble Layer: its conditional forward and backward passes.
 if [ -n "$DRY" ]; then
     step training-tel 300 '$PY tests/gpu/gpu_train.py --model tel --epochs 4 --min-accuracy 0.8'
 else
     step training-tel 90 '$PY tests/gpu/gpu_train.py --model tel --epochs 10 --min-accuracy 0.85 $EXPECT_GPU'
 fi
 
-# #33: the probabilistic trees through pruned routing (forward, backward, the
+# The probabilistic trees through pruned routing (forward, backward, the
 # fused EM E-step; noisy-OR splits) and loss-augmented inference; floors from
 # 2-core CPU runs of the same commands (tests/gpu/README.md).
 E2E='$PY tests/gpu/gpu_train.py --model e2e --epochs 2 --min-accuracy 0.75 --max-gap 0.05 $EXPECT_GPU'
@@ -282,7 +282,7 @@ if [ -z "$DRY" ]; then
     step profile 150 "$PROFILE"
 fi
 
-# ---------------------------------------------------------------- the end-to-end forest's finetune epoch (#33)
+# ---------------------------------------------------------------- the end-to-end forest's finetune epoch
 # benchmarks/end_to_end_finetune_speed.py: pruned kernels vs the dense keras.ops
 # path, side by side. The check runs --quick (10 trees of depth 10 on letter,
 # 2 epochs per path); the paper's 70 trees: tests/gpu/README.md. letter comes

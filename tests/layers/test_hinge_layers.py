@@ -353,7 +353,7 @@ def test_batch_norm_statistics_survive_a_non_finite_batch(rng, bad, compiled):
     poisoned = x.copy()
     poisoned[5, 1] = bad
     with pytest.raises((ValueError, tf.errors.InvalidArgumentError), match="x contains NaN or Inf"):
-        call(poisoned)  # rejected (#16 item 7), and the statistics stay as they were
+        call(poisoned)  # rejected, and the statistics stay as they were
     np.testing.assert_array_equal(bn.moving_mean.numpy(), mean)
     np.testing.assert_array_equal(bn.moving_variance.numpy(), var)
     assert int(bn.num_updates.numpy()) == 1

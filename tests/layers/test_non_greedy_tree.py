@@ -207,7 +207,7 @@ def _noisy_four_classes():
 
 @pytest.mark.slow
 def test_training_from_the_co2_start_keeps_its_validation_accuracy():
-    """Issue #35: from the greedy CO2 tree with near-pure leaves (the fixed
+    """From the greedy CO2 tree with near-pure leaves (the fixed
     leaf_smoothing=1 before the fix) the bound is loose and three epochs of
     SGD cost 4.5 validation points here (0.835 -> 0.790) while the bound falls;
     from the leaves of lowest bound the bound falls and validation accuracy

@@ -212,7 +212,7 @@ def test_bad_input_gives_clear_errors(rng, reference):
         fn(x, w, b, theta[:3], y)
     with pytest.raises(ValueError, match="loss must be one of"):
         fn(x, w, b, theta, y, loss="hinge")
-    # Labels are ids: whole-number floats are accepted, fractional ones refused (#16).
+    # Labels are ids: whole-number floats are accepted, fractional ones refused.
     with pytest.raises(ValueError, match="labels must hold integer ids"):
         fn(x, w, b, theta, y.astype("float64") + 0.5)
     for a, b_ in zip(fn(x, w, b, theta, y.astype("float64")), fn(x, w, b, theta, y)):
