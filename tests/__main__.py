@@ -17,7 +17,7 @@ Two tiers:
 Each backend runs in its own process, since the backend is fixed when Keras is
 imported, and spreads its test files over ``KERAS_TREES_TEST_WORKERS``
 pytest-xdist workers (default: the number of CPUs, at most 4; 1 runs
-in-process), the most expensive files first (``tests/_costs.py``). Exits non-zero when any run fails or runs no test (pytest's exit
+in-process). Exits non-zero when any run fails or runs no test (pytest's exit
 code 5). ``KERAS_TREES_TEST_BACKENDS=tensorflow,jax`` runs a subset. At the
 end it prints each run's time and the slowest tests of all runs.
 """
@@ -64,7 +64,7 @@ def slowest(reports, count=SLOWEST):
 def main(argv):
     fast = "--fast" in argv
     argv = [a for a in argv if a != "--fast"]
-    parallel = ["-n", str(workers()), "--dist", "loadfile", "--no-loadscope-reorder"] if workers() > 1 else []
+    parallel = ["-n", str(workers()), "--dist", "loadfile"] if workers() > 1 else []
     tier = ["-m", FAST_MARKERS] if fast else []
     wanted = os.environ.get("KERAS_TREES_TEST_BACKENDS", ",".join(RUNS)).split(",")
     totals = {"passed": 0, "failed": 0, "skipped": 0, "error": 0}

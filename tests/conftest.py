@@ -21,22 +21,14 @@ FAST_PARAMETERS = 3  # parameter sets per test function in the fast tier
 
 
 def pytest_collection_modifyitems(config, items):
-    """Orders the test files by their measured cost, the most expensive first
-    (``tests/_costs.py``; the tests of a file keep their order), for
-    pytest-xdist's ``--dist loadfile --no-loadscope-reorder``, which hands the
-    files to the workers in this order (``python -m tests``).
-
-    The fast tier (``python -m tests --fast``) leaves out the tests marked
+    """The fast tier (``python -m tests --fast``) leaves out the tests marked
     ``slow_on(backend, ...)`` for the running backend (e.g. tests whose cost on
     JAX is its compilation of every shape), and runs at most ``FAST_PARAMETERS``
     parameter sets of each test function: the first, the last and one between,
     in collection order (the same on every run). The full suite runs them all."""
-    from tests._costs import cost
-
-    backend = os.environ.get("KERAS_BACKEND", "tensorflow")
-    items.sort(key=lambda item: -cost(item.nodeid.split("::")[0], backend))  # stable: ties keep their order
     if not FAST_TIER:
         return
+    backend = os.environ.get("KERAS_BACKEND", "tensorflow")
     slow_here = {id(item) for item in items
                  if any(backend in mark.args for mark in item.iter_markers("slow_on"))}
     groups = {}

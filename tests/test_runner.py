@@ -15,9 +15,7 @@ def test_slowest_reads_every_run_and_sorts(tmp_path):
                                                (2.5, "tensorflow", "tests/ops/test_a.py::test_x")]
 
 
-def _commands(monkeypatch, argv):
-    """(pytest command, tier) of each run ``runner.main(argv)`` starts, and its
-    exit status, with every run reporting "no tests ran"."""
+def test_fast_tier_leaves_out_the_slow_and_distributed_markers(monkeypatch):
     commands = []
 
     class Done:
@@ -35,52 +33,13 @@ def _commands(monkeypatch, argv):
         return Done()
 
     monkeypatch.setattr(runner.subprocess, "Popen", popen)
-    return commands, runner.main(argv)
-
-
-def test_fast_tier_leaves_out_the_slow_and_distributed_markers(monkeypatch):
     monkeypatch.setenv("KERAS_TREES_TEST_BACKENDS", "torch")
-    commands, status = _commands(monkeypatch, ["--fast", "-k", "hinge"])
-    assert status == 1  # no test ran: a failure
+    assert runner.main(["--fast", "-k", "hinge"]) == 1  # no test ran: a failure
     [(cmd, tier)] = commands
     assert tier == "fast" and cmd[cmd.index("-m", 3) + 1] == runner.FAST_MARKERS == "not slow and not distributed"
     assert "--fast" not in cmd and cmd[-2:] == ["-k", "hinge"] and "tests/backends" in cmd
 
 
-def test_workers_get_the_files_in_collection_order(monkeypatch):
-    """xdist's default order (files with the most tests first) is turned off:
-    the collection order is the cost order of tests/_costs.py."""
-    monkeypatch.setenv("KERAS_TREES_TEST_BACKENDS", "jax")
-    monkeypatch.setenv("KERAS_TREES_TEST_WORKERS", "2")
-    [(cmd, tier)], _ = _commands(monkeypatch, [])
-    assert tier == "full" and cmd[cmd.index("--dist") + 1] == "loadfile" and "--no-loadscope-reorder" in cmd
-
-
 @pytest.mark.parametrize("marker", ["slow", "distributed"])
 def test_markers_are_registered(pytestconfig, marker):
     assert any(line.startswith(marker + ":") for line in pytestconfig.getini("markers"))
-
-
-def test_the_cost_table_names_existing_files():
-    import os
-
-    from tests import _costs
-    from tests.conftest import REPO_ROOT
-
-    for backend, table in _costs.COSTS.items():
-        missing = [path for path in table if not os.path.exists(os.path.join(REPO_ROOT, path))]
-        assert not missing, f"{backend}: stale entries in tests/_costs.py: {missing}"
-    assert _costs.cost("tests/test_cuda_build.py", "tensorflow") > _costs.cost("tests/test_runner.py", "tensorflow") == 0
-
-
-def test_collection_is_ordered_by_cost_keeping_each_file_together(request):
-    import os
-
-    from tests._costs import cost
-
-    order = [item.nodeid.split("::")[0] for item in request.session.items]
-    files = list(dict.fromkeys(order))
-    runs = [f for i, f in enumerate(order) if i == 0 or order[i - 1] != f]
-    assert runs == files, "the tests of a file are not together"
-    costs = [cost(f, os.environ.get("KERAS_BACKEND", "tensorflow")) for f in files]
-    assert costs == sorted(costs, reverse=True)
