@@ -47,7 +47,9 @@ def frame(n=200, seed=0):
 
 @pytest.fixture
 def eager():
-    """Few-step fits run faster eagerly than traced (see test_estimator_checks.py)."""
+    """Fits of a few steps run faster eagerly than traced (see
+    test_estimator_checks.py); the tests without it fit for hundreds of steps,
+    which traced functions run several times faster."""
     import tensorflow as tf
 
     tf.config.run_functions_eagerly(True)
@@ -191,7 +193,7 @@ def test_same_random_state_same_predictions_graph_mode():
 
 
 @pytest.mark.slow
-def test_end_to_end_scores_validation_only_where_early_stopping_reads_it(eager, monkeypatch):
+def test_end_to_end_scores_validation_only_where_early_stopping_reads_it(monkeypatch):
     """Inside a level of greedy growth the validation scores are not computed
     (NaN in the history); the fit is the same as with every epoch scored."""
     x, y = easy(200)
@@ -253,7 +255,7 @@ def test_pickle_and_keras_save_round_trips(cls, tmp_path, eager):
 
 
 @pytest.mark.slow
-def test_regression_targets_come_back_in_their_units(eager):
+def test_regression_targets_come_back_in_their_units():
     x, y = easy(200)
     target = np.stack([1000.0 * x[:, 0] + 5000.0, -x[:, 1]], axis=1)
     est = tiny(E.TreeEnsembleRegressor, random_state=0, max_depth=3, max_epochs=20).fit(x, target)
@@ -266,7 +268,7 @@ def test_regression_targets_come_back_in_their_units(eager):
 
 
 @pytest.mark.slow
-def test_an_epoch_is_at_least_16_mini_batches(eager, monkeypatch):
+def test_an_epoch_is_at_least_16_mini_batches(monkeypatch):
     from keras_trees.estimators._base import TreeEstimator
     from tests.estimators.conftest import REAL_MIN_EPOCH_STEPS
 
@@ -361,7 +363,7 @@ def test_non_greedy_nu_candidates_keep_the_best_on_validation(eager):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("cls", [E.EndToEndTreeClassifier, E.EndToEndTreeRegressor], ids=lambda c: c.__name__)
-def test_end_to_end_depth_is_cut_back_on_validation(cls, monkeypatch, eager):
+def test_end_to_end_depth_is_cut_back_on_validation(cls, monkeypatch):
     """The trained tree is cut back to the depth with the best validation
     score: the kept score is the best (ties: the deeper tree) and the cut
     model's own; the cut tree routes every sample to the ancestor (on the
