@@ -409,3 +409,55 @@ def test_ordered_categoricals_smoke(tmp_path, capfd):
         (run,) = payload["results"][label]
         assert 0 <= run["accuracy"] <= 1 and 0 <= run["auc"] <= 1 and run["seconds"] > 0
         line_with(out, label)
+
+
+# The recorded plan of every GPU pipeline at gpu_budget.py's shapes: (launches,
+# host copies, syncs, sorts, scratch bytes, zero-filled bytes). A change to a
+# pipeline changes its row here; lower is the goal (gpu_budget.py's BUDGETS).
+GPU_PLAN = {
+    ("hinge_forward", "100 trees of depth 10"): (4, 1, 1, 0, 409456, 0),
+    ("hinge_backward", "100 trees of depth 10"): (9, 1, 1, 2, 17765888, 1637600),
+    ("hard_routing_forward", "100 trees of depth 10"): (3, 1, 1, 0, 48, 0),
+    ("tree_ensemble_forward", "10 trees of depth 10"): (4, 1, 1, 0, 1638656, 0),
+    ("tree_ensemble_backward", "10 trees of depth 10"): (11, 1, 1, 0, 429670656, 335380480),
+    ("tree_ensemble_forward", "20 trees of depth 8"): (4, 1, 1, 0, 3277056, 0),
+    ("tree_ensemble_backward", "20 trees of depth 8"): (20, 1, 1, 0, 187033856, 167444480),
+    ("pruned_routing_forward", "70 trees of depth 10"): (3, 1, 1, 0, 72, 0),
+    ("pruned_routing_backward", "70 trees of depth 10"): (80, 1, 1, 0, 973012576, 4694179840),
+    ("pruned_routing_leaf_statistics", "70 trees of depth 10"): (18, 1, 1, 0, 591501376, 2347663360),
+    ("pruned_routing_em_statistics", "70 trees of depth 10"): (22, 1, 1, 0, 706424192, 2347663360),
+    ("loss_augmented_forward", "one tree of depth 14, exact search"): (5, 2, 2, 0, 65792, 0),
+    ("loss_augmented_forward", "one tree of depth 14, fast search"): (4, 2, 2, 0, 48, 0),
+}
+
+
+def test_gpu_budget_records_every_pipelines_plan(tmp_path, capfd):
+    """benchmarks/gpu_budget.py: the plan-recording executor over every GPU
+    pipeline, its table of calls and of budgets, and its JSON rows."""
+    out, rows = smoke("benchmarks/gpu_budget.py", tmp_path, capfd)
+    import gpu_budget
+
+    got = {}
+    for row in rows:
+        parts = [part.strip() for part in row["shape"].split(",")]
+        key = (row["call"], parts[1] + (f", {parts[-1]}" if parts[-1].endswith("search") else ""))
+        got[key] = tuple(row[m] for m in gpu_budget.METRICS)
+        lines_matching(out, rf"^{row['call']}\s+{row['launches']}\s+{row['host_copies']}\s+{row['syncs']}\s")
+    assert got == GPU_PLAN
+    results = gpu_budget.budgets(rows)
+    assert len(results) == 11 and f"{sum(r[-1] for r in results)} of 11 budgets hold" in out
+    hinge = next(r for r in results if r[0] == "hinge fwd+bwd launches")
+    assert hinge[2] == 13 and not hinge[-1]
+    line_with(out, "host syncs of every call", "not yet")
+
+
+def test_plan_recorder_chooses_the_gpu_executors_chunks():
+    """The recorder's kWideScratchBytes is the CUDA executor's, so it records the
+    GPU's chunk plan (the CPU executor's is 0)."""
+    def constant(path):
+        text = open(os.path.join(REPO_ROOT, "custom_ops", path)).read()
+        (value,) = re.findall(r"kWideScratchBytes = (int64_t\{1\} << \d+|\d+);", text)
+        return value
+
+    assert constant("core/launch_record.h") == constant("cuda/launch.cuh") == "int64_t{1} << 30"
+    assert constant("core/launch_cpu.h") == "0"

@@ -1,0 +1,97 @@
+// A third executor of the kernel pipelines (core/pipeline.h): it runs no body
+// and records what the same call launches on the GPU (custom_ops/cuda/launch.cuh),
+// for the structural budgets of benchmarks/gpu_budget.py. The plan of a
+// pipeline depends on the shapes alone (chunk sizes, launch counts, scratch),
+// never on the values, so it can be read at the benchmark shapes without
+// memory or a GPU; the status words read back are those of the success path
+// (every word kNone).
+//
+// Counted as the CUDA executor spends them:
+//   launches         one per For / ForGroups / ForBlocks with work (n > 0)
+//   sorts            SortPairs calls (each one CUB radix sort: several kernels,
+//                    memsets and its temporary storage, not counted here)
+//   host_copies      CopyToHost calls with bytes > 0 (cudaMemcpyAsync)
+//   syncs            CopyToHost calls (each waits for the stream)
+//   scratch_bytes    Scratch memory, carved at 256-byte boundaries as the
+//                    CUDA workspace does (without CUB's temporary storage)
+//   zero_fill_bytes  the elements a pipeline::Fill body sets to zero
+#ifndef KERAS_TREES_CORE_LAUNCH_RECORD_H_
+#define KERAS_TREES_CORE_LAUNCH_RECORD_H_
+
+#include <cstdint>
+#include <cstring>
+
+#include "core/pipeline.h"
+
+namespace keras_trees {
+
+struct Plan {
+  int64_t launches = 0;
+  int64_t sorts = 0;
+  int64_t host_copies = 0;
+  int64_t syncs = 0;
+  int64_t scratch_bytes = 0;
+  int64_t zero_fill_bytes = 0;
+};
+
+class PlanRecorder {
+ public:
+  // The CUDA executor's (cuda/launch.cuh; tests/test_gpu_budget.py keeps the
+  // two equal), so that the pipelines choose the GPU's chunks.
+  static constexpr int64_t kWideScratchBytes = int64_t{1} << 30;
+
+  template <class Body>
+  void For(int64_t n, const Body& body) {
+    if (n <= 0) return;
+    ++plan.launches;
+    plan.zero_fill_bytes += ZeroBytes(n, body);
+  }
+
+  template <class Body>
+  void ForGroups(int64_t n, int /*width*/, const Body& /*body*/) {
+    if (n > 0) ++plan.launches;
+  }
+
+  // Addresses that are never dereferenced (no body runs), distinct per buffer.
+  template <typename T>
+  T* Scratch(int64_t n) {
+    const int64_t offset = (plan.scratch_bytes + 255) / 256 * 256;
+    plan.scratch_bytes = offset + (n > 0 ? n : 1) * static_cast<int64_t>(sizeof(T));
+    return reinterpret_cast<T*>(kBase + static_cast<uintptr_t>(offset));
+  }
+
+  void SortPairs(const int32_t*, int32_t*, const int32_t*, int32_t*, int64_t n, int /*key_bits*/) {
+    if (n > 0) ++plan.sorts;
+  }
+
+  // The success path: every status word kNone (all bits set).
+  void CopyToHost(void* dst, const void* /*src*/, size_t bytes) {
+    if (bytes > 0) ++plan.host_copies;
+    ++plan.syncs;
+    std::memset(dst, 0xFF, bytes);
+  }
+
+  Plan plan;
+
+ private:
+  static constexpr uintptr_t kBase = uintptr_t{1} << 20;
+
+  template <class Body>
+  static int64_t ZeroBytes(int64_t, const Body&) {
+    return 0;
+  }
+  template <typename T>
+  static int64_t ZeroBytes(int64_t n, const pipeline::Fill<T>& fill) {
+    return fill.value == T(0) ? n * static_cast<int64_t>(sizeof(T)) : 0;
+  }
+};
+
+// Block bodies (the loss-augmented search): one launch of n blocks.
+template <class Body>
+void ForBlocks(PlanRecorder& exec, int64_t n, const Body& /*body*/) {
+  if (n > 0) ++exec.plan.launches;
+}
+
+}  // namespace keras_trees
+
+#endif  // KERAS_TREES_CORE_LAUNCH_RECORD_H_
