@@ -44,6 +44,18 @@ std::string Shape(const char* format, long long a, long long b, long long c, lon
   return text;
 }
 
+// The dimensions every routing family shares (units and experts stay 0 / 1).
+template <class Dims>
+Dims TreeDims(int64_t batch, int64_t trees, int depth, int64_t features) {
+  Dims d;
+  d.batch = batch;
+  d.input_dim = features;
+  d.trees = trees;
+  d.depth = depth;
+  d.num_internal = (int64_t{1} << depth) - 1;
+  return d;
+}
+
 void Hinge(int64_t batch, int64_t trees, int depth, int64_t features, int64_t units) {
   const keras_trees::HingeDims d =
       keras_trees::MakeHingeDims(false, batch, features, trees, (int64_t{1} << depth) - 1, units);
@@ -62,12 +74,7 @@ void Hinge(int64_t batch, int64_t trees, int depth, int64_t features, int64_t un
 }
 
 void HardRouting(int64_t batch, int64_t trees, int depth, int64_t features) {
-  keras_trees::RoutingDims d;
-  d.batch = batch;
-  d.input_dim = features;
-  d.trees = trees;
-  d.depth = depth;
-  d.num_internal = (int64_t{1} << depth) - 1;
+  keras_trees::RoutingDims d = TreeDims<keras_trees::RoutingDims>(batch, trees, depth, features);
   const std::string shape = Shape("batch %lld, %lld trees of depth %lld, %lld features", batch, trees, depth, features);
   PlanRecorder fwd;
   Print("hard_routing_forward", shape, fwd,
@@ -76,12 +83,7 @@ void HardRouting(int64_t batch, int64_t trees, int depth, int64_t features) {
 }
 
 void TreeEnsemble(int64_t batch, int64_t trees, int depth, int64_t features, int64_t units) {
-  keras_trees::SoftTreeDims d;
-  d.batch = batch;
-  d.input_dim = features;
-  d.trees = trees;
-  d.depth = depth;
-  d.num_internal = (int64_t{1} << depth) - 1;
+  keras_trees::SoftTreeDims d = TreeDims<keras_trees::SoftTreeDims>(batch, trees, depth, features);
   d.units = units;
   const std::string shape = Shape("batch %lld, %lld trees of depth %lld, %lld features", batch, trees, depth, features);
   PlanRecorder fwd;
@@ -97,12 +99,7 @@ void TreeEnsemble(int64_t batch, int64_t trees, int depth, int64_t features, int
 }
 
 void PrunedRouting(int64_t batch, int64_t trees, int depth, int64_t features, int64_t units) {
-  keras_trees::PrunedRoutingDims d;
-  d.batch = batch;
-  d.input_dim = features;
-  d.trees = trees;
-  d.depth = depth;
-  d.num_internal = (int64_t{1} << depth) - 1;
+  keras_trees::PrunedRoutingDims d = TreeDims<keras_trees::PrunedRoutingDims>(batch, trees, depth, features);
   d.units = units;
   keras_trees::pruned::Splits<float> sp;  // oblique splits, as the end-to-end forest's
   sp.weights = Buffer<float>();
