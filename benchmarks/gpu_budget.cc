@@ -30,12 +30,19 @@ T* Buffer() {
 
 void Print(const char* call, const std::string& shape, const PlanRecorder& exec, const std::string& message) {
   const Plan& p = exec.plan;
+  std::string kernels;
+  for (const keras_trees::KernelLaunch& k : p.kernels) {
+    kernels += (kernels.empty() ? "" : ", ") + std::string("{\"body\": \"") + k.body + "\", \"launcher\": \"" +
+               k.launcher + "\", \"blocks\": " + std::to_string(k.blocks) +
+               ", \"threads\": " + std::to_string(k.threads) + "}";
+  }
   std::printf(
       "{\"call\": \"%s\", \"shape\": \"%s\", \"launches\": %lld, \"host_copies\": %lld, \"syncs\": %lld, "
-      "\"sorts\": %lld, \"scratch_bytes\": %lld, \"zero_fill_bytes\": %lld, \"error\": \"%s\"}\n",
+      "\"sorts\": %lld, \"scratch_bytes\": %lld, \"zero_fill_bytes\": %lld, \"kernels\": [%s], "
+      "\"error\": \"%s\"}\n",
       call, shape.c_str(), static_cast<long long>(p.launches), static_cast<long long>(p.host_copies),
       static_cast<long long>(p.syncs), static_cast<long long>(p.sorts), static_cast<long long>(p.scratch_bytes),
-      static_cast<long long>(p.zero_fill_bytes), message.c_str());
+      static_cast<long long>(p.zero_fill_bytes), kernels.c_str(), message.c_str());
 }
 
 std::string Shape(const char* format, long long a, long long b, long long c, long long d) {

@@ -17,6 +17,7 @@ import sys
 import numpy as np
 import pytest
 
+from keras_trees import _build
 from tests._scripts import line_with, lines_matching, run_in_process
 from tests.conftest import REPO_ROOT
 
@@ -434,7 +435,7 @@ GPU_PLAN = {
 def test_gpu_budget_records_every_pipelines_plan(tmp_path, capfd):
     """benchmarks/gpu_budget.py: the plan-recording executor over every GPU
     pipeline, its table of calls and of budgets, and its JSON rows."""
-    out, rows = smoke("benchmarks/gpu_budget.py", tmp_path, capfd)
+    out, rows = smoke("benchmarks/gpu_budget.py", tmp_path, capfd, "--plans-only")
     import gpu_budget
 
     got = {}
@@ -449,6 +450,53 @@ def test_gpu_budget_records_every_pipelines_plan(tmp_path, capfd):
     hinge = next(r for r in results if r[0] == "hinge fwd+bwd launches")
     assert hinge[2] == 13 and not hinge[-1]
     line_with(out, "host syncs of every call", "not yet")
+    assert "kernels not measured: --plans-only" in out
+    # Each call names the kernels it launches, each once, with the template the
+    # CUDA executor runs it in (64-bit indices only where the body asks).
+    forward, backward = rows[0], rows[1]
+    assert [(k["body"].replace("keras_trees::", ""), k["launcher"]) for k in forward["kernels"]] == [
+        ("pipeline::Fill<unsigned long long>", "ForKernel32"),
+        ("pipeline::Together<hinge::Splits<float>, pipeline::FiniteChecks<float> >", "ForKernel32"),
+        ("hinge::Walk<float>", "ForKernel32"), ("hinge::Output<float>", "ForKernel32")]
+    assert ("keras_trees::hinge::PairCoefficients<float>", "ForKernel") in {
+        (k["body"], k["launcher"]) for k in backward["kernels"]}
+    for row in rows:
+        assert 1 <= len(row["kernels"]) <= row["launches"]
+        assert all(k["blocks"] >= 1 and k["threads"] in (64, 128, 256) for k in row["kernels"])
+    routing = next(r for r in rows if r["call"] == "hard_routing_forward")
+    assert {k["launcher"] for k in routing["kernels"]} == {"ForKernel32", "ForGroupsKernel"}
+    (exact,) = [r for r in rows if r["shape"].endswith("exact search")]
+    assert exact["kernels"][-1]["launcher"] == "BlocksKernel" and exact["kernels"][-1]["blocks"] == 1024
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_build.find_nvcc() is None, reason="nvcc not found: the kernels' resources are not read here")
+def test_gpu_budget_reads_every_kernels_resources(tmp_path, capfd):
+    """benchmarks/gpu_budget.py with nvcc: every kernel the recorded calls launch,
+    as nvcc builds it for sm_90 (registers, stack, spills, 64-bit divisions,
+    occupancy from cuda_occupancy.h), and the kernel budgets."""
+    pytest.importorskip("jax")
+    out, rows = smoke("benchmarks/gpu_budget.py", tmp_path, capfd)
+    import gpu_budget
+
+    calls = [r for r in rows if "call" in r]
+    kernels = [r for r in rows if "kernel" in r]
+    launched = {(k["launcher"], k["body"].replace("keras_trees::", "").replace(" >", ">"))
+                for r in calls for k in r["kernels"]}
+    assert {(k["launcher"], k["kernel"]) for k in kernels} == launched and len(kernels) == len(launched)
+    for k in kernels:
+        assert set(gpu_budget.KERNEL_METRICS) <= set(k) and k["registers"] > 0 and 0 < k["occupancy"] <= 1
+        assert all(isinstance(k[m], int) and k[m] >= 0 for m in gpu_budget.KERNEL_METRICS if m != "occupancy")
+        lines_matching(out, rf"^{re.escape(k['kernel'])}\s+{k['launcher']}\s+{k['registers']}\s+{k['stack_bytes']}\s")
+    # The calculator's answer for 256 threads of 80 registers: 3 blocks, 24 of 64 warps.
+    walk = next(k for k in kernels if k["kernel"] == "tel::Walk<float>")
+    if walk["registers"] == 80:
+        assert walk["occupancy"] == 0.375
+    results = gpu_budget.budgets(calls, kernels)
+    assert len(results) == 15 and f"{sum(r[-1] for r in results)} of 15 budgets hold" in out
+    for what, metric, limit in gpu_budget.KERNEL_BUDGETS:
+        (result,) = [r for r in results if r[0] == what]
+        assert result[2] == max(k[metric] for k in kernels) and result[-1] == (result[2] <= limit)
 
 
 def test_plan_recorder_chooses_the_gpu_executors_chunks():
@@ -461,3 +509,7 @@ def test_plan_recorder_chooses_the_gpu_executors_chunks():
 
     assert constant("core/launch_record.h") == constant("cuda/launch.cuh") == "int64_t{1} << 30"
     assert constant("core/launch_cpu.h") == "0"
+    # and the CUDA executor's threads per block, for the grids it records.
+    threads = [re.findall(r"constexpr int kThreads = (\d+);", open(os.path.join(REPO_ROOT, "custom_ops", path)).read())
+               for path in ("core/launch_record.h", "cuda/launch.cuh")]
+    assert threads == [["256"], ["256"]]

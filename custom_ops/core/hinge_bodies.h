@@ -183,7 +183,7 @@ struct Output {
 // forward call) is reported and contributes nothing.
 template <typename T>
 struct PairCoefficients {
-  // The GPU runs it with 64-bit item indices (cuda/launch.cuh, WideIndex).
+  // The GPU runs it with 64-bit item indices (pipeline::WideIndex).
   static constexpr bool kWideIndex = true;
   HingeDims d;
   const T* grad_output;

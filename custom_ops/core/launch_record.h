@@ -15,15 +15,34 @@
 //   scratch_bytes    Scratch memory, carved at 256-byte boundaries as the
 //                    CUDA workspace does (without CUB's temporary storage)
 //   zero_fill_bytes  the elements a pipeline::Fill body sets to zero
+//   kernels          each CUDA kernel launched (its body's type and the
+//                    template it runs in, ForKernel32 / ForKernel /
+//                    ForGroupsKernel / BlocksKernel as the CUDA executor picks
+//                    it) with its largest grid, for the per-kernel resources
+//                    that benchmarks/gpu_budget.py reads from nvcc
 #ifndef KERAS_TREES_CORE_LAUNCH_RECORD_H_
 #define KERAS_TREES_CORE_LAUNCH_RECORD_H_
 
+#include <cxxabi.h>
+
+#include <climits>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <string>
+#include <typeinfo>
+#include <vector>
 
 #include "core/pipeline.h"
 
 namespace keras_trees {
+
+struct KernelLaunch {
+  std::string body;      // the body's C++ type, e.g. "keras_trees::hinge::Output<float>"
+  std::string launcher;  // the kernel template of cuda/launch.cuh that runs it
+  int64_t blocks = 0;    // the largest grid it is launched with
+  int threads = 0;       // threads per block
+};
 
 struct Plan {
   int64_t launches = 0;
@@ -32,6 +51,7 @@ struct Plan {
   int64_t syncs = 0;
   int64_t scratch_bytes = 0;
   int64_t zero_fill_bytes = 0;
+  std::vector<KernelLaunch> kernels;  // in order of first launch, each once
 };
 
 class PlanRecorder {
@@ -40,16 +60,36 @@ class PlanRecorder {
   // two equal), so that the pipelines choose the GPU's chunks.
   static constexpr int64_t kWideScratchBytes = int64_t{1} << 30;
 
+  // The CUDA executor's threads per block of For and ForGroups.
+  static constexpr int kThreads = 256;
+
   template <class Body>
   void For(int64_t n, const Body& body) {
     if (n <= 0) return;
-    ++plan.launches;
     plan.zero_fill_bytes += ZeroBytes(n, body);
+    const bool narrow = !pipeline::WideIndex<Body>::value && n <= INT32_MAX;
+    Launch<Body>(narrow ? "ForKernel32" : "ForKernel", (n + kThreads - 1) / kThreads, kThreads);
   }
 
   template <class Body>
-  void ForGroups(int64_t n, int /*width*/, const Body& /*body*/) {
-    if (n > 0) ++plan.launches;
+  void ForGroups(int64_t n, int width, const Body& /*body*/) {
+    if (n <= 0) return;
+    const int64_t groups_per_block = kThreads / (width > 0 ? width : 1);
+    Launch<Body>("ForGroupsKernel", (n + groups_per_block - 1) / groups_per_block, kThreads);
+  }
+
+  // One launch of a kernel: counted, and its body's type kept once.
+  template <class Body>
+  void Launch(const char* launcher, int64_t blocks, int threads) {
+    ++plan.launches;
+    const std::string body = TypeName<Body>();
+    for (KernelLaunch& k : plan.kernels) {
+      if (k.body == body && k.launcher == launcher) {
+        if (blocks > k.blocks) k.blocks = blocks;
+        return;
+      }
+    }
+    plan.kernels.push_back(KernelLaunch{body, launcher, blocks, threads});
   }
 
   // Addresses that are never dereferenced (no body runs), distinct per buffer.
@@ -77,6 +117,15 @@ class PlanRecorder {
   static constexpr uintptr_t kBase = uintptr_t{1} << 20;
 
   template <class Body>
+  static std::string TypeName() {
+    int status = 0;
+    char* name = abi::__cxa_demangle(typeid(Body).name(), nullptr, nullptr, &status);
+    std::string text = status == 0 && name ? name : typeid(Body).name();
+    std::free(name);
+    return text;
+  }
+
+  template <class Body>
   static int64_t ZeroBytes(int64_t, const Body&) {
     return 0;
   }
@@ -89,7 +138,7 @@ class PlanRecorder {
 // Block bodies (the loss-augmented search): one launch of n blocks.
 template <class Body>
 void ForBlocks(PlanRecorder& exec, int64_t n, const Body& /*body*/) {
-  if (n > 0) ++exec.plan.launches;
+  if (n > 0) exec.Launch<Body>("BlocksKernel", n, Body::kThreads);
 }
 
 }  // namespace keras_trees

@@ -37,11 +37,24 @@
 #define KERAS_TREES_CORE_PIPELINE_H_
 
 #include <cstdint>
+#include <type_traits>
 
 #include "core/portable.h"
 
 namespace keras_trees {
 namespace pipeline {
+
+// A body that declares `static constexpr bool kWideIndex = true` keeps 64-bit
+// item indices on the GPU; the others run with 32-bit ones where n < 2**31
+// (cuda/launch.cuh ForKernel32, recorded as such by core/launch_record.h).
+template <class Body, class = void>
+struct WideIndex {
+  static constexpr bool value = false;
+};
+template <class Body>
+struct WideIndex<Body, std::void_t<decltype(Body::kWideIndex)>> {
+  static constexpr bool value = Body::kWideIndex;
+};
 
 template <typename T>
 struct Fill {

@@ -63,18 +63,10 @@ __global__ void __launch_bounds__(kThreads) ForKernel32(Body body, uint32_t n) {
   }
 }
 
-// A body that declares `static constexpr bool kWideIndex = true` keeps the
-// 64-bit loop: measured per kernel (Nsight Compute, hinge forest fwd+bwd), the
-// 32-bit loop made hinge::Output and GradX faster but PairCoefficients more
-// than twice as slow (tests/gpu/NOTES.md).
-template <class Body, class = void>
-struct WideIndex {
-  static constexpr bool value = false;
-};
-template <class Body>
-struct WideIndex<Body, std::void_t<decltype(Body::kWideIndex)>> {
-  static constexpr bool value = Body::kWideIndex;
-};
+// A body with pipeline::WideIndex (core/pipeline.h) keeps the 64-bit loop:
+// measured per kernel (Nsight Compute, hinge forest fwd+bwd), the 32-bit loop
+// made hinge::Output and GradX faster but PairCoefficients more than twice as
+// slow (tests/gpu/NOTES.md).
 
 // One item per group of `width` lanes (a power of two, 1 to 32): the lanes of
 // a group call body(i) together (the group index strides over the items, so
@@ -164,7 +156,7 @@ class CudaExecutor {
     const int64_t blocks = (n + cuda_launch::kThreads - 1) / cuda_launch::kThreads;
     const unsigned grid = static_cast<unsigned>(blocks < cuda_launch::kMaxBlocks ? blocks : cuda_launch::kMaxBlocks);
     bool launched = false;
-    if constexpr (!cuda_launch::WideIndex<Body>::value) {
+    if constexpr (!pipeline::WideIndex<Body>::value) {
       if (n <= INT32_MAX) {
         cuda_launch::ForKernel32<Body><<<grid, cuda_launch::kThreads, 0, stream_>>>(body, static_cast<uint32_t>(n));
         launched = true;
