@@ -500,16 +500,23 @@ def test_gpu_budget_reads_every_kernels_resources(tmp_path, capfd):
 
 
 def test_plan_recorder_chooses_the_gpu_executors_chunks():
-    """The recorder's kWideScratchBytes is the CUDA executor's, so it records the
-    GPU's chunk plan (the CPU executor's is 0)."""
-    def constant(path):
-        text = open(os.path.join(REPO_ROOT, "custom_ops", path)).read()
-        (value,) = re.findall(r"kWideScratchBytes = (int64_t\{1\} << \d+|\d+);", text)
-        return value
+    """The recorder, the CUDA executor and the CPU emulation of the GPU read the
+    GPU's constants from core/pipeline.h, so the three run one chunk plan and
+    the recorded grids are the GPU's (the CPU kernels' executor spends no wide
+    scratch)."""
+    def source(path):
+        return open(os.path.join(REPO_ROOT, "custom_ops", path)).read()
 
-    assert constant("core/launch_record.h") == constant("cuda/launch.cuh") == "int64_t{1} << 30"
-    assert constant("core/launch_cpu.h") == "0"
-    # and the CUDA executor's threads per block, for the grids it records.
-    threads = [re.findall(r"constexpr int kThreads = (\d+);", open(os.path.join(REPO_ROOT, "custom_ops", path)).read())
-               for path in ("core/launch_record.h", "cuda/launch.cuh")]
-    assert threads == [["256"], ["256"]]
+    assert re.findall(r"constexpr int kGpuThreads = (\d+);", source("core/pipeline.h")) == ["256"]
+    assert re.findall(r"constexpr int64_t kGpuWideScratchBytes = (int64_t\{1\} << \d+);",
+                      source("core/pipeline.h")) == ["int64_t{1} << 30"]
+    for path in ("core/launch_record.h", "cuda/launch.cuh"):
+        assert re.findall(r"kWideScratchBytes = (\w+);", source(path)) == ["kGpuWideScratchBytes"], path
+        assert re.findall(r"constexpr int kThreads = (\w+);", source(path)) == ["kGpuThreads"], path
+    cpu = source("core/launch_cpu.h")
+    assert "using CpuExecutor = BasicCpuExecutor<0>;" in cpu
+    assert "using GpuEmulationExecutor = BasicCpuExecutor<kGpuWideScratchBytes>;" in cpu
+    # The portable (emulation) handlers run the GPU's plan.
+    for path in ("xla/portable_ffi.cc", "xla/pruned_routing_portable_ffi.cc", "xla/loss_augmented_portable_ffi.cc"):
+        assert "GpuEmulationExecutor(" in source(path) and "CpuExecutor(" not in source(path).replace(
+            "GpuEmulationExecutor(", ""), path

@@ -1,9 +1,11 @@
-// The CPU executor of the kernel pipelines (core/pipeline.h): every body over
+// The CPU executors of the kernel pipelines (core/pipeline.h): every body over
 // the core's parallel-for (ranges of items on the framework's thread pool),
-// scratch memory from the heap, and a stable sort. Running a pipeline on it
-// is the exact emulation of the same pipeline on the GPU (the same bodies, the
-// same arithmetic, the same orders), which the test suite checks on every CI
-// run; the CPU kernels themselves keep their SIMD engines (core/*.cc).
+// block bodies one block per item, scratch memory from the heap, and a stable
+// sort. Running a pipeline on GpuEmulationExecutor is the exact emulation of
+// the same pipeline on the GPU (the same bodies, the same arithmetic, the same
+// orders and the same chunk plan), which the test suite checks on every CI
+// run; CpuExecutor spends no scratch on wider chunks (chunking never changes
+// the results). The CPU kernels themselves keep their SIMD engines (core/*.cc).
 #ifndef KERAS_TREES_CORE_LAUNCH_CPU_H_
 #define KERAS_TREES_CORE_LAUNCH_CPU_H_
 
@@ -15,16 +17,17 @@
 #include <vector>
 
 #include "core/common.h"
+#include "core/pipeline.h"
 
 namespace keras_trees {
 
-class CpuExecutor {
+template <int64_t WideScratchBytes>
+class BasicCpuExecutor {
  public:
-  // Scratch a pipeline may spend to give its walks more parallel items (the
-  // GPU's executor: cuda/launch.cuh); none here, where the threads are few.
-  static constexpr int64_t kWideScratchBytes = 0;
+  // Scratch a pipeline may spend to give its walks more parallel items.
+  static constexpr int64_t kWideScratchBytes = WideScratchBytes;
 
-  explicit CpuExecutor(ParallelFor parallel_for) : parallel_for_(std::move(parallel_for)) {}
+  explicit BasicCpuExecutor(ParallelFor parallel_for) : parallel_for_(std::move(parallel_for)) {}
 
   template <class Body>
   void For(int64_t n, const Body& body) {
@@ -38,6 +41,20 @@ class CpuExecutor {
   template <class Body>
   void ForGroups(int64_t n, int /*width*/, const Body& body) {
     For(n, body);
+  }
+
+  // Each block on one thread of the parallel-for, its phases in order, in each
+  // phase its threads in order, the block's shared memory on the heap (a
+  // thread pool's stacks may be small).
+  template <class Body>
+  void ForBlocks(int64_t n, const Body& body) {
+    For(n, [&body](int64_t block) {
+      std::unique_ptr<typename Body::Shared> shared(new typename Body::Shared());
+      const int phases = body.Phases();
+      for (int phase = 0; phase < phases; ++phase) {
+        for (int t = 0; t < Body::kThreads; ++t) body(phase, block, t, *shared);
+      }
+    });
   }
 
   template <typename T>
@@ -66,6 +83,12 @@ class CpuExecutor {
   ParallelFor parallel_for_;
   std::vector<std::unique_ptr<char[]>> buffers_;
 };
+
+// The CPU kernels' executor: no scratch spent on wider chunks, where the
+// threads are few.
+using CpuExecutor = BasicCpuExecutor<0>;
+// The exact emulation of the GPU run: the GPU executor's chunk plan too.
+using GpuEmulationExecutor = BasicCpuExecutor<kGpuWideScratchBytes>;
 
 }  // namespace keras_trees
 

@@ -56,12 +56,11 @@ struct Plan {
 
 class PlanRecorder {
  public:
-  // The CUDA executor's (cuda/launch.cuh; tests/test_gpu_budget.py keeps the
-  // two equal), so that the pipelines choose the GPU's chunks.
-  static constexpr int64_t kWideScratchBytes = int64_t{1} << 30;
+  // The CUDA executor's (core/pipeline.h), so that the pipelines choose the
+  // GPU's chunks and the recorded grids are the GPU's.
+  static constexpr int64_t kWideScratchBytes = kGpuWideScratchBytes;
 
-  // The CUDA executor's threads per block of For and ForGroups.
-  static constexpr int kThreads = 256;
+  static constexpr int kThreads = kGpuThreads;
 
   template <class Body>
   void For(int64_t n, const Body& body) {
@@ -76,6 +75,12 @@ class PlanRecorder {
     if (n <= 0) return;
     const int64_t groups_per_block = kThreads / (width > 0 ? width : 1);
     Launch<Body>("ForGroupsKernel", (n + groups_per_block - 1) / groups_per_block, kThreads);
+  }
+
+  // Block bodies: one launch of n blocks.
+  template <class Body>
+  void ForBlocks(int64_t n, const Body& /*body*/) {
+    if (n > 0) Launch<Body>("BlocksKernel", n, Body::kThreads);
   }
 
   // One launch of a kernel: counted, and its body's type kept once.
@@ -134,12 +139,6 @@ class PlanRecorder {
     return fill.value == T(0) ? n * static_cast<int64_t>(sizeof(T)) : 0;
   }
 };
-
-// Block bodies (the loss-augmented search): one launch of n blocks.
-template <class Body>
-void ForBlocks(PlanRecorder& exec, int64_t n, const Body& /*body*/) {
-  if (n > 0) exec.Launch<Body>("BlocksKernel", n, Body::kThreads);
-}
 
 }  // namespace keras_trees
 

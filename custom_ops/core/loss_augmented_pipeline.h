@@ -6,41 +6,21 @@
 // (one block per sample). Returns "" or the error message of the CPU kernels
 // (core/checks.h).
 //
-// Block launches: ForBlocks(exec, n, body) runs a block body
-// (lai::Exact: `Shared`, `kThreads`, `Phases()`, body(phase, block, thread,
-// shared)) for n blocks. The CPU executor's is defined here: each block on
-// one thread of the parallel-for, its phases in order, in each phase its
-// threads in order, with the block's shared memory on the stack; the CUDA
-// executor's is in cuda/loss_augmented_blocks.cuh (one CUDA block per item,
-// a barrier after each phase). Found by argument-dependent lookup when the
-// pipeline is instantiated.
+// The exact search is a block body (lai::Exact), launched with
+// exec.ForBlocks (core/pipeline.h).
 #ifndef KERAS_TREES_CORE_LOSS_AUGMENTED_PIPELINE_H_
 #define KERAS_TREES_CORE_LOSS_AUGMENTED_PIPELINE_H_
 
 #include <cstdint>
-#include <memory>
 #include <string>
 #include <type_traits>
 
 #include "core/checks.h"
-#include "core/launch_cpu.h"
 #include "core/loss_augmented.h"
 #include "core/loss_augmented_bodies.h"
 #include "core/pipeline.h"
 
 namespace keras_trees {
-
-template <class Body>
-void ForBlocks(CpuExecutor& exec, int64_t n, const Body& body) {
-  exec.For(n, [&body](int64_t block) {
-    // on the heap: a thread pool's stacks may be small
-    std::unique_ptr<typename Body::Shared> shared(new typename Body::Shared());
-    const int phases = body.Phases();
-    for (int phase = 0; phase < phases; ++phase) {
-      for (int t = 0; t < Body::kThreads; ++t) body(phase, block, t, *shared);
-    }
-  });
-}
 
 template <typename T, typename TL, class Exec>
 std::string LossAugmentedPipeline(Exec& exec, const LossAugmentedDims& d, bool log_loss, bool fast, const T* x,
@@ -91,7 +71,7 @@ std::string LossAugmentedPipeline(Exec& exec, const LossAugmentedDims& d, bool l
     exec.For(d.batch, Fast<T, TL>{d, x, split, loss, g_leaf, h_leaf, score});
   } else {
     const int top = d.depth < kTopLevels ? d.depth : kTopLevels;
-    ForBlocks(exec, d.batch, Exact<T, TL>{d, x, split, loss, g_leaf, h_leaf, score, top});
+    exec.ForBlocks(d.batch, Exact<T, TL>{d, x, split, loss, g_leaf, h_leaf, score, top});
   }
   // Wait for the kernels: the scratch memory is free for the next call when
   // the pipeline returns.

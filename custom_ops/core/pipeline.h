@@ -5,7 +5,8 @@
 // executors run it:
 //
 // * CpuExecutor (core/launch_cpu.h): the bodies over the core's parallel-for
-//   on the CPU, the exact emulation of the GPU run, tested on every CI run;
+//   on the CPU; GpuEmulationExecutor, the same with the GPU executor's
+//   constants, is the exact emulation of the GPU run, tested on every CI run;
 // * CudaExecutor (custom_ops/cuda/launch.cuh): one CUDA kernel per body on a
 //   stream, scratch memory from the framework's allocator.
 //
@@ -17,6 +18,14 @@
 //                              up to 32) call body(i) together
 //                              (portable::GroupDot, GroupLeader), on the CPU
 //                              one call per item stands for all of them
+//   exec.ForBlocks(n, body)    a block body (`Shared`, `kThreads`, `Phases()`,
+//                              body(phase, block, thread, shared)) for n blocks:
+//                              in each block, every phase in order, in each
+//                              phase every thread (on the GPU the block's
+//                              threads together, a barrier after each phase;
+//                              on the CPU one after the other), `shared` the
+//                              block's shared memory. No thread may read in a
+//                              phase what another writes in the same phase.
 //   exec.template Scratch<T>(n)  n uninitialized elements of device memory that
 //                              live as long as the executor (throws
 //                              std::bad_alloc when none can be had)
@@ -42,6 +51,15 @@
 #include "core/portable.h"
 
 namespace keras_trees {
+
+// The GPU executor's constants (cuda/launch.cuh), which its CPU emulation
+// (core/launch_cpu.h GpuEmulationExecutor) and the plan recorder
+// (core/launch_record.h) share, so that the three run one plan: threads per
+// block of For and ForGroups, and the scratch a pipeline may spend on wider
+// chunks (Exec::kWideScratchBytes).
+constexpr int kGpuThreads = 256;
+constexpr int64_t kGpuWideScratchBytes = int64_t{1} << 30;
+
 namespace pipeline {
 
 // A body that declares `static constexpr bool kWideIndex = true` keeps 64-bit

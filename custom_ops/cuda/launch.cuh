@@ -1,11 +1,13 @@
 // The CUDA executor of the kernel pipelines (core/pipeline.h): one CUDA kernel
-// per body on a stream, scratch memory from the framework's allocator (XLA's
+// per body on a stream (a block body: one CUDA block per block, a barrier
+// after each phase), scratch memory from the framework's allocator (XLA's
 // ffi::ScratchAllocator, TensorFlow's allocate_temp), CUB's stable radix sort,
 // and device-to-host copies that wait for the work launched so far. The CPU
 // executor (core/launch_cpu.h) runs the same bodies as the exact emulation of
 // this one.
 //
-// Determinism: every launch has 256 threads per block and ceil(n / 256) blocks
+// Determinism: every For / ForGroups launch has 256 threads per block
+// (kGpuThreads) and ceil(n / 256) blocks
 // (capped at the grid limit, a grid-stride loop covering the rest): the grid
 // comes from the shape alone, never from the device's SM count or occupancy.
 // The bodies have one writer per float output element; the only atomics are
@@ -40,7 +42,7 @@ namespace keras_trees {
 
 namespace cuda_launch {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = kGpuThreads;
 // gridDim.x limit (compute capability >= 3.0).
 constexpr int64_t kMaxBlocks = 2147483647;
 
@@ -81,6 +83,20 @@ __global__ void __launch_bounds__(kThreads) ForGroupsKernel(Body body, int64_t n
   }
 }
 
+// A block body (core/pipeline.h ForBlocks): block b of the grid runs blocks
+// b, b + gridDim.x, ...; every phase of each in order, a barrier after each.
+template <class Body>
+__global__ void __launch_bounds__(Body::kThreads) BlocksKernel(Body body, int64_t n) {
+  __shared__ typename Body::Shared shared;
+  const int phases = body.Phases();
+  for (int64_t block = blockIdx.x; block < n; block += gridDim.x) {
+    for (int phase = 0; phase < phases; ++phase) {
+      body(phase, block, static_cast<int>(threadIdx.x), shared);
+      __syncthreads();
+    }
+  }
+}
+
 // Throws std::runtime_error("<what>: <CUDA's message>") unless `status` is cudaSuccess.
 inline void Check(cudaError_t status, const char* what) {
   if (status != cudaSuccess) {
@@ -114,7 +130,7 @@ class CudaExecutor {
  public:
   // Scratch a pipeline may spend to give a latency-bound walk enough parallel
   // items (pipeline::ChunkSamples: the TEL's and pruned routing's chunks).
-  static constexpr int64_t kWideScratchBytes = int64_t{1} << 30;
+  static constexpr int64_t kWideScratchBytes = kGpuWideScratchBytes;
 
   // `allocate(bytes)` returns device memory (aligned for any element type)
   // that stays valid as long as this executor, or nullptr when none can be had.
@@ -176,6 +192,14 @@ class CudaExecutor {
     const int64_t blocks = (n + groups_per_block - 1) / groups_per_block;
     const unsigned grid = static_cast<unsigned>(blocks < cuda_launch::kMaxBlocks ? blocks : cuda_launch::kMaxBlocks);
     cuda_launch::ForGroupsKernel<Body><<<grid, cuda_launch::kThreads, 0, stream_>>>(body, n, width);
+    cuda_launch::Check(cudaGetLastError(), "keras-trees CUDA kernel launch");
+  }
+
+  template <class Body>
+  void ForBlocks(int64_t n, const Body& body) {
+    if (n <= 0) return;
+    const unsigned grid = static_cast<unsigned>(n < cuda_launch::kMaxBlocks ? n : cuda_launch::kMaxBlocks);
+    cuda_launch::BlocksKernel<Body><<<grid, Body::kThreads, 0, stream_>>>(body, n);
     cuda_launch::Check(cudaGetLastError(), "keras-trees CUDA kernel launch");
   }
 

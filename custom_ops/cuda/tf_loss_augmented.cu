@@ -1,12 +1,10 @@
 // The host entry point of the TensorFlow GPU kernel of loss-augmented
 // inference (cuda/tf_loss_augmented.h): the pipeline of
-// core/loss_augmented_pipeline.h on the CUDA executor (cuda/launch.cuh, the
-// exact search's block launch in cuda/loss_augmented_blocks.cuh). Built with
+// core/loss_augmented_pipeline.h on the CUDA executor (cuda/launch.cuh). Built with
 // nvcc and emulated on the CPU only: not yet run on a GPU.
 #include <cuda_runtime.h>
 
 #include "cuda/launch.cuh"
-#include "cuda/loss_augmented_blocks.cuh"
 #include "core/loss_augmented_pipeline.h"
 #include "cuda/tf_loss_augmented.h"
 

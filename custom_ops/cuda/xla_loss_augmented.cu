@@ -1,7 +1,6 @@
 // XLA FFI CUDA handler (JAX binding, platform "CUDA") of the loss-augmented
 // inference: the pipeline of core/loss_augmented_pipeline.h on the CUDA
-// executor (cuda/launch.cuh, the exact search's block launch in
-// cuda/loss_augmented_blocks.cuh), on the stream XLA gives the call and with
+// executor (cuda/launch.cuh), on the stream XLA gives the call and with
 // scratch memory from the GPU's reusable workspace. Python registers symbol
 // "KerasTreesLossAugmentedInferenceCuda" under target name
 // "KerasTreesLossAugmentedInference" (keras_trees/ops/_library.py). The
@@ -11,7 +10,6 @@
 #include <cuda_runtime.h>
 
 #include "cuda/launch.cuh"
-#include "cuda/loss_augmented_blocks.cuh"
 #include "xla/ffi_utils.h"
 #include "xla/loss_augmented_handlers.h"
 

@@ -1,6 +1,6 @@
 // The CPU emulation of the GPU loss-augmented inference (JAX binding): the
-// pipeline of core/loss_augmented_pipeline.h on the CPU executor
-// (core/launch_cpu.h), exported as "KerasTreesLossAugmentedInferencePortable"
+// pipeline of core/loss_augmented_pipeline.h on the GPU-emulating
+// CPU executor (core/launch_cpu.h), exported as "KerasTreesLossAugmentedInferencePortable"
 // beside the CPU engine's handler (xla/loss_augmented_ffi.cc). Compiled
 // without floating-point contraction (a *portable* unit, keras_trees/_build.py),
 // so it computes the GPU's bits. The tests run it under
@@ -17,7 +17,7 @@ namespace {
 ffi::Error Infer(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::AnyBuffer b, ffi::AnyBuffer theta,
                  ffi::AnyBuffer y, ffi::Result<ffi::AnyBuffer> g, ffi::Result<ffi::AnyBuffer> h,
                  ffi::Result<ffi::AnyBuffer> score, bool log_loss, bool fast) {
-  return pipeline_handlers::LossAugmented([pool] { return CpuExecutor(XlaParallelFor(pool)); }, x, w, b, theta,
+  return pipeline_handlers::LossAugmented([pool] { return GpuEmulationExecutor(XlaParallelFor(pool)); }, x, w, b, theta,
                                           y, g, h, score, log_loss, fast);
 }
 

@@ -1,5 +1,5 @@
 // The CPU emulation of the GPU kernels (JAX binding): the kernel pipelines of
-// xla/pipeline_handlers.h on the CPU executor (core/launch_cpu.h), exported as
+// xla/pipeline_handlers.h on the GPU-emulating CPU executor (core/launch_cpu.h), exported as
 // "KerasTrees<Op>Portable" targets beside the CPU engines' handlers. The test
 // suite runs the kernel contract tests through them
 // (keras_trees.ops._library.portable_bodies()), so the bodies the GPU runs are
@@ -19,7 +19,7 @@ namespace keras_trees {
 namespace {
 
 auto Executor(ffi::ThreadPool pool) {
-  return [pool] { return CpuExecutor(XlaParallelFor(pool)); };
+  return [pool] { return GpuEmulationExecutor(XlaParallelFor(pool)); };
 }
 
 ffi::Error HingeForward(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer t, ffi::AnyBuffer f,

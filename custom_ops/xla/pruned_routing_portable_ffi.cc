@@ -1,6 +1,6 @@
 // The CPU emulation of the pruned-routing GPU kernels (JAX binding): the
-// pipelines of xla/pruned_routing_handlers.h on the CPU executor
-// (core/launch_cpu.h), exported as "KerasTreesPruned...Portable" targets
+// pipelines of xla/pruned_routing_handlers.h on the GPU-emulating
+// CPU executor (core/launch_cpu.h), exported as "KerasTreesPruned...Portable" targets
 // beside the CPU engine's handlers (xla/pruned_routing_ffi.cc). The tests run
 // the contract tests through them (keras_trees.ops._library.portable_bodies()),
 // so the bodies the GPU runs are checked on every CI run without a GPU.
@@ -18,7 +18,7 @@ namespace keras_trees {
 namespace {
 
 auto Executor(ffi::ThreadPool pool) {
-  return [pool] { return CpuExecutor(XlaParallelFor(pool)); };
+  return [pool] { return GpuEmulationExecutor(XlaParallelFor(pool)); };
 }
 
 ffi::Error Forward(ffi::ThreadPool pool, ffi::RemainingArgs args, ffi::RemainingRets rets, float threshold,
