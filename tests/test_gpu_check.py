@@ -73,6 +73,11 @@ def test_run_check_script_and_its_helpers_parse(tmp_path):
     script = os.path.join(GPU_DIR, "run_check.sh")
     proc = subprocess.run(["bash", "-n", script], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+    text = open(script).read()
+    # The profile sees every kernel (no name filter: XLA's fusions and the
+    # block bodies count), and the budgets come back beside the times.
+    assert "ncu " in text and "--kernel-name" not in text
+    assert "step budget " in text and "benchmarks/gpu_budget.py --json $LOGDIR/gpu_budget.json" in text
     helpers = sorted(name for name in os.listdir(GPU_DIR) if name.endswith(".py"))
     assert {"gpu_env.py", "gpu_determinism.py", "gpu_sanitize.py", "gpu_train.py", "conftest.py"} <= set(helpers)
     for name in helpers:
@@ -103,6 +108,16 @@ NCU_REPORT = """==PROF== Connected to process 7051 (/usr/bin/python3.12)
     Section: Command line profiler metrics
     Metric Name            Metric Unit Minimum Maximum Average
     gpu__time_duration.sum          ns  900.00  900.00  900.00
+
+  void keras_trees::cuda_launch::BlocksKernel<lai::Exact<float, int>>(T1, long) (1024, 1, 1)x(256, 1, 1), Device 0, CC 9.0, Invocations 2
+    Section: Command line profiler metrics
+    Metric Name            Metric Unit Minimum Maximum Average
+    gpu__time_duration.sum          us   40.00   40.00   40.00
+
+  loop_add_fusion (16, 1, 1)x(128, 1, 1), Device 0, CC 9.0, Invocations 4
+    Section: Command line profiler metrics
+    Metric Name            Metric Unit Minimum Maximum Average
+    gpu__time_duration.sum          us    2.50    2.50    2.50
 """
 
 
@@ -134,14 +149,23 @@ def test_ncu_summary_reads_nsight_compute_per_kernel_times(tmp_path, capsys):
         ("hinge::Output<float> (32-bit)", "41600x256", 3, 52.63),
         ("routing::Walk<float> (warps)", "12800x256", 3, 210.0),
         ("routing::Walk<double> (lane groups)", "6400x256", 1, 0.9),
+        ("lai::Exact<float, int> (block body)", "1024x256", 2, 40.0),
+        ("xla loop_add_fusion", "16x128", 4, 2.5),
     ]
     report = tmp_path / "ncu.txt"
     report.write_text(NCU_REPORT)
     assert ncu.main([str(report)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split()[1] for line in lines[1:]] == ["routing::Walk<float>", "cub", "hinge::Output<float>",
-                                                         "routing::Walk<double>"]
-    assert lines[1].split()[-1] == f"{100 * 630 / (630 + 18 * 13.63 + 3 * 52.63 + 0.9):.1f}%"
+    assert [line.split()[1] for line in lines[1:7]] == ["routing::Walk<float>", "cub", "hinge::Output<float>",
+                                                          "lai::Exact<float,", "xla", "routing::Walk<double>"]
+    total = 630 + 18 * 13.63 + 3 * 52.63 + 0.9 + 80 + 10
+    assert lines[1].split()[-1] == f"{100 * 630 / total:.1f}%"
+    # Then the time of each origin: the library's kernels, CUB's, XLA's own.
+    assert [line.split()[:4] for line in lines[7:]] == [["ncu", "all", "keras-trees", "kernels"],
+                                                        ["ncu", "all", "cub", "kernels"],
+                                                        ["ncu", "all", "xla", "kernels"]]
+    assert lines[9].split()[-2:] == ["10.00", f"{100 * 10 / total:.1f}%"]
+    assert lines[7].split()[4] == "9"  # calls of the library's kernels
     report.write_text("==ERROR== Failed to initialize the profiler\n")
     assert ncu.main([str(report)]) == 1
     assert "no kernel times" in capsys.readouterr().out

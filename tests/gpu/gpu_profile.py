@@ -7,11 +7,10 @@ Hinge forest fwd+bwd (100 trees, depth 10, 100 inputs, 26 outputs, batch
 H200 run) and pruned routing fwd+bwd (10 trees of depth 10, 16 inputs, 26
 classes, batch 1000, threshold 1e-4: the finetune benchmark's --quick shape),
 the last two with benchmarks/gpu_speed.py's inputs: one warm-up call each
-(compilation), then ``--calls`` timed calls, each waited for. Under ncu only the keras-trees kernels (one ``ForKernel<Body>`` per
-portable body) and CUB's sort kernels need profiling:
+(compilation), then ``--calls`` timed calls, each waited for. Under ncu, every
+kernel (the library's, CUB's sorts and XLA's own fusions between them):
 
-    ncu --metrics gpu__time_duration.sum --print-summary per-kernel \\
-        --kernel-name regex:'ForKernel|Radix|Onesweep' python tests/gpu/gpu_profile.py
+    ncu --metrics gpu__time_duration.sum --print-summary per-kernel python tests/gpu/gpu_profile.py
 
 Prints the wall time per call (host included) too, so the gap between the sum
 of the kernels and the call shows the launch and synchronization overhead.

@@ -26,11 +26,13 @@
 #                 fit_greedy, a NonGreedyTree; GPU and CPU, each above a floor and at most 0.05 below the CPU
 #   sanitizers    compute-sanitizer --tool memcheck and --tool racecheck (at the same time)
 #                 on gpu_sanitize.py (tiny shapes)
-#   profile       (GPU only) ncu's time per kernel of gpu_profile.py, condensed by
+#   profile       (GPU only) ncu's time per kernel of gpu_profile.py (every kernel), condensed by
 #                 ncu_summary.py into the summary's "ncu" lines (ncu.txt: the report)
 #   finetune      benchmarks/end_to_end_finetune_speed.py --quick: the end-to-end forest's
 #                 finetune epoch on letter, pruned kernels vs the dense keras.ops path
 #                 (letter from .whl/letter.npz: KERAS_TREES_DATA_DIR)
+#   budget        benchmarks/gpu_budget.py --json: the launch plans and the kernels'
+#                 resources (registers, stack, spills, occupancy) the GPU's times are read against
 # The sanitizers run before the profile: a failure there matters more. A
 # whole-run budget (KT_GPU_CHECK_BUDGET_S, default 510 s: the `run` call gets
 # 540) caps each step's timeout; a step with under 30 s left is not run (and
@@ -39,7 +41,7 @@
 # KT_GPU_CHECK_KERNEL_TESTS=pruned keeps the kernel-tests step to the pruned
 # routing and LAI files (tel-pruned: and the TEL's kernel tests); KT_GPU_SPEED_ARGS adds arguments to gpu_speed.py
 # (e.g. "--only pruned,pruned_em"). Logs go to $OUT (or /tmp/kt_gpu_check): run_check.log
-# (everything), summary.txt, gpu_speed.json, memcheck.log, racecheck.log, ncu.txt. The
+# (everything), summary.txt, gpu_speed.json, gpu_budget.json, memcheck.log, racecheck.log, ncu.txt. The
 # exit status is non-zero when any step failed; a summary table ends the output.
 #
 # Dry run (KT_GPU_CHECK_DRY_RUN=1): no pip install, nvidia-smi or
@@ -270,12 +272,13 @@ fi
 
 # ---------------------------------------------------------------- per-kernel profile
 # Nsight Compute's time per kernel of tests/gpu/gpu_profile.py (hinge forest
-# fwd+bwd at batch 4096, hard routing at batch 1024), condensed by
+# fwd+bwd at batch 4096, hard routing at batch 1024, ...), every kernel with
+# no name filter (the library's, CUB's and XLA's own), condensed by
 # ncu_summary.py into "ncu ..." lines of the summary: what the next change to
 # the kernels is chosen from. Without ncu the step says so and passes.
 PROFILE='if ! command -v ncu >/dev/null 2>&1; then echo "profile: ncu not found, no per-kernel times"; exit 0; fi
 timeout -k 5 $((STEP_LIMIT - 15)) ncu --clock-control none --metrics gpu__time_duration.sum --print-summary per-kernel \
-    --kernel-name regex:"ForKernel|ForWarps|Radix|Onesweep" $PY tests/gpu/gpu_profile.py --calls 2 >"$LOGDIR/ncu.txt" 2>&1
+    $PY tests/gpu/gpu_profile.py --calls 2 >"$LOGDIR/ncu.txt" 2>&1
 echo "profile: ncu exit $? (report: $LOGDIR/ncu.txt)"
 $PY tests/gpu/ncu_summary.py "$LOGDIR/ncu.txt"'
 if [ -z "$DRY" ]; then
@@ -294,6 +297,12 @@ else
     step finetune 150 "$FINETUNE_DATA; \$PY benchmarks/end_to_end_finetune_speed.py --quick --json \$LOGDIR/finetune_speed.json"
 fi
 
+# ---------------------------------------------------------------- the kernels' structural budgets
+# benchmarks/gpu_budget.py: the launch plans (recorded on the host) and, with
+# nvcc there, each kernel's registers, stack, spills and occupancy for sm_90:
+# the prediction the ncu lines above are read against. Last: it needs no GPU.
+step budget 120 '$PY benchmarks/gpu_budget.py --json $LOGDIR/gpu_budget.json'
+
 # ---------------------------------------------------------------- summary
 {
     echo ""
@@ -302,7 +311,9 @@ fi
     echo "=================================================================="
     grep -E '^(setting .* kernels ms |hinge (forest|fern) fwd\+bwd|hard routing fwd)' "$LOG"
     grep -E -A3 '^prune_threshold +1st epoch' "$LOG" | tail -n 4
-    grep -E '^ncu ' "$LOG" | head -n 25
+    grep -E '^ncu ' "$LOG" | grep -v '^ncu all ' | head -n 25
+    grep -E '^ncu all ' "$LOG"
+    grep -E '^[0-9]+ of [0-9]+ budgets hold' "$LOG"
     grep -E '^(device: |custom_ops_available: |determinism: |training: |compute-sanitizer [a-z]+: |FAILED: )| (passed|failed|error).* in [0-9.]+s' "$LOG" |
         awk '!seen[$0]++' | head -n 30
     printf '%-18s %-28s %8s\n' step result seconds
