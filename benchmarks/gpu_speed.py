@@ -8,7 +8,12 @@ under ``jax.jit``:
   are available for the device;
 * ``keras.ops``: the same functions traced inside
   ``keras_trees.ops.reference_only()``, the ``keras.ops`` path (level-by-level
-  gathers), which a GPU runs for families without CUDA kernels.
+  gathers), which a GPU runs for families without CUDA kernels;
+* ``unchecked``: the ``keras.ops`` path traced without its runtime input
+  checks (``keras_trees.validation.tensors.unchecked_for_timing``; on that
+  path each check is a ``lax.cond``, which a GPU decides on the host), so the
+  ratio can be read against the path's arithmetic alone. Its outputs must be
+  bit-identical to the checked path's.
 
 Rows (float32):
 
@@ -39,9 +44,11 @@ Rows (float32):
 Timing: a few warm-up calls, then the median of N calls (fewer, at least 5,
 where a row's calls would take more than about 10 s), each waited for with
 ``jax.block_until_ready``, rotating among 3 input sets (so no cache holds the
-one input); the two paths alternate call by call. The JSON also has the
-pipelined time per call (50 calls back to back, one wait) and the compile
-times. Before timing, each row checks that the kernels agree with the
+one input); the paths alternate call by call. Beside it, ``piped``: the best
+over 3 rounds of 50 calls back to back with one wait, per call (what a
+training loop that does not read its results each step sees). Before the
+rows, the fixed cost of one jitted call that does nothing (``x + 1`` on one
+number), synchronized and pipelined. The JSON also has the compile times. Before timing, each row checks that the kernels agree with the
 ``keras.ops`` path computed with exact float32 dot products (``max rel diff``:
 largest difference over the largest magnitude, per output, worst output; for
 routing, leaf nodes must match: at most 1 in 10,000 may differ, split values
@@ -389,12 +396,15 @@ def flat(out):
 
 def compile_ahead(fn, args):
     """``(compiled fn, seconds to lower and compile, keras-trees custom-call
-    targets in its module)``; no targets: the keras.ops path only."""
+    targets in its module, conditionals in its module)``; no targets: the
+    keras.ops path only."""
     start = time.perf_counter()
     lowered = fn.lower(*args)
     compiled = lowered.compile()
     seconds = time.perf_counter() - start
-    return compiled, seconds, sorted(set(re.findall(r"KerasTrees[A-Za-z]+", lowered.as_text())))
+    text = lowered.as_text()
+    return (compiled, seconds, sorted(set(re.findall(r"KerasTrees[A-Za-z]+", text))),
+            len(re.findall(r"stablehlo\.(?:if|case)\b", text)))
 
 
 def bitwise_equal(a, b):
@@ -506,6 +516,7 @@ def bench(s, reps, warmup, smoke, rng):
     requested_reps = reps
 
     from keras_trees import ops as tree_ops
+    from keras_trees.validation.tensors import unchecked_for_timing
 
     if s["family"] == "hinge":
         sets, shared = hinge_inputs(s, rng)
@@ -526,15 +537,15 @@ def bench(s, reps, warmup, smoke, rng):
 
     # Each path is traced and compiled ahead of time in its own context (the
     # dispatch is decided while tracing), so no later call can retrace it.
-    kernel_fn, kernel_compile, targets = compile_ahead(step(), first)
+    kernel_fn, kernel_compile, targets, _ = compile_ahead(step(), first)
     with tree_ops.reference_only():
-        reference_fn, reference_compile, reference_targets = compile_ahead(step(), first)
+        reference_fn, reference_compile, reference_targets, reference_conds = compile_ahead(step(), first)
         # The agreement check runs the keras.ops path with exact float32 dot
         # products: on recent GPUs XLA's default float32 matmul is TF32, which
         # moves hard-routing split values by ~1e-3 (the timed keras.ops path
         # keeps the default, as users run it).
         with jax.default_matmul_precision("highest"):
-            check_fn, _, _ = compile_ahead(step(), first)
+            check_fn, _, _, _ = compile_ahead(step(), first)
     if reference_targets:
         raise SystemExit(f"reference_only() still compiled keras-trees kernels: {reference_targets}")
     kernel_out, reference_out = flat(kernel_fn(*first)), flat(reference_fn(*first))
@@ -545,7 +556,13 @@ def bench(s, reps, warmup, smoke, rng):
         f64 = float64_judgement(step, first, kernel_out, check_out)
         agrees = f64["kernels"] <= max(AGREE_RTOL, f64["keras_ops"])
 
-    fns = {"kernels": kernel_fn, "reference": reference_fn}
+    with tree_ops.reference_only(), unchecked_for_timing():
+        unchecked_fn, _, _, unchecked_conds = compile_ahead(step(), first)
+    unchecked_out = flat(unchecked_fn(*first))
+    if not bitwise_equal(reference_out, unchecked_out):
+        raise SystemExit(f"{label(s)}: the keras.ops path without its checks computed other values")
+
+    fns = {"kernels": kernel_fn, "reference": reference_fn, "unchecked": unchecked_fn}
     first_round = time.perf_counter()
     timed_calls(fns, sets, shared, len(sets))
     per_call = (time.perf_counter() - first_round) / len(sets)
@@ -565,6 +582,11 @@ def bench(s, reps, warmup, smoke, rng):
         "kernels_ms": 1e3 * medians["kernels"], "reference_ms": 1e3 * medians["reference"],
         "ratio": medians["reference"] / medians["kernels"],
         "kernels_pipelined_ms": 1e3 * piped["kernels"], "reference_pipelined_ms": 1e3 * piped["reference"],
+        "ratio_pipelined": piped["reference"] / piped["kernels"],
+        "reference_unchecked_ms": 1e3 * medians["unchecked"],
+        "reference_unchecked_pipelined_ms": 1e3 * piped["unchecked"],
+        "ratio_unchecked": medians["unchecked"] / medians["kernels"],
+        "reference_conditionals": reference_conds, "unchecked_conditionals": unchecked_conds,
         "reps": reps, "pipeline_calls": calls, "pipeline_rounds": rounds,
         "kernels_compile_s": kernel_compile, "reference_compile_s": reference_compile,
         "bitwise_deterministic": bitwise_equal(kernel_out, again),
@@ -598,7 +620,8 @@ def goal_met(goal, row):
 
 # ---------------------------------------------------------------- report
 
-HEADER = (f"{'setting':<38} {'batch':>5} {'path':<9} {'kernels ms':>10} {'keras.ops ms':>12} {'ratio':>7} "
+HEADER = (f"{'setting':<38} {'batch':>5} {'path':<9} {'kernels ms':>10} {'piped':>7} {'keras.ops ms':>12} "
+          f"{'piped':>7} {'unchecked':>9} {'ratio':>7} {'piped':>6} {'uncheck':>7} "
           f"{'bitwise':>7} {'max rel diff':>12}  {'goal':<24} {'published keras.ops':>19}")
 
 
@@ -616,8 +639,23 @@ def format_row(row):
     if row.get("reachable_leaves") is not None:
         setting += f" ({row['reachable_leaves']:.1f} lv)"
     return (f"{setting:<38} {row['batch']:>5} {row['path']:<9} {row['kernels_ms']:>10.3f} "
-            f"{row['reference_ms']:>12.3f} {row['ratio']:>6.1f}x {'yes' if row['bitwise_deterministic'] else 'NO':>7} "
+            f"{row['kernels_pipelined_ms']:>7.3f} {row['reference_ms']:>12.3f} {row['reference_pipelined_ms']:>7.3f} "
+            f"{row['reference_unchecked_ms']:>9.3f} {row['ratio']:>6.1f}x {row['ratio_pipelined']:>5.1f}x "
+            f"{row['ratio_unchecked']:>6.1f}x {'yes' if row['bitwise_deterministic'] else 'NO':>7} "
             f"{diff:>12}  {goal:<24} {pub:>19}")
+
+
+def fixed_overhead(reps, rounds):
+    """(synchronized, pipelined) seconds per call of a jitted call that does
+    nothing (``x + 1`` on one float32 number on the device)."""
+    import jax
+    import jax.numpy as jnp
+
+    fn = jax.jit(lambda x: x + 1)
+    sets = [(jnp.full((1,), float(i), jnp.float32),) for i in range(INPUT_SETS)]
+    jax.block_until_ready([fn(*args) for args in sets])
+    synchronized = timed_calls({"empty": fn}, sets, (), reps)["empty"]
+    return synchronized, pipelined(fn, sets, (), rounds)
 
 
 def main(argv=None):
@@ -648,8 +686,10 @@ def main(argv=None):
     print(f"{summary}")
     print("custom_ops_available: " + ", ".join(f"{k}={v}" for k, v in available.items()))
     print(f"{'smoke run (tiny shapes)' if args.smoke else 'full shapes'}, float32; times: median of {reps} "
-          f"calls, each waited for, rotating among {INPUT_SETS} input sets, the two paths alternating; "
+          f"calls, each waited for, rotating among {INPUT_SETS} input sets, the paths alternating; "
           f"{warmup} warm-up round(s)\n")
+    empty_sync, empty_piped = fixed_overhead(reps, 1 if args.smoke else 3)
+    print(f"an empty jitted call: {1e3 * empty_sync:.3f} ms synchronized, {1e3 * empty_piped:.3f} ms pipelined\n")
     print(HEADER, flush=True)
     rng = np.random.default_rng(0)
     rows = []
@@ -668,7 +708,9 @@ def main(argv=None):
             print(f"  {row['setting']}: against float64, kernels {e['kernels']:.1e}, keras.ops {e['keras_ops']:.1e}",
                   flush=True)
 
-    print("\nkernels ms / keras.ops ms: median per synchronized call on this device; ratio = keras.ops / kernels;"
+    print("\nkernels ms / keras.ops ms: median per synchronized call on this device; piped: per call of 50 back to"
+          " back;\nunchecked: the keras.ops path without its runtime checks (synchronized); ratio = keras.ops /"
+          " kernels, each way;"
           "\nbitwise: the kernels' outputs and gradients bit-identical on a second run of the same inputs;"
           "\nmax rel diff: kernels vs keras.ops, largest difference over each output's largest magnitude"
           f" (must be <= {AGREE_RTOL:g}; * beside it: more, so both paths were judged against float64,"
@@ -690,7 +732,8 @@ def main(argv=None):
         "device_kind": device.device_kind, "platform": device.platform, "device": str(device),
         "jax_version": jax.__version__, "keras_version": keras.__version__,
         "execution_summary": summary, "custom_ops_available": available,
-        "input_sets": INPUT_SETS, "pipeline_calls": PIPELINE_CALLS, "rows": rows,
+        "input_sets": INPUT_SETS, "pipeline_calls": PIPELINE_CALLS,
+        "empty_call_ms": 1e3 * empty_sync, "empty_call_pipelined_ms": 1e3 * empty_piped, "rows": rows,
         "published_keras_ops_ms_h100": {"hinge_forest_256": 0.40, "hinge_forest_4096": 1.34,
                                         "hard_routing_depth10_1024": 0.49, "hard_routing_depth12_1024": 1.12},
         "published_pytorch_cuda_hinge_ms_h100": PUBLISHED_PYTORCH_CUDA_HINGE_MS,

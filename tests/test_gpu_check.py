@@ -6,6 +6,7 @@ import importlib.util
 import json
 import os
 import py_compile
+import re
 import shutil
 import subprocess
 
@@ -42,8 +43,10 @@ def test_gpu_speed_smoke_prints_its_table_and_writes_json(tmp_path):
     out = run_python(code, cwd=tmp_path, env={"KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"}, timeout=300)
     assert "device: cpu" in out and "custom_ops_available: hinge=" in out, out
     header = next(line for line in out.splitlines() if line.startswith("setting "))
-    for column in ("batch", "path", "kernels ms", "keras.ops ms", "ratio", "bitwise", "max rel diff", "goal"):
+    for column in ("batch", "path", "kernels ms", "piped", "keras.ops ms", "unchecked", "ratio", "uncheck",
+                   "bitwise", "max rel diff", "goal"):
         assert column in header, header
+    assert re.search(r"^an empty jitted call: [\d.]+ ms synchronized, [\d.]+ ms pipelined$", out, re.M), out
     rows = [line for line in out.splitlines() if line.startswith(("hinge ", "hard routing ", "TEL "))]
     assert len(rows) == 7 and rows[0].startswith("hinge forest fwd+bwd, depth 3"), out
     assert rows[5].startswith("TEL fwd+bwd, depth 3, init (") and " lv)" in rows[5], rows
@@ -52,6 +55,7 @@ def test_gpu_speed_smoke_prints_its_table_and_writes_json(tmp_path):
 
     result = json.loads(out_json.read_text())
     assert result["benchmark"] == "gpu_speed" and result["smoke"] is True and result["reps"] == 2
+    assert result["empty_call_ms"] > 0 and result["empty_call_pipelined_ms"] > 0
     assert result["platform"] == "cpu" and set(result["custom_ops_available"]) == {
         "hinge", "hard_routing", "soft_tree", "pruned_routing", "loss_augmented"}
     assert [r["family"] for r in result["rows"]] == (["hinge"] * 3 + ["routing"] * 2 + ["tel"] * 2
@@ -61,9 +65,14 @@ def test_gpu_speed_smoke_prints_its_table_and_writes_json(tmp_path):
                                                           "loss-augmented inf. exact, depth 3"]
     for row in result["rows"]:
         assert {"setting", "batch", "path", "kernels_ms", "reference_ms", "ratio", "kernels_pipelined_ms",
-                "reference_pipelined_ms", "bitwise_deterministic", "agrees", "max_rel_diff", "goal",
-                "goal_met"} <= set(row), row
+                "reference_pipelined_ms", "ratio_pipelined", "reference_unchecked_ms",
+                "reference_unchecked_pipelined_ms", "ratio_unchecked", "bitwise_deterministic", "agrees",
+                "max_rel_diff", "goal", "goal_met"} <= set(row), row
         assert row["kernels_ms"] > 0 and row["reference_ms"] > 0 and row["agrees"] and row["bitwise_deterministic"]
+        assert row["reference_unchecked_ms"] > 0 and row["kernels_pipelined_ms"] > 0
+        assert row["ratio_unchecked"] == pytest.approx(row["reference_unchecked_ms"] / row["kernels_ms"])
+        # The checks of the keras.ops path are conditionals; the unchecked path has none.
+        assert row["reference_conditionals"] > 0 and row["unchecked_conditionals"] == 0, row
         assert row["goal_met"] is None  # goals are judged on full shapes only
         assert row["path"] == ("kernels" if row["ffi_targets"] else "reference")
 

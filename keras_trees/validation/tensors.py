@@ -198,6 +198,21 @@ def _raise_first(oks, messages, error):
             raise error(message)
 
 
+@contextlib.contextmanager
+def unchecked_for_timing():
+    """For benchmarks only: functions traced for ``jax.jit`` within this context
+    (per thread) carry none of the runtime checks of `jax_check`, so a
+    benchmark can time the ``keras.ops`` path with and without the cost of its
+    checks (on the reference path each check is a ``lax.cond``, which a GPU
+    decides on the host). Bad input then passes silently: never for user code."""
+    previous = getattr(_collectors, "unchecked", False)
+    _collectors.unchecked = True
+    try:
+        yield
+    finally:
+        _collectors.unchecked = previous
+
+
 def jax_check(oks, messages, error=ValueError, output=None):
     """Inside ``jax.jit``: fails the compiled call with the message of the first
     false condition of ``oks`` (scalar booleans). Returns ``output``.
@@ -217,6 +232,8 @@ def jax_check(oks, messages, error=ValueError, output=None):
 
     from keras_trees.ops import _library
 
+    if getattr(_collectors, "unchecked", False):
+        return output
     stacked = jnp.stack([jnp.asarray(ok, dtype=bool).reshape(()) for ok in oks])
     messages = tuple(str(m).replace("\n", " ") for m in messages)
     if output is not None and _library.custom_ops_available("check"):
