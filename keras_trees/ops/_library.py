@@ -27,14 +27,20 @@ from keras_trees.api_export import keras_trees_export
 _DISABLE_ENV = "KERAS_TREES_DISABLE_CUSTOM_OPS"
 # Which families' GPU kernels a GPU runs: "measured" (the default: every family
 # with CUDA kernels except those measured slower than the jit-compiled keras.ops
-# path on a GPU, _GPU_SLOWER) or "all" (every family with CUDA kernels: the
-# prepared GPU check, tests/gpu/, and benchmarks that time the kernels).
+# path on a GPU, _GPU_SLOWER, and none of a framework whose GPU kernels have
+# never run on a GPU, _GPU_NEVER_RUN) or "all" (every family with CUDA kernels:
+# the prepared GPU check, tests/gpu/, and benchmarks that time the kernels).
 _GPU_KERNELS_ENV = "KERAS_TREES_GPU_KERNELS"
 _GPU_KERNELS_CHOICES = ("measured", "all")
 # Families whose CUDA kernels measured slower than the keras.ops path on the
-# GPUs measured (docs/backends.md#gpu-kernels): the Tree Ensemble Layer, whose
-# per-(sample, tree) walks lose to the dense path's matrix products there.
-_GPU_SLOWER = ("soft_tree",)
+# GPUs measured (docs/backends.md#gpu-kernels): the Tree Ensemble Layer and
+# pruned routing, whose per-(sample, tree) walks lose to the dense path's
+# matrix products there (the pruned references apply the same pruning rule
+# densely: the same results, more memory).
+_GPU_SLOWER = ("soft_tree", "pruned_routing")
+# Frameworks whose GPU kernels are built and registered but have never run on
+# a GPU (the GPU machines have no TensorFlow): the keras.ops path there.
+_GPU_NEVER_RUN = ("tensorflow",)
 # Backends with compiled kernels -> prefix of their wrapper modules.
 _BINDINGS = {"tensorflow": "tf", "jax": "jax", "torch": "torch"}
 # The oldest PyTorch whose stable C++ ABI the torch binding is built against
@@ -56,8 +62,9 @@ DISPATCH = {
     ("tensorflow", "cpu"): {f: f"_tf_{f}" for f in FAMILIES},
     # The Tree Ensemble Layer on a GPU: TensorFlow GPU kernels of its
     # trace-free ops (the wrapper picks them there, _tf_soft_tree.py), XLA FFI
-    # CUDA handlers under JAX; both run only with KERAS_TREES_GPU_KERNELS=all
-    # (_GPU_SLOWER). The TensorFlow GPU kernels have not run on a GPU.
+    # CUDA handlers under JAX; it and pruned routing run them only with
+    # KERAS_TREES_GPU_KERNELS=all (_GPU_SLOWER), as does every TensorFlow GPU
+    # kernel (_GPU_NEVER_RUN: they have not run on a GPU).
     ("tensorflow", "gpu"): {f: f"_tf_{f}" for f in (*_GPU_FAMILIES, "soft_tree", "pruned_routing")},
     ("jax", "cpu"): {f: f"_jax_{f}" for f in FAMILIES},
     ("jax", "gpu"): {f: f"_jax_{f}" for f in (*_GPU_FAMILIES, "soft_tree", "pruned_routing", "check")},
@@ -372,7 +379,8 @@ def gpu_kernels_choice():
 
 def _compiled_families(backend, platform):
     """The op families whose compiled kernels run on ``platform`` (after load()).
-    On a GPU, the families of _GPU_SLOWER run the keras.ops path unless
+    On a GPU, the families of _GPU_SLOWER, and every family of the frameworks
+    of _GPU_NEVER_RUN, run the keras.ops path unless
     ``KERAS_TREES_GPU_KERNELS=all``."""
     if not _state["loaded"]:
         return ()
@@ -380,6 +388,8 @@ def _compiled_families(backend, platform):
         return ()
     families = tuple(DISPATCH.get((backend, platform), {}))
     if platform == "gpu" and gpu_kernels_choice() != "all":
+        if backend in _GPU_NEVER_RUN:
+            return ()
         families = tuple(f for f in families if f not in _GPU_SLOWER)
     return families
 
@@ -474,10 +484,12 @@ def custom_ops_available(family=None):
     That needs the loaded kernels, no [`reference_only`][keras_trees.ops._library.reference_only] context, and
     kernels of the family for the device the call runs on (`DISPATCH`):
     every family on the CPU (PyTorch: CPU tensors); hinge forests and ferns,
-    hard routing, loss-augmented inference and pruned routing also on CUDA
-    GPUs under TensorFlow and JAX (and ``"check"`` under JAX), when nvcc
-    built them; the Tree Ensemble Layer (``"soft_tree"``) there only with
-    ``KERAS_TREES_GPU_KERNELS=all`` (`gpu_kernels_choice`). The device is
+    hard routing and loss-augmented inference also on CUDA GPUs under JAX
+    (and ``"check"``), when nvcc built them; the Tree Ensemble Layer
+    (``"soft_tree"``) and pruned routing there only with
+    ``KERAS_TREES_GPU_KERNELS=all`` (`gpu_kernels_choice`: measured slower than
+    the ``keras.ops`` path), and under TensorFlow every family's GPU kernels
+    only with ``KERAS_TREES_GPU_KERNELS=all`` (built, never run on a GPU). The device is
     TensorFlow's placement (the innermost device scope, else the GPU when one
     is visible), JAX's default device or the device Keras puts PyTorch
     tensors on. On TensorFlow
