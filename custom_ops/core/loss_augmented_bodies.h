@@ -88,7 +88,7 @@ struct LeafLoss {
     const T* row = leaf_values + leaf * classes;
     if (log_loss) {
       const T l = lse != nullptr ? lse[leaf] : RowLse(row);
-      return l - row[static_cast<int64_t>(labels[s])];
+      return l - row[portable::InRange(labels[s], classes)];  // a bad label: kBadLabel
     }
     const TL* target = labels + s * classes;
     T sum = T(0);

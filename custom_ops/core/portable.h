@@ -23,6 +23,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #if defined(__CUDACC__)
 #define KT_HOST_DEVICE __host__ __device__
@@ -389,6 +390,20 @@ KT_HOST_DEVICE inline void DivMod(int64_t n, int64_t divisor, int64_t* q, int64_
   } else {
     *q = n / divisor;
     *r = n - *q * divisor;
+  }
+}
+
+// A label (or id) a body indexes with, in [0, n): `v` where it lies there,
+// else 0. A bad value is recorded by its check body; the bodies that index
+// with it read and write in bounds whatever it is, so no body depends on the
+// checks having been read back before it runs.
+template <typename TI>
+KT_HOST_DEVICE inline int64_t InRange(TI v, int64_t n) {
+  if constexpr (std::is_integral<TI>::value) {
+    const int64_t i = static_cast<int64_t>(v);
+    return i >= 0 && i < n ? i : 0;
+  } else {
+    return v >= TI(0) && v < static_cast<TI>(n) ? static_cast<int64_t>(v) : 0;
   }
 }
 

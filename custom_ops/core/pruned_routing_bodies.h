@@ -267,7 +267,7 @@ struct LeafMassWalk {
     int64_t t, i;
     PairOf(item, n, &t, &i);
     const int64_t s = s0 + i, positions = Positions(d);
-    const T* pi_t = pi == nullptr ? nullptr : pi + t * positions * d.units + labels[s];
+    const T* pi_t = pi == nullptr ? nullptr : pi + t * positions * d.units + portable::InRange(labels[s], d.units);
     Record rec{mass + (i * d.trees + t) * positions, pi_t, d.units, T(0)};
     T dropped = T(0);
     WalkKept(d, sp, is_split, threshold, t, x + s * d.input_dim, rec, &dropped);
@@ -507,7 +507,7 @@ struct EmCounts {
     for (int64_t i = begin; i < end; ++i) {
       const T m = mass[i * per_sample + r];
       if (m == T(0)) continue;  // not kept (a kept leaf of mass 0 adds 0 too)
-      const int32_t y = labels[s0 + i];
+      const int64_t y = portable::InRange(labels[s0 + i], classes);  // a bad label: kBadLabels
       row[y] += m * pi[r * classes + y] * scale[i];
     }
   }

@@ -6,8 +6,8 @@
 // (core/checks.h), so every binding raises the same words.
 //
 // Every pipeline starts with the value checks (one launch) and reads their
-// status words back before any walk runs (labels index the leaves' rows, so a
-// bad label must never reach a walk).
+// status words back before any walk runs. The walks index in bounds whatever
+// the labels (portable::InRange), so the order is for the messages alone.
 //
 // Forward: one walk per (sample, tree) pair writing its output row, kept
 // leaves, visited splits and dropped mass (one writer each).
