@@ -119,6 +119,25 @@ print("ok")
 """
 
 
+def build_cpp_program(tmp_path, name, source, flags):
+    """Compiles the C++ program ``source`` with g++ and ``flags``, the kernel
+    sources (custom_ops/) on the include path; returns the binary's path.
+    Skips the test where there is no g++."""
+    import shutil
+
+    from keras_trees import _build
+
+    cxx = shutil.which("g++")
+    if cxx is None:
+        pytest.skip("no g++ to build the C++ program")
+    path = tmp_path / f"{name}.cc"
+    path.write_text(source)
+    binary = tmp_path / name
+    subprocess.run([cxx, "-std=c++17", *flags, "-I", str(_build.source_dir()), str(path), "-o", str(binary)],
+                   check=True, capture_output=True, text=True)
+    return binary
+
+
 def run_python(code, cwd, env=None, timeout=600):
     """Runs `code` in a fresh Python process and returns its stdout.
 

@@ -516,7 +516,7 @@ def test_plan_recorder_chooses_the_gpu_executors_chunks():
     cpu = source("core/launch_cpu.h")
     assert "using CpuExecutor = BasicCpuExecutor<0>;" in cpu
     assert "using GpuEmulationExecutor = BasicCpuExecutor<kGpuWideScratchBytes>;" in cpu
-    # The portable (emulation) handlers run the GPU's plan.
-    for path in ("xla/portable_ffi.cc", "xla/pruned_routing_portable_ffi.cc", "xla/loss_augmented_portable_ffi.cc"):
-        assert "GpuEmulationExecutor(" in source(path) and "CpuExecutor(" not in source(path).replace(
-            "GpuEmulationExecutor(", ""), path
+    # The emulation (the portable handlers, TensorFlow's trace-free CPU kernels) runs the GPU's plan.
+    for path in ("xla/portable_ffi.cc", "xla/pruned_routing_portable_ffi.cc", "xla/loss_augmented_portable_ffi.cc",
+                 "tensorflow/tree_ensemble_kernels.cc"):
+        assert "GpuEmulationExecutor" in source(path) and not re.search(r"\bCpuExecutor\b", source(path)), path

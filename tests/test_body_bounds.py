@@ -5,12 +5,11 @@ no body depends on the check having been read back first. Checked by running
 the bodies themselves on bad labels under AddressSanitizer and
 UndefinedBehaviorSanitizer (and on good labels, against hand-computed values)."""
 
-import shutil
 import subprocess
 
 import pytest
 
-from keras_trees import _build
+from tests.conftest import build_cpp_program
 
 PROGRAM = r"""
 #include <cmath>
@@ -79,15 +78,9 @@ int main() {
 
 @pytest.mark.slow
 def test_bodies_index_in_bounds_with_bad_labels(tmp_path):
-    cxx = shutil.which("g++")
-    if cxx is None:
-        pytest.skip("g++ is needed to build the bodies with the sanitizers")
-    source = tmp_path / "bounds.cc"
-    source.write_text(PROGRAM)
-    binary = tmp_path / "bounds"
-    subprocess.run([cxx, "-std=c++17", "-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined",
-                    "-fno-sanitize-recover=all", "-fopenmp-simd", "-Wall", "-Werror", "-I", str(_build.source_dir()), str(source),
-                    "-o", str(binary)], check=True, capture_output=True, text=True)
+    binary = build_cpp_program(tmp_path, "bounds", PROGRAM, [
+        "-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+        "-fopenmp-simd", "-Wall", "-Werror"])
     run = subprocess.run([str(binary)], capture_output=True, text=True, env={"ASAN_OPTIONS": "detect_leaks=0"})
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout.split() == ["good", "1", "bad", "finite", "1"], run.stdout + run.stderr[-2000:]

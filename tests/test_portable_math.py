@@ -5,12 +5,11 @@ The bodies use these instead of libm so that the CPU emulation and the GPU
 compute the same bits; this checks that they are also accurate. The program is
 compiled as the portable units are (no floating-point contraction)."""
 
-import shutil
 import subprocess
 
 import pytest
 
-from keras_trees import _build
+from tests.conftest import build_cpp_program
 
 PROGRAM = r"""
 #include <cmath>
@@ -56,14 +55,7 @@ int main() { run<float>("float32"); run<double>("float64"); }
 
 @pytest.mark.slow
 def test_portable_functions_are_accurate(tmp_path):
-    cxx = shutil.which("g++")
-    if cxx is None:
-        pytest.skip("no g++")
-    source = tmp_path / "portable_math.cc"
-    source.write_text(PROGRAM)
-    binary = tmp_path / "portable_math"
-    subprocess.run([cxx, "-std=c++17", "-O2", "-ffp-contract=off", "-I", str(_build.source_dir()),
-                    str(source), "-o", str(binary)], check=True, capture_output=True, text=True)
+    binary = build_cpp_program(tmp_path, "portable_math", PROGRAM, ["-O2", "-ffp-contract=off"])
     out = subprocess.run([str(binary)], check=True, capture_output=True, text=True).stdout
     for line in out.splitlines():
         name, *errors, edges = line.split()

@@ -158,20 +158,22 @@ class SoftTreeEnsembleGradOp : public OpKernel {
 REGISTER_TREE_ENSEMBLE(float);
 REGISTER_TREE_ENSEMBLE(double);
 
-// The executors of the trace-free kernels on the CPU: the pipeline on the CPU
-// executor over TensorFlow's thread pool, scratch memory from the heap.
+// The executors of the trace-free kernels on the CPU (the CPU emulation of the
+// GPU kernels, keras_trees.ops._library.portable_bodies()): the pipeline on
+// the GPU-emulating CPU executor over TensorFlow's thread pool, scratch memory
+// from the heap.
 struct TelCpuRun {
   template <typename T>
   static std::string Forward(OpKernelContext* ctx, const SoftTreeDims& d, const T* x, const T* w, const T* b,
                              const T* o, const T* g, T* out) {
-    CpuExecutor exec(CpuParallelFor(ctx));
+    GpuEmulationExecutor exec(CpuParallelFor(ctx));
     return SoftTreeEnsembleForwardPipeline<T>(exec, d, x, w, b, o, g, out);
   }
 
   template <typename T>
   static std::string Backward(OpKernelContext* ctx, const SoftTreeDims& d, const T* gy, const T* x, const T* w,
                               const T* b, const T* o, const T* g, T* gx, T* gw, T* gb, T* go) {
-    CpuExecutor exec(CpuParallelFor(ctx));
+    GpuEmulationExecutor exec(CpuParallelFor(ctx));
     return SoftTreeEnsembleBackwardPipeline<T>(exec, d, gy, x, w, b, o, g, gx, gw, gb, go);
   }
 };

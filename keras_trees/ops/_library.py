@@ -22,6 +22,7 @@ import warnings
 
 import keras
 
+from keras_trees._modes import thread_flag
 from keras_trees.api_export import keras_trees_export
 
 _DISABLE_ENV = "KERAS_TREES_DISABLE_CUSTOM_OPS"
@@ -596,12 +597,8 @@ def reference_only(enabled=True):
     Useful for exporting a SavedModel made of stock TensorFlow ops only, or for
     comparing the two paths.
     """
-    previous = getattr(_local, "reference_only", False)
-    _local.reference_only = enabled
-    try:
+    with thread_flag(_local, "reference_only", enabled):
         yield
-    finally:
-        _local.reference_only = previous
 
 
 @contextlib.contextmanager
@@ -634,12 +631,8 @@ def portable_bodies(enabled=True):
     (``KerasTrees<Op>Portable`` targets); TensorFlow: the Tree Ensemble Layer
     (the trace-free ops, whose CPU kernels run the GPU pipeline). For the
     tests of the GPU kernels' bodies."""
-    previous = getattr(_local, "portable", False)
-    _local.portable = enabled
-    try:
+    with thread_flag(_local, "portable", enabled):
         yield
-    finally:
-        _local.portable = previous
 
 
 def trace_free():

@@ -34,6 +34,7 @@ import numpy as np
 import keras
 from keras import ops
 from keras_trees._arrays import to_numpy
+from keras_trees._modes import thread_flag
 
 _collectors = threading.local()
 
@@ -205,12 +206,8 @@ def unchecked_for_timing():
     benchmark can time the ``keras.ops`` path with and without the cost of its
     checks (on the reference path each check is a ``lax.cond``, which a GPU
     decides on the host). Bad input then passes silently: never for user code."""
-    previous = getattr(_collectors, "unchecked", False)
-    _collectors.unchecked = True
-    try:
+    with thread_flag(_collectors, "unchecked"):
         yield
-    finally:
-        _collectors.unchecked = previous
 
 
 def jax_check(oks, messages, error=ValueError, output=None):
