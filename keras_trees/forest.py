@@ -447,9 +447,12 @@ class Forest:
         return (self.node_state == topology.SPLIT).sum(axis=1)
 
     def tree(self, i):
-        """Tree ``i`` alone, as a one-tree [`Forest`][keras_trees.forest.Forest] (same kind, outputs, facts)."""
+        """Tree ``i`` alone, as a one-tree [`Forest`][keras_trees.forest.Forest] (same kind, outputs, facts).
+        A negative ``i`` counts from the last tree, as Python's indexing does
+        (``tree(-1)`` is the last)."""
         if isinstance(i, bool) or int(i) != i or not -self.num_trees <= i < self.num_trees:
-            raise ValueError(f"tree index i must be an integer in [0, {self.num_trees}), got {i!r}")
+            raise ValueError(f"tree index i must be an integer in [-{self.num_trees}, {self.num_trees}) "
+                             f"(negative: counted from the last tree), got {i!r}")
         one = slice(int(i) % self.num_trees, int(i) % self.num_trees + 1)
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         for name in ("node_state", "leaves", "source_node") + _PARAMETERS:

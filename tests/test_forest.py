@@ -85,8 +85,10 @@ def test_forests_aggregate_and_split_into_trees():
     first = two.tree(0)
     np.testing.assert_array_equal(first.route(X)[:, 0], LEAVES)
     np.testing.assert_array_equal(two.tree(-1).route(X)[:, 0], two.route(X)[:, 1])
-    with pytest.raises(ValueError, match="tree index"):
-        two.tree(2)
+    np.testing.assert_array_equal(two.tree(-2).route(X)[:, 0], LEAVES)  # Python's negative indexing
+    for bad in (2, -3, 0.5, True):
+        with pytest.raises(ValueError, match=r"tree index i must be an integer in \[-2, 2\) \(negative: counted"):
+            two.tree(bad)
 
 
 def test_node_statistics_counts_add_up():

@@ -173,7 +173,8 @@ def from_end_to_end(layer, tree_index=0):
     """Deprecated: use ``layer.to_forest().tree(tree_index)``.
 
     Tree ``tree_index`` of a built [`EndToEndTree`][keras_trees.layers.end_to_end_tree.EndToEndTree]/``EndToEndForest`` as a
-    one-tree [`Forest`][keras_trees.forest.Forest] (plain inputs, no ``split_features``)."""
+    one-tree [`Forest`][keras_trees.forest.Forest] (plain inputs, no ``split_features``); a negative
+    ``tree_index`` counts from the last tree, as Python's indexing does."""
     warnings.warn("from_end_to_end is deprecated: use layer.to_forest().tree(tree_index)",
                   DeprecationWarning, stacklevel=2)
     if getattr(layer, "split_features", None) is not None:

@@ -125,9 +125,13 @@ class HingeBatchNormalization(CheckedLoading, CheckedInputs, keras.layers.Layer)
 
     def call(self, inputs, training=None):
         inputs = ops.convert_to_tensor(inputs)
-        if keras.backend.is_float_dtype(inputs.dtype) and not tensors.is_keras_symbolic(inputs):
-            # One check, no host trip under jax.jit unless it fails.
-            inputs = batched.require_all([tensors.finite_check(inputs, "x contains NaN or Inf")], output=inputs)
+        if not tensors.is_keras_symbolic(inputs):
+            # x (when floating) and the running statistics finite: one check, no
+            # host trip under jax.jit unless it fails.
+            checks = batched.variable_checks(self, [self.moving_mean, self.moving_variance])
+            if keras.backend.is_float_dtype(inputs.dtype):
+                checks = [tensors.finite_check(inputs, "x contains NaN or Inf")] + checks
+            inputs = batched.require_all(checks, output=inputs)
         dtype = keras.backend.standardize_dtype(inputs.dtype)
         if not keras.backend.is_float_dtype(dtype):
             dtype = self.compute_dtype

@@ -164,6 +164,26 @@ def test_non_finite_weights_are_rejected_naming_the_variable(family, variable):
         model.predict(x, verbose=0)
 
 
+@pytest.mark.parametrize("variable", ["moving_mean", "moving_variance"])
+def test_hinge_batch_norm_rejects_non_finite_statistics(variable):
+    """A NaN or Inf running statistic (assigned, or from a diverged run) is an
+    error naming the variable, eagerly and in the compiled predict, as every
+    other layer's variables are, never a NaN prediction."""
+    x = data(n=32)[0]
+    bn = kt_layers.HingeBatchNormalization(name="hbn")
+    model = keras.Sequential([keras.Input((6,)), bn])
+    model(x)
+    v = getattr(bn, variable)
+    value = np.array(keras.ops.convert_to_numpy(v))
+    value[2] = np.inf if variable == "moving_variance" else np.nan
+    v.assign(value)
+    message = f"hbn.{{0,3}}: variable {variable} contains NaN or Inf; did training diverge"
+    with pytest.raises(ValueError, match=message):
+        bn(x)
+    with pytest.raises(Exception, match=message):
+        model.predict(x, verbose=0)
+
+
 @pytest.mark.slow_on("jax")
 def test_hinge_batch_norm_rejects_non_finite_inputs():
     """NaN/Inf x is an error naming x, in training and inference,

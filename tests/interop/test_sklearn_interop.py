@@ -107,6 +107,11 @@ def test_end_to_end_tree_to_forest_and_the_deprecated_names(rng):
     with pytest.warns(DeprecationWarning, match="to_forest"):
         old = interop.from_end_to_end(layer)
     np.testing.assert_array_equal(old.route(x), forest.route(x))
+    with pytest.warns(DeprecationWarning):  # Python's indexing: -1 is the last (here the only) tree
+        np.testing.assert_array_equal(interop.from_end_to_end(layer, tree_index=-1).route(x), forest.route(x))
+    for bad in (1, -2):
+        with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match=r"in \[-1, 1\) \(negative"):
+            interop.from_end_to_end(layer, tree_index=bad)
     with pytest.warns(DeprecationWarning, match="Forest"):
         heap_tree = interop.HeapTree
     w, b = forest.linear_form()
