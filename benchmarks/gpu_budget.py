@@ -42,7 +42,6 @@ import importlib.util
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -79,10 +78,12 @@ KERNEL_BUDGETS = [
 
 
 def compiler():
-    found = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
-    if not found:
-        raise SystemExit("gpu_budget.py needs a C++17 compiler: install g++ or set CXX")
-    return found
+    """The library's C++ compiler ($CXX, else g++ or c++: keras_trees/_build.py)."""
+    build = _load_build()
+    try:
+        return build._compiler()
+    except build.BuildError as exc:
+        raise SystemExit(f"gpu_budget.py needs a C++17 compiler: {exc}") from None
 
 
 def record(build_dir):
