@@ -242,6 +242,13 @@ def route_to_leaves(x, split_weights, split_bias, node_state, expert_weights=Non
 
 @keras_trees_export("keras_trees.ops")
 def path_lengths(node):
-    """Number of splits evaluated on each path: the depth of the stop position."""
+    """Number of splits evaluated on each path: the depth of the stop position.
+
+    Domain: ``node`` whole numbers >= 0 (heap positions); a tensor position
+    < 0 gives an undefined length.
+    Python numbers and NumPy arrays outside the domain raise ``ValueError``;
+    tensors are not read (see docs/errors.md, "The math helpers").
+    """
+    tensors.host_domain(node, "node", "heap positions (whole numbers >= 0)", lambda a: (a >= 0) & (a % 1 == 0))
     node = ops.cast(tensors.as_tensor(node, "node"), "float32")
     return ops.cast(ops.floor(ops.log2(node + 1.0) + 1e-6), "int32")

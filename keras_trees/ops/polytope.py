@@ -36,7 +36,16 @@ _TINY = 1e-30  # a normal number in float32 and float64
 
 @keras_trees_export("keras_trees.ops")
 def noisy_or_rate(z, expert_weights):
-    """``S = sum_k r_k softplus(z_k)`` over the last axis (stable softplus)."""
+    """``S = sum_k r_k softplus(z_k)`` over the last axis (stable softplus).
+
+    Domain: ``z`` real, ``expert_weights`` (``r_k``) >= 0; tensor weights < 0
+    give a negative rate, which no probability has.
+    Python numbers and NumPy arrays outside the domain raise ``ValueError``;
+    tensors are not read (see docs/errors.md, "The math helpers").
+    """
+    tensors.host_domain(z, "z", "real numbers (not NaN)", lambda a: a == a)
+    tensors.host_domain(expert_weights, "expert_weights", "numbers >= 0 (the experts' rates r_k)",
+                        lambda a: (a >= 0) & (a < float("inf")))
     z = tensors.floating(z, "z")
     return ops.sum(ops.cast(expert_weights, z.dtype) * ops.softplus(z), axis=-1)
 
@@ -47,8 +56,12 @@ def log1mexp(a):
 
     ``a`` is floored at a tiny positive value so ``a = 0`` gives a large finite
     negative number instead of ``log(0)``; both branches are evaluated on safe
-    inputs so gradients stay finite.
+    inputs so gradients stay finite. ``a = inf`` gives 0; a tensor ``a < 0``
+    is floored like 0 (``log(1 - exp(-a))`` is not real there).
+    Python numbers and NumPy arrays outside the domain raise ``ValueError``;
+    tensors are not read (see docs/errors.md, "The math helpers").
     """
+    tensors.host_domain(a, "a", "numbers >= 0", lambda v: v >= 0)
     a = tensors.floating(a, "a")
     a = ops.maximum(a, ops.cast(_TINY, a.dtype))
     small = ops.minimum(a, LOG2)
@@ -58,7 +71,14 @@ def log1mexp(a):
 
 @keras_trees_export("keras_trees.ops")
 def noisy_or_probability(rate):
-    """``f = 1 - exp(-S)`` (Eq. 2), computed as ``-expm1(-S)``."""
+    """``f = 1 - exp(-S)`` (Eq. 2), computed as ``-expm1(-S)``.
+
+    Domain: ``rate`` >= 0 (``inf`` gives 1); a tensor rate < 0 gives a
+    negative number, which is no probability.
+    Python numbers and NumPy arrays outside the domain raise ``ValueError``;
+    tensors are not read (see docs/errors.md, "The math helpers").
+    """
+    tensors.host_domain(rate, "rate", "numbers >= 0", lambda a: a >= 0)
     rate = tensors.floating(rate, "rate")
     return -ops.expm1(-rate)
 
@@ -72,7 +92,13 @@ def noisy_or_log_probabilities(rate):
 
 @keras_trees_export("keras_trees.ops")
 def p0_to_rate(p0):
-    """``S0 = -log(1 - p0)``: the rate at which ``f`` equals ``p0``."""
+    """``S0 = -log(1 - p0)``: the rate at which ``f`` equals ``p0``.
+
+    Domain: ``0 <= p0 < 1``; a tensor ``p0 = 1`` gives ``inf``, ``p0 > 1`` NaN.
+    Python numbers and NumPy arrays outside the domain raise ``ValueError``;
+    tensors are not read (see docs/errors.md, "The math helpers").
+    """
+    tensors.host_domain(p0, "p0", "a probability in [0, 1)", lambda a: (a >= 0) & (a < 1))
     return -ops.log1p(-tensors.floating(p0, "p0"))
 
 
@@ -84,7 +110,16 @@ def annealed_logits(rate, rate0, steepness):
 
 @keras_trees_export("keras_trees.ops")
 def annealed_log_probabilities(rate, rate0, steepness):
-    """``(log f_lambda, log(1 - f_lambda))`` with ``S0 = -log(1 - p0)`` (Eq. 25)."""
+    """``(log f_lambda, log(1 - f_lambda))`` with ``S0 = -log(1 - p0)`` (Eq. 25).
+
+    Domain: ``rate`` and ``rate0`` >= 0, ``steepness`` (``lambda``) finite and
+    > 0; a NaN tensor steepness gives NaN.
+    Python numbers and NumPy arrays outside the domain raise ``ValueError``;
+    tensors are not read (see docs/errors.md, "The math helpers").
+    """
+    tensors.host_domain(rate, "rate", "numbers >= 0", lambda a: a >= 0)
+    tensors.host_domain(rate0, "rate0", "numbers >= 0 (S0 = -log(1 - p0))", lambda a: (a >= 0) & (a < float("inf")))
+    tensors.host_domain(steepness, "steepness", "a finite number > 0", lambda a: (a > 0) & (a < float("inf")))
     logits = annealed_logits(rate, rate0, steepness)
     return ops.log_sigmoid(logits), ops.log_sigmoid(-logits)
 

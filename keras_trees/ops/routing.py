@@ -24,9 +24,16 @@ def smooth_step(t, gamma=1.0):
     ``-2 t^3 / gamma^3 + 3 t / (2 gamma) + 1/2`` in between. Continuously
     differentiable; exact zeros and ones give conditional computation.
 
+    Domain: ``t`` real (``+-inf`` give 0 and 1), ``gamma`` finite and > 0; a
+    tensor ``gamma = 0`` gives a step with NaN at ``t = 0``.
+    Python numbers and NumPy arrays outside the domain raise ``ValueError``;
+    tensors are not read (see docs/errors.md, "The math helpers").
+
     >>> float(smooth_step(0.0, 1.0))
     0.5
     """
+    tensors.host_domain(t, "t", "real numbers (not NaN)", lambda a: a == a)
+    tensors.host_domain(gamma, "gamma", "a finite number > 0", lambda a: (a > 0) & (a < float("inf")))
     t = tensors.floating(t, "t")
     gamma = ops.cast(gamma, t.dtype)
     u = t / gamma
@@ -44,7 +51,14 @@ def logistic_step(t, gamma=1.0):
 
     At ``gamma = 1`` it is the paper's ``(1 + e^{-6t})^{-1}`` (Figure 1): same scale as
     the smooth-step, but never exactly 0 or 1, so every node is always reached.
+
+    Domain: ``t`` real, ``gamma`` finite and > 0; a tensor ``gamma = 0`` gives
+    NaN at ``t = 0`` and a step elsewhere.
+    Python numbers and NumPy arrays outside the domain raise ``ValueError``;
+    tensors are not read (see docs/errors.md, "The math helpers").
     """
+    tensors.host_domain(t, "t", "real numbers (not NaN)", lambda a: a == a)
+    tensors.host_domain(gamma, "gamma", "a finite number > 0", lambda a: (a > 0) & (a < float("inf")))
     t = tensors.floating(t, "t")
     return ops.sigmoid(6.0 * t / ops.cast(gamma, t.dtype))
 

@@ -446,6 +446,38 @@ def positive_scalar(value, name):
     return value
 
 
+def host_domain(value, name, expected, ok):
+    """The rule of the public math helpers (``keras_trees.ops``): a value given as
+    a Python number, a list of them or a NumPy array is checked at once and
+    refused with a ``ValueError`` naming ``name`` and ``expected`` unless
+    ``ok(array)`` holds at every element (NaN fails every domain; ``ok`` uses
+    comparisons only, so that it takes a float as well); a tensor of a
+    backend is not read (that would cost a device sync or a graph check in every
+    layer that calls the helper) and gives what the formula gives in IEEE
+    arithmetic. Returns ``value`` unchanged."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, list, tuple, np.ndarray, np.number)):
+        return value
+    if isinstance(value, (int, float)):
+        # math, not NumPy: torch.compile traces NumPy calls on Python numbers as tensor ops.
+        good = not math.isnan(value) and bool(ok(float(value)))
+        if not good:
+            raise ValueError(f"{name} must be {expected}, got {value!r}")
+        return value
+    try:
+        a = np.asarray(value)
+    except (TypeError, ValueError):
+        return value
+    if a.dtype.kind not in "iuf" or not a.size:
+        return value
+    a = a.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        bad = np.isnan(a) | ~np.asarray(ok(a), bool)
+    if np.any(bad):
+        first = a[bad].flat[0]
+        raise ValueError(f"{name} must be {expected}, got {first!r} ({int(bad.sum())} of {a.size} values outside)")
+    return value
+
+
 def indices(x, name, upper, lower=0, dtype="int32"):
     """Integer ids in ``[lower, upper)`` as ``dtype``; checked *before* the cast,
     so int64 values beyond int32 and fractional floats are refused, never
