@@ -31,7 +31,11 @@ def _ensemble_bwd(residuals, grad_output):
         tuple(common.shape(a.shape, x.dtype) for a in (x, w, b, o)),
         grad_output.astype(x.dtype), x, w, b, o, g,
     )
-    return gx, gw, gb, go, None  # gamma is a hyperparameter: no gradient, as in TensorFlow
+    # The split values enter the smooth-step as t / gamma, so dL/dgamma =
+    # -sum(dL/dt * t) / gamma, and with t = w . x + b that sum is
+    # sum(w * dL/dw) + sum(b * dL/db) (unused under jit, then removed).
+    gg = -(jnp.sum(w * gw) + jnp.sum(b * gb)) / g
+    return gx, gw, gb, go, gg
 
 
 _ensemble.defvjp(_ensemble_fwd, _ensemble_bwd)

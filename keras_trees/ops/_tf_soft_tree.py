@@ -57,6 +57,13 @@ def mean_reachable_leaves(x, node_weights, node_bias, gamma):
     return reached / tf.maximum(pairs, 1.0)
 
 
+def _gamma_grad(w, b, gw, gb, g):
+    """The gradient of ``gamma``: the split values enter the smooth-step as
+    ``t / gamma``, so ``dL/dgamma = -sum(dL/dt * t) / gamma``, and since
+    ``t = w . x + b`` that sum is ``sum(w * dL/dw) + sum(b * dL/db)``."""
+    return -(tf.reduce_sum(w * gw) + tf.reduce_sum(b * gb)) / g
+
+
 @tf.RegisterGradient("KerasTrees>SoftTreeEnsemble")
 def _soft_tree_ensemble_grad(op, grad_output, *unused_trace_grads):
     x, w, b, o, g = op.inputs
@@ -69,11 +76,11 @@ def _soft_tree_ensemble_grad(op, grad_output, *unused_trace_grads):
     gx, gw, gb, go = _library.module().keras_trees_soft_tree_ensemble_grad(
         grad_output, x, w, o, offsets, index, value
     )
-    return gx, gw, gb, go, None
+    return gx, gw, gb, go, _gamma_grad(w, b, gw, gb, g)
 
 
 @tf.RegisterGradient("KerasTrees>SoftTreeEnsembleTraceFree")
 def _soft_tree_ensemble_trace_free_grad(op, grad_output):
     x, w, b, o, g = op.inputs
     gx, gw, gb, go = _library.module().keras_trees_soft_tree_ensemble_trace_free_grad(grad_output, x, w, b, o, g)
-    return gx, gw, gb, go, None
+    return gx, gw, gb, go, _gamma_grad(w, b, gw, gb, g)

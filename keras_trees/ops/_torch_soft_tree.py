@@ -27,10 +27,14 @@ def _backward(ctx, grad_output):
     x, w, b, o, g = ctx.saved_tensors
     needs = ctx.needs_input_grad
     # grad_x (a third of the backward walk) is computed only when x requires
-    # it; gamma is a hyperparameter: no gradient, as in TensorFlow and JAX.
+    # it. The split values enter the smooth-step as t / gamma, so dL/dgamma =
+    # -sum(dL/dt * t) / gamma, and with t = w . x + b that sum is
+    # sum(w * dL/dw) + sum(b * dL/db).
     grad_output = common.grad_or_zeros(grad_output, x.new_empty((x.shape[0], o.shape[2])))
     grads = common.ops().soft_tree_ensemble_grad(grad_output, x, w, b, o, g, bool(needs[0]))
-    return (*[grad if need else None for grad, need in zip(grads, needs)], None)
+    gx, gw, gb, go = grads
+    gg = -((w * gw).sum() + (b * gb).sum()) / g if needs[4] else None
+    return (*[grad if need else None for grad, need in zip(grads, needs)], gg)
 
 
 def soft_tree_ensemble(x, node_weights, node_bias, leaf_weights, gamma, with_trace=True):
@@ -42,7 +46,7 @@ def soft_tree_ensemble(x, node_weights, node_bias, leaf_weights, gamma, with_tra
     if node_bias is None:
         node_bias = torch.zeros(tuple(node_weights.shape[:2]), dtype=dtype)
     x, w, b, o = common.cast(dtype, x, node_weights, node_bias, leaf_weights)
-    (g,) = common.cast(dtype, common.tensor(gamma).detach().reshape(()))
+    (g,) = common.cast(dtype, common.tensor(gamma).reshape(()))
     return common.ops().soft_tree_ensemble(x, w, b, o, g).to(out)
 
 

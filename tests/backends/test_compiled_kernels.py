@@ -210,6 +210,21 @@ def test_soft_tree_ensemble(dtype, batch, engine):
         check_deterministic(kernel, args)
 
 
+@pytest.mark.parametrize("engine", tel_engines())
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_soft_tree_ensemble_gamma_gradient(dtype, engine):
+    """A differentiated gamma (a trainable width) gets the reference's gradient
+    on the kernels too, and the central differences' in float64."""
+    rng = np.random.default_rng(7)
+    kernel = tree_ops.soft_tree_ensemble
+    reference = tree_ops.soft_tree_ensemble_reference
+    with precision(dtype), engine_scope(engine):
+        args = ensemble_args(rng, 9, dtype) + [np.asarray(1.5, dtype)]
+        check_gradients(kernel, reference, args, [1, 4], dtype, rng)
+        _, (g_gamma,) = value_and_gradients(kernel, args, [4], np.ones((9, 2), dtype))
+        assert float(g_gamma) != 0.0
+
+
 def ensemble_vjp(x, w, b, o, gamma, cot):
     """Output and the gradients of sum(output * cot) for x, w, b and o (JAX)."""
     import jax
