@@ -22,6 +22,14 @@
 
 namespace keras_trees {
 
+// The error of a non-finite split value on a sample's path, of hard routing
+// and loss-augmented inference (the same text as the keras.ops reference).
+inline const char* kSplitValueOverflow =
+    "x: a split value on the path of a sample is not finite (<w, x> + b overflows the range "
+    "of the dtype of x); the inputs or the split parameters are too large: scale the inputs (e.g. "
+    "standardize them) or compute in float64";
+
+
 // fn(begin, end) processes the items [begin, end).
 using RangeFn = std::function<void(int64_t begin, int64_t end)>;
 

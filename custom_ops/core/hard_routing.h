@@ -48,12 +48,6 @@ bool HardRouteExperts(const RoutingDims& d, const T* x, const T* split_weights,
                       const bool* is_split, int32_t* node, T* path_values,
                       const ParallelFor& parallel_for);
 
-// The error of a non-finite split value (the same text as the keras.ops reference).
-inline const char* kSplitValueOverflow =
-    "x: a split value on the path of a sample is not finite (<w, x> + b overflows the range "
-    "of the dtype of x); the inputs or the split parameters are too large: scale the inputs (e.g. "
-    "standardize them) or compute in float64";
-
 }  // namespace keras_trees
 
 #endif  // KERAS_TREES_CORE_HARD_ROUTING_H_

@@ -8,6 +8,7 @@
 #include "core/loss_augmented.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <vector>
 
@@ -35,14 +36,15 @@ KT_HOST_DEVICE inline void Consider(int64_t c, T score, int64_t h_leaf, int64_t*
 }  // namespace
 
 template <typename T, typename TL>
-void LossAugmentedInference(const LossAugmentedDims& d, bool log_loss, bool fast, const T* x,
+bool LossAugmentedInference(const LossAugmentedDims& d, bool log_loss, bool fast, const T* x,
                             const T* split_weights, const T* split_bias, const T* leaf_values,
                             const TL* labels, int32_t* g_leaf, int32_t* h_leaf, T* score,
                             const ParallelFor& parallel_for) {
   const int64_t batch = d.batch, p = d.input_dim, num_internal = d.num_internal;
   const int64_t num_leaves = num_internal + 1, k = d.classes;
   const int depth = d.depth;
-  if (batch == 0) return;
+  if (batch == 0) return true;
+  std::atomic<bool> finite{true};  // a flag, not a float: the results stay deterministic
 
   // Log loss of leaf j for label c is lse_j - theta[j, c]. The exact search
   // scores every leaf of every sample, so the log-sum-exp of every leaf is
@@ -92,11 +94,13 @@ void LossAugmentedInference(const LossAugmentedDims& d, bool log_loss, bool fast
     parallel_for(batch, cost, [&](int64_t begin, int64_t end) {
       std::vector<int64_t> path(depth);
       std::vector<T> values(depth);
+      bool shard_finite = true;
       for (int64_t s = begin; s < end; ++s) {
         const T* xs = x + s * p;
         int64_t node = 0;
         for (int level = 0; level < depth; ++level) {
           const T v = split_value(xs, node);
+          shard_finite &= std::isfinite(v);
           path[level] = node;
           values[level] = v;
           node = v > T(0) ? 2 * node + 2 : 2 * node + 1;
@@ -112,6 +116,7 @@ void LossAugmentedInference(const LossAugmentedDims& d, bool log_loss, bool fast
           int64_t n = right ? 2 * path[level] + 1 : 2 * path[level] + 2;
           while (n < num_internal) {
             const T u = split_value(xs, n);
+            shard_finite &= std::isfinite(u);
             margin += u > T(0) ? RightCost(u) : LeftCost(u);  // agreeing: adds exactly 0
             n = u > T(0) ? 2 * n + 2 : 2 * n + 1;
           }
@@ -122,8 +127,9 @@ void LossAugmentedInference(const LossAugmentedDims& d, bool log_loss, bool fast
         h_leaf[s] = static_cast<int32_t>(h);
         score[s] = best_score;
       }
+      if (!shard_finite) finite.store(false, std::memory_order_relaxed);
     });
-    return;
+    return finite.load();
   }
 
   // Exact (Eq. 10-12): every split value (O(2**d p)), then the path margin of
@@ -132,12 +138,14 @@ void LossAugmentedInference(const LossAugmentedDims& d, bool log_loss, bool fast
   const int64_t cost = num_internal * (2 * p + 8) + num_leaves * (log_loss ? 4 : 3 * k);
   parallel_for(batch, cost, [&](int64_t begin, int64_t end) {
     std::vector<T> margin(num_positions);
+    bool shard_finite = true;
     for (int64_t s = begin; s < end; ++s) {
       const T* xs = x + s * p;
       margin[0] = T(0);
       int64_t h_node = 0;
       for (int64_t i = 0; i < num_internal; ++i) {
         const T v = split_value(xs, i);
+        shard_finite &= std::isfinite(v);
         margin[2 * i + 1] = margin[i] + LeftCost(v);
         margin[2 * i + 2] = margin[i] + RightCost(v);
         if (i == h_node) h_node = v > T(0) ? 2 * i + 2 : 2 * i + 1;
@@ -153,11 +161,13 @@ void LossAugmentedInference(const LossAugmentedDims& d, bool log_loss, bool fast
       h_leaf[s] = static_cast<int32_t>(h);
       score[s] = best_score;
     }
+    if (!shard_finite) finite.store(false, std::memory_order_relaxed);
   });
+  return finite.load();
 }
 
 #define KT_INSTANTIATE_LOSS_AUGMENTED(T, TL)                                                    \
-  template void LossAugmentedInference<T, TL>(const LossAugmentedDims&, bool, bool, const T*,   \
+  template bool LossAugmentedInference<T, TL>(const LossAugmentedDims&, bool, bool, const T*,   \
                                               const T*, const T*, const T*, const TL*, int32_t*, \
                                               int32_t*, T*, const ParallelFor&);
 

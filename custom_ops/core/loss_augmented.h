@@ -32,9 +32,12 @@ struct LossAugmentedDims {
 };
 
 // Instantiated for (T, TL) = (float, int32_t), (double, int32_t), (float, float)
-// and (double, double).
+// and (double, double). Returns false when a split value that the search
+// reads (every one for the exact search, those on the paths to the d + 1
+// candidate leaves for the fast one) is not finite (<w, x> + b overflowed);
+// the adapters then raise kSplitValueOverflow (core/common.h).
 template <typename T, typename TL>
-void LossAugmentedInference(const LossAugmentedDims& d, bool log_loss, bool fast, const T* x,
+bool LossAugmentedInference(const LossAugmentedDims& d, bool log_loss, bool fast, const T* x,
                             const T* split_weights, const T* split_bias, const T* leaf_values,
                             const TL* labels, int32_t* g_leaf, int32_t* h_leaf, T* score,
                             const ParallelFor& parallel_for);

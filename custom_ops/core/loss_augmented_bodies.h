@@ -28,6 +28,7 @@ enum Status : int {
   kBadLeafValues,
   kBadTargets,  // loss "squared": a target not finite
   kBadLabel,    // loss "log": a label outside [0, classes)
+  kOverflow,    // the search read a split value that is not finite (set by Fast and Exact)
   kStatusWords
 };
 
@@ -136,7 +137,8 @@ struct SplitValues {
 // then for each level in order the leaf reached by flipping that bit and
 // following sgn(v) below, its margin summed down the path; the candidates
 // compete by Beats, starting from the h leaf with its loss alone (the CPU
-// core's loop, statement for statement).
+// core's loop, statement for statement). A split value read that is not
+// finite sets status[kOverflow] to the smallest such sample.
 template <typename T, typename TL>
 struct Fast {
   LossAugmentedDims d;
@@ -146,13 +148,16 @@ struct Fast {
   int32_t* g_leaf;
   int32_t* h_leaf;
   T* score;
+  unsigned long long* status;
   KT_HOST_DEVICE void operator()(int64_t s) const {
     const T* xs = x + s * d.input_dim;
     int64_t path[kMaxDepth];
     T values[kMaxDepth];
     int64_t node = 0;
+    bool finite = true;
     for (int level = 0; level < d.depth; ++level) {
       const T v = split(xs, node);
+      finite = finite && portable::IsFinite(v);
       path[level] = node;
       values[level] = v;
       node = v > T(0) ? 2 * node + 2 : 2 * node + 1;
@@ -167,6 +172,7 @@ struct Fast {
       int64_t n = right ? 2 * path[level] + 1 : 2 * path[level] + 2;
       while (n < d.num_internal) {
         const T u = split(xs, n);
+        finite = finite && portable::IsFinite(u);
         margin = margin + (u > T(0) ? RightCost(u) : LeftCost(u));
         n = u > T(0) ? 2 * n + 2 : 2 * n + 1;
       }
@@ -180,6 +186,7 @@ struct Fast {
     g_leaf[s] = static_cast<int32_t>(best);
     h_leaf[s] = static_cast<int32_t>(h);
     score[s] = best_score;
+    if (!finite) portable::AtomicMin(status + kOverflow, static_cast<unsigned long long>(s));
   }
 };
 
@@ -199,7 +206,9 @@ struct Fast {
 // highest changed bit are recomputed, so each split value is computed once),
 // keeping its best candidate by Beats; the block then reduces the threads'
 // candidates in shared memory by halving strides. Beats is a total order, so
-// the winner is the CPU core's whatever the reduction's shape.
+// the winner is the CPU core's whatever the reduction's shape. Every split
+// value is computed once (phase 0 or a subtree walk); one that is not finite
+// sets status[kOverflow] to the smallest such sample.
 constexpr int kBlockThreads = 256;
 constexpr int kTopLevels = 8;  // 2**kTopLevels == kBlockThreads frontier nodes
 constexpr int kReduceRounds = 8;  // log2(kBlockThreads)
@@ -225,6 +234,11 @@ struct Exact {
   int32_t* h_leaf;
   T* score;
   int top;  // min(depth, kTopLevels)
+  unsigned long long* status;
+
+  KT_HOST_DEVICE void Overflow(int64_t s) const {
+    portable::AtomicMin(status + kOverflow, static_cast<unsigned long long>(s));
+  }
 
   // 0: top split values; 1..top: top margins, one level each; top + 1: the h
   // leaf; top + 2: subtrees; then kReduceRounds reduction rounds; last: write.
@@ -234,7 +248,10 @@ struct Exact {
     const T* xs = x + s * d.input_dim;
     const int64_t top_internal = (int64_t{1} << top) - 1;
     if (phase == 0) {
-      if (t < top_internal) sh.split[t] = split(xs, t);
+      if (t < top_internal) {
+        sh.split[t] = split(xs, t);
+        if (!portable::IsFinite(sh.split[t])) Overflow(s);
+      }
       if (t == 0) sh.margin[0] = T(0);
     } else if (phase <= top) {
       const int level = phase - 1;
@@ -293,7 +310,10 @@ struct Exact {
           first = r - 1 - zeros;
         }
         for (int l = first; l < r; ++l) {
-          if (l > first || j == 0) value[l] = split(xs, node[l]);
+          if (l > first || j == 0) {
+            value[l] = split(xs, node[l]);
+            if (!portable::IsFinite(value[l])) Overflow(s);
+          }
           const bool right = ((j >> (r - 1 - l)) & 1) != 0;
           margin[l + 1] = margin[l] + (right ? RightCost(value[l]) : LeftCost(value[l]));
           node[l + 1] = right ? 2 * node[l] + 2 : 2 * node[l] + 1;

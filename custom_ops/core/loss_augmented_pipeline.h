@@ -68,14 +68,15 @@ std::string LossAugmentedPipeline(Exec& exec, const LossAugmentedDims& d, bool l
   }
   const SplitValues<T> split{split_weights, split_bias, d.input_dim};
   if (fast) {
-    exec.For(d.batch, Fast<T, TL>{d, x, split, loss, g_leaf, h_leaf, score});
+    exec.For(d.batch, Fast<T, TL>{d, x, split, loss, g_leaf, h_leaf, score, status});
   } else {
     const int top = d.depth < kTopLevels ? d.depth : kTopLevels;
-    exec.ForBlocks(d.batch, Exact<T, TL>{d, x, split, loss, g_leaf, h_leaf, score, top});
+    exec.ForBlocks(d.batch, Exact<T, TL>{d, x, split, loss, g_leaf, h_leaf, score, top, status});
   }
-  // Wait for the kernels: the scratch memory is free for the next call when
-  // the pipeline returns.
-  exec.CopyToHost(words, status, sizeof(words[0]));
+  // Wait for the kernels (the scratch memory is free for the next call when
+  // the pipeline returns) and read the searches' word.
+  exec.CopyToHost(words, status, sizeof(words));
+  if (words[kOverflow] != portable::kNone) return kSplitValueOverflow;
   return "";
 }
 

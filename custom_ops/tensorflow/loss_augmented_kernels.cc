@@ -20,9 +20,11 @@ struct LossAugmentedCpuRun {
                          const T* x, const T* w, const T* b, const T* theta, const TL* y, int32_t* g, int32_t* h,
                          T* score) const {
     std::string message = CheckLossAugmentedValues<T, TL>(d, log_loss, x, w, b, theta, y);
-    if (message.empty()) LossAugmentedInference<T, TL>(d, log_loss, fast, x, w, b, theta, y, g, h, score,
-                                                       CpuParallelFor(ctx));
-    return message;
+    if (!message.empty()) return message;
+    if (!LossAugmentedInference<T, TL>(d, log_loss, fast, x, w, b, theta, y, g, h, score, CpuParallelFor(ctx))) {
+      return kSplitValueOverflow;
+    }
+    return "";
   }
 };
 

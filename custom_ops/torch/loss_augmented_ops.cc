@@ -14,8 +14,11 @@ std::tuple<Tensor, Tensor, Tensor> Run(const LossAugmentedDims& d, bool log_loss
   Check(CheckLossAugmentedValues<T, TL>(d, log_loss, Data<T>(x), Data<T>(w), Data<T>(b), Data<T>(theta),
                                         Data<TL>(y)));
   Tensor g = Empty<int32_t>({d.batch}), h = Empty<int32_t>({d.batch}), score = Empty<T>({d.batch});
-  LossAugmentedInference<T, TL>(d, log_loss, fast, Data<T>(x), Data<T>(w), Data<T>(b), Data<T>(theta), Data<TL>(y),
-                                Data<int32_t>(g), Data<int32_t>(h), Data<T>(score), TorchParallelFor());
+  if (!LossAugmentedInference<T, TL>(d, log_loss, fast, Data<T>(x), Data<T>(w), Data<T>(b), Data<T>(theta),
+                                     Data<TL>(y), Data<int32_t>(g), Data<int32_t>(h), Data<T>(score),
+                                     TorchParallelFor())) {
+    Fail(kSplitValueOverflow);
+  }
   return {g, h, score};
 }
 

@@ -20,9 +20,11 @@ ffi::Error Run(ffi::ThreadPool pool, const LossAugmentedDims& d, bool log_loss, 
       !m.empty()) {
     return InvalidArgument(m);
   }
-  LossAugmentedInference<T, TL>(d, log_loss, fast, Data<T>(x), Data<T>(w), Data<T>(b),
-                                Data<T>(theta), Data<TL>(y), Data<int32_t>(g), Data<int32_t>(h),
-                                Data<T>(score), XlaParallelFor(pool));
+  if (!LossAugmentedInference<T, TL>(d, log_loss, fast, Data<T>(x), Data<T>(w), Data<T>(b),
+                                     Data<T>(theta), Data<TL>(y), Data<int32_t>(g), Data<int32_t>(h),
+                                     Data<T>(score), XlaParallelFor(pool))) {
+    return InvalidArgument(kSplitValueOverflow);
+  }
   return ffi::Error::Success();
 }
 

@@ -26,6 +26,7 @@ from keras import ops
 from keras_trees import topology
 from keras_trees.api_export import keras_trees_export
 from keras_trees.ops import _library
+from keras_trees.ops.hard_routing import SPLIT_VALUE_OVERFLOW
 from keras_trees.validation import batched, tensors
 
 LOSSES = ("log", "squared")
@@ -159,14 +160,24 @@ def loss_augmented_inference_reference(x, split_weights, split_bias, leaf_values
     batch = ops.shape(v)[0]
     margin = ops.zeros_like(v[:, :1])
     flips = ops.zeros_like(v[:, :1])
+    overflow = ops.zeros_like(v[:, :1])  # non-finite split values on the path to each position
     for level in range(depth):
         vl = v[:, 2**level - 1: 2 ** (level + 1) - 1]  # (B, 2**level)
         left, right = -vl - ops.abs(vl), vl - ops.abs(vl)
         right_h = ops.cast(vl > 0, v.dtype)
+        bad = ops.cast(ops.logical_not(ops.isfinite(vl)), v.dtype)
         # children in heap order: interleave left/right of each node
         margin = ops.reshape(ops.stack([margin + left, margin + right], axis=-1), (batch, 2 ** (level + 1)))
         flips = ops.reshape(ops.stack([flips + right_h, flips + 1.0 - right_h], axis=-1), (batch, 2 ** (level + 1)))
-    scores = margin + leaf_losses(leaf_values, labels, loss)
+        overflow = ops.reshape(ops.stack([overflow + bad, overflow + bad], axis=-1), (batch, 2 ** (level + 1)))
+    # The kernels' rule: a split value that the search reads (on the path to a
+    # candidate leaf) is not finite.
+    searched = overflow > 0.0
+    if fast:
+        searched = ops.logical_and(searched, flips <= 1.0)
+    with tensors.jit_gathered() as pending:
+        tensors.require(ops.logical_not(ops.any(searched)), SPLIT_VALUE_OVERFLOW)
+    scores = batched.require_all(pending, output=margin + leaf_losses(leaf_values, labels, loss))
     h_leaf = ops.cast(ops.argmin(flips, axis=1), "int32")  # the only leaf with 0 disagreements
     if fast:
         scores = ops.where(flips <= 1.0, scores, ops.full_like(scores, -np.inf))

@@ -649,6 +649,36 @@ def test_loss_augmented_inference_rejects_labels_out_of_range_when_compiled():
         np.asarray(fn(x, np.array([0, 5], "int32")))
 
 
+def overflow_problem(where):
+    """A depth-3 tree and one sample whose split value at heap node ``where``
+    overflows (3e38 * 2 in float32); the sample goes right at the root and left
+    at node 1, so the fast search reads nodes 0, 2, 6 (its path), 1, 3 and 5
+    (the flips), but not node 4."""
+    x = np.ones((1, 2), "float32")
+    w = np.full((7, 2), 0.25, "float32")
+    w[1] = -0.25
+    w[where] = 3e38
+    return x, w, np.zeros(7, "float32"), np.zeros((8, 2), "float32"), np.array([1], "int32")
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast", "exact"])
+@pytest.mark.parametrize("where", [0, 3, 4], ids=["root", "flip", "unread"])
+def test_loss_augmented_inference_refuses_an_overflowing_split_value(fast, where):
+    """A split value that the search reads and that is not finite fails with
+    hard routing's message on the kernel and on the reference, compiled or
+    not; one the fast search never reads does not matter to it."""
+    args = overflow_problem(where)
+    fns = [lambda *a: tree_ops.loss_augmented_inference(*a, fast=fast),
+           lambda *a: tree_ops.loss_augmented_inference_reference(*a, fast=fast)]
+    for fn in fns + [compiled(fn) for fn in fns]:
+        if fast and where == 4:
+            g, h, score = numpy(fn(*args))
+            assert h.tolist() == [7] and np.isfinite(score).all()  # right at nodes 0, 2 and 6
+        else:
+            with pytest.raises(Exception, match="a split value on the path of a sample is not finite"):
+                numpy(fn(*args))
+
+
 # ---------------------------------------------------------------- pruned probabilistic routing
 
 
