@@ -135,6 +135,33 @@ def test_config_round_trip(case):
     assert type(clone) is case.cls and clone.get_config() == config
 
 
+# A bad value of each layer's config and the start of the constructor's message.
+BAD_CONFIG = {
+    "TreeEnsembleLayer": ("transition_width", -1.0, "transition_width must be a finite number > 0"),
+    "EndToEndTree": ("steepness", -1.0, "steepness must be a finite number > 0"),
+    "EndToEndForest": ("steepness", 0.0, "steepness must be a finite number > 0"),
+    "HingeForest": ("max_depth", 0, "max_depth must be"),
+    "HingeFern": ("max_depth", 0, "max_depth must be"),
+    "HingeBatchNormalization": ("momentum", 1.5, "momentum must be"),
+    "ConvexPolytopeTree": ("steepness", -1.0, "steepness must be a finite number > 0"),
+    "NonGreedyTree": ("nu", -1.0, "nu must be a finite number > 0"),
+}
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_a_bad_config_value_gets_the_constructors_message(case):
+    """A corrupt or hand-edited config fails as the constructor would, naming
+    the argument (not Keras' TypeError that dumps the whole config first)."""
+    key, value, message = BAD_CONFIG[case.id]
+    config = dict(case.make().get_config(), **{key: value})
+    with pytest.raises(ValueError, match="^" + message):
+        case.cls.from_config(config)
+    with pytest.raises(ValueError, match="^" + message):
+        keras.saving.deserialize_keras_object({"class_name": case.cls.__name__, "module": case.cls.__module__,
+                                               "registered_name": keras.saving.get_registered_name(case.cls),
+                                               "config": config})
+
+
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
 def test_build_and_call_shapes(case):
     x, _ = sample(case)

@@ -670,6 +670,13 @@ class ConvexPolytopeTree(CheckedLoading, XLACompatibility, FitChecks, HeapTreeLa
         })
         return config
 
+    @classmethod
+    def from_config(cls, config):
+        # The constructor's own errors (a bad argument's ValueError naming it),
+        # not Keras' wrapper, which turns them into a TypeError after a dump
+        # of the whole config.
+        return cls(**config)
+
     # ------------------------------------------------------------ training
     def fit_greedy(self, x, y=None, validation_data=None, **kwargs):
         """Greedy topology learning (Section 3.3.2).

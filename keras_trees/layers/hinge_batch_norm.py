@@ -178,3 +178,10 @@ class HingeBatchNormalization(CheckedLoading, CheckedInputs, keras.layers.Layer)
         config = super().get_config()
         config.update({"axis": self.axis, "momentum": self.momentum, "epsilon": self.epsilon})
         return config
+
+    @classmethod
+    def from_config(cls, config):
+        # The constructor's own errors (a bad argument's ValueError naming it),
+        # not Keras' wrapper, which turns them into a TypeError after a dump
+        # of the whole config.
+        return cls(**config)

@@ -169,7 +169,12 @@ def facet_offsets(expert_weights, threshold):
     ``r_k = 0`` imposes no constraint (``offset = +inf``).
     """
     r = np.asarray(expert_weights, dtype=np.float64)
-    c = np.asarray(threshold, dtype=np.float64)[..., None]
+    c = np.asarray(threshold, dtype=np.float64)
+    if r.ndim < 1 or r.shape[:-1] != c.shape:
+        raise ValueError(
+            f"threshold must have the shape of expert_weights without its last (experts) axis, "
+            f"{r.shape[:-1] if r.ndim else '(..., num_experts)'}, got threshold {c.shape} and expert_weights {r.shape}")
+    c = c[..., None]
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
         u = np.where(r > 0, c / np.where(r > 0, r, 1.0), np.inf)
         # log(expm1(u)) = u + log(1 - exp(-u)); for small u use log(expm1(u)).

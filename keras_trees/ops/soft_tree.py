@@ -72,8 +72,17 @@ def split_values(x, node_weights, node_bias=None):
     """``t[b, m, i] = <w_{m,i}, x_b> + bias_{m,i}`` for every node of every tree."""
     x = tensors.floating(x, "x")
     node_weights = tensors.floating(node_weights, "node_weights", tensors.dtype_name(x))
+    tensors.rank(x, 2, "x", "(batch, input_dim)")
+    tensors.rank(node_weights, 3, "node_weights", "(num_trees, num_internal, input_dim)")
+    if x.shape[1] is not None and node_weights.shape[2] is not None and x.shape[1] != node_weights.shape[2]:
+        raise ValueError(f"x has {x.shape[1]} features but node_weights expects input_dim={node_weights.shape[2]} "
+                         f"(shape (num_trees, num_internal, input_dim) = {tuple(node_weights.shape)})")
     t = ops.einsum("bp,mnp->bmn", x, node_weights)
     if node_bias is not None:
+        node_bias = tensors.floating(node_bias, "node_bias", tensors.dtype_name(x))
+        want, got = tuple(node_weights.shape[:2]), tuple(node_bias.shape)
+        if None not in want + got and got != want:
+            raise ValueError(f"node_bias must have shape (num_trees, num_internal) = {want}, got {got}")
         t = t + node_bias[None]
     return t
 

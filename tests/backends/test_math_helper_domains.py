@@ -69,3 +69,14 @@ def test_tensors_are_not_read_and_follow_ieee_arithmetic():
     right, _ = ops.annealed_log_probabilities(kops.convert_to_tensor([1.0]), 0.5, steep)
     assert math.isnan(float(np.asarray(right)[0]))
     assert float(ops.noisy_or_probability(kops.convert_to_tensor(-0.5))) < 0.0
+
+
+def test_shape_mismatches_name_the_argument():
+    with pytest.raises(ValueError, match=r"^x has 4 features but node_weights expects input_dim=5"):
+        ops.split_values(np.ones((3, 4)), np.ones((2, 3, 5)))
+    with pytest.raises(ValueError, match=r"^node_bias must have shape \(num_trees, num_internal\) = \(2, 3\), got \(2, 4\)"):
+        ops.split_values(np.ones((3, 4)), np.ones((2, 3, 4)), np.ones((2, 4)))
+    with pytest.raises(ValueError, match=r"^threshold must have the shape of expert_weights without its last"):
+        ops.facet_offsets(np.ones((2, 3, 4)), np.ones((2, 5)))
+    assert np.asarray(ops.split_values(np.ones((3, 4)), np.ones((2, 3, 4)), np.ones((2, 3)))).shape == (3, 2, 3)
+    assert ops.facet_offsets(np.ones((2, 3, 4)), np.ones((2, 3))).shape == (2, 3, 4)
