@@ -180,9 +180,15 @@ def _ptx_divisions(ptx):
 
 
 def _compile_unit(nvcc, flags, source, keep_dir):
-    obj = os.path.join(keep_dir, os.path.basename(source) + ".o")
-    done = subprocess.run([nvcc, "-I", os.path.join(ROOT, "custom_ops"), *flags, "--resource-usage", "--keep",
-                           "--keep-dir", keep_dir, "-c", source, "-o", obj], capture_output=True, text=True)
+    obj = os.path.join(keep_dir, os.path.basename(source) + ".cubin")
+    # Device code only (-cubin, one SASS target): ptxas reports the same
+    # resources as in the library's build, without its host compilation.
+    at = flags.index("-gencode")
+    device_flags = [*flags[:at], *flags[at + 2:]]
+    assert "-gencode" not in device_flags, "one architecture only"
+    done = subprocess.run([nvcc, "-I", os.path.join(ROOT, "custom_ops"), *device_flags, "-gencode",
+                           f"arch=compute_{ARCH},code=sm_{ARCH}", "--resource-usage", "--keep", "--keep-dir", keep_dir,
+                           "-cubin", source, "-o", obj], capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"nvcc failed on {source}:\n{done.stdout}{done.stderr}")
     stem = os.path.splitext(os.path.basename(source))[0]
