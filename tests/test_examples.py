@@ -65,8 +65,21 @@ def _multi_worker_lines(out, workers=2, epochs=1):
 
 
 @pytest.mark.slow
-def test_multi_worker_tf_config(tmp_path, capfd):
-    out = run("examples/multi_worker.py", tmp_path, capfd, "--launch", "local")
+def test_multi_worker_tf_config(tmp_path):
+    """In its own process, run (with the workers it starts) in a network
+    namespace that holds only a loopback interface where available: the
+    workers' gRPC servers listen on every interface (tests/distributed/loopback.py)."""
+    import subprocess
+    import sys
+
+    from tests.distributed.loopback import PrivateLoopback
+
+    with PrivateLoopback() as network:
+        done = subprocess.run([*network.prefix, sys.executable, os.path.join(REPO_ROOT, "examples", "multi_worker.py"),
+                               "--smoke", "--launch", "local"], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=600)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    out = done.stdout
     lines = _multi_worker_lines(out)
     assert [line.split(":")[0] for line in lines] == ["worker 0 of 2", "worker 1 of 2"]
     assert lines[0].split(":", 1)[1] == lines[1].split(":", 1)[1]  # the same loss and accuracy

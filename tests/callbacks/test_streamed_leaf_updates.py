@@ -258,9 +258,11 @@ print("RESULT" + json.dumps(out))
 
 @pytest.mark.slow
 def test_two_real_tensorflow_workers_set_the_one_worker_leaves(tmp_path):
-    """Two processes of a MultiWorkerMirroredStrategy (CPU, localhost): each
-    reads half of the batches and the all-reduced statistics give every worker
-    the leaves one process computes from all the data."""
+    """Two processes of a MultiWorkerMirroredStrategy (CPU, localhost, in a
+    network namespace that holds only a loopback interface where available,
+    see `tests.distributed.loopback`): each reads half of the batches and the
+    all-reduced statistics give every worker the leaves one process computes
+    from all the data."""
     import json
     import os
     import socket
@@ -268,6 +270,7 @@ def test_two_real_tensorflow_workers_set_the_one_worker_leaves(tmp_path):
     import sys
 
     from tests.conftest import REPO_ROOT
+    from tests.distributed.loopback import PrivateLoopback
 
     ports = []
     for _ in range(2):
@@ -278,8 +281,9 @@ def test_two_real_tensorflow_workers_set_the_one_worker_leaves(tmp_path):
     script.write_text(_WORKER % {"hosts": [f"localhost:{p}" for p in ports]})
     env = dict(os.environ, PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
                TF_CPP_MIN_LOG_LEVEL="2", KERAS_BACKEND="tensorflow", CUDA_VISIBLE_DEVICES="")
-    procs = [subprocess.Popen([sys.executable, str(script), str(i)], cwd=tmp_path, env=env, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for i in range(2)]
+    network = PrivateLoopback()
+    procs = [subprocess.Popen([*network.prefix, sys.executable, str(script), str(i)], cwd=tmp_path, env=env,
+                              text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for i in range(2)]
     results = []
     try:
         for proc in procs:
@@ -290,6 +294,7 @@ def test_two_real_tensorflow_workers_set_the_one_worker_leaves(tmp_path):
         for proc in procs:
             if proc.poll() is None:
                 proc.kill()
+        network.close()
 
     x, y, w = problem()
     expected_em = em_leaves(EMLeafUpdate(x, y, sample_weight=w), *em_model())

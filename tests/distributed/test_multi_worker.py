@@ -20,7 +20,9 @@ each. The cluster runs once per module:
 
 Addresses: ``TF_CONFIG`` names only ``localhost`` ports and the workers connect
 only there, but TensorFlow's gRPC server listens on all interfaces (it binds
-``0.0.0.0:<port>``; ``TF_CONFIG`` has no bind address).
+``0.0.0.0:<port>``; ``TF_CONFIG`` has no bind address): so every process of
+the cluster runs in a network namespace that holds only a loopback interface
+(`tests.distributed.loopback`), where no other machine reaches its ports.
 
 Tolerance: the workers hold identical weights (mirrored variables), so their
 results must be bit-identical. Against the single process they differ only by
@@ -41,6 +43,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import REPO_ROOT
+from tests.distributed.loopback import PrivateLoopback, listening_interfaces
 from tests.distributed.worker import DIED, TEL_EPOCHS
 
 pytestmark = pytest.mark.distributed
@@ -68,7 +71,7 @@ def free_ports(count):
 class Run:
     """A worker process writing its output to a log file."""
 
-    def __init__(self, name, out, args, tf_config=None):
+    def __init__(self, name, out, args, tf_config=None, prefix=()):
         env = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2")
         env["PYTHONPATH"] = REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
         env.pop("TF_CONFIG", None)
@@ -78,7 +81,7 @@ class Run:
         self.log_path = os.path.join(out, f"{name}.log")
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.distributed.worker", "--out", out, *args],
+            [*prefix, sys.executable, "-m", "tests.distributed.worker", "--out", out, *args],
             cwd=REPO_ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT,
         )
 
@@ -95,10 +98,10 @@ class Run:
             return f.read()
 
 
-def cluster(name, out, args, ports):
+def cluster(name, out, args, ports, prefix):
     hosts = [f"localhost:{p}" for p in ports]
-    return [Run(f"{name}{i}", out, args, {"cluster": {"worker": hosts}, "task": {"type": "worker", "index": i}})
-            for i in range(len(ports))]
+    return [Run(f"{name}{i}", out, args, {"cluster": {"worker": hosts}, "task": {"type": "worker", "index": i}},
+                prefix) for i in range(len(ports))]
 
 
 def wait(runs, timeout, until=None):
@@ -129,9 +132,11 @@ def results(tmp_path_factory):
     backup = str(root / "backup")
     extra = ["--growth"] if growth else []
     runs = []
+    network = PrivateLoopback()
     try:
         # 1. Two workers, the second dies when epoch 3 begins; the reference alongside.
-        first = cluster("first", out, ["--backup", backup, "--die-at-epoch", str(DIE_AT_EPOCH)], free_ports(2))
+        first = cluster("first", out, ["--backup", backup, "--die-at-epoch", str(DIE_AT_EPOCH)], free_ports(2),
+                        network.prefix)
         reference = Run("reference", ref_out, ["--backup", str(root / "reference_backup"), *extra])
         runs = [*first, reference]
         wait(first, RUN_TIMEOUT, until=lambda rs: rs[1].proc.poll() is not None)
@@ -149,7 +154,7 @@ def results(tmp_path_factory):
             with open(os.path.join(backup, f"worker{i}", "training_metadata.json")) as f:
                 epochs_backed_up.append(json.load(f)["epoch"])
         # 2. Both workers restart and resume from the backup.
-        second = cluster("second", out, ["--backup", backup, *extra], free_ports(2))
+        second = cluster("second", out, ["--backup", backup, *extra], free_ports(2), network.prefix)
         runs += second
         wait(second, RUN_TIMEOUT)
         for r in second:
@@ -157,7 +162,8 @@ def results(tmp_path_factory):
         wait([reference], RUN_TIMEOUT)
         assert reference.proc.returncode == 0, failure([reference], "the single-process run failed")
         loaded = {"growth": growth, "epochs_backed_up": epochs_backed_up, "survivor_failed": survivor_failed,
-                  "survivor_log": first[0].output()}
+                  "survivor_log": first[0].output(), "network": network.reason,
+                  "interfaces": listening_interfaces(network.prefix)}
         for key, directory, count in (("workers", out, 2), ("reference", ref_out, 1)):
             loaded[key] = []
             for i in range(count):
@@ -173,6 +179,16 @@ def results(tmp_path_factory):
     finally:
         for r in runs:
             r.kill()
+        network.close()
+
+
+def test_the_workers_network_is_loopback_only(results):
+    """The cluster's processes saw one network interface, the loopback: the
+    ports their gRPC servers open on every interface are unreachable from
+    outside."""
+    if results["network"]:
+        pytest.skip(f"no private network namespace here: {results['network']}")
+    assert results["interfaces"] == ["lo"]
 
 
 def expected_share(name, worker, num_workers=2, n=23):
