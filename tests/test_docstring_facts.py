@@ -251,3 +251,25 @@ def test_a_wrong_stated_default_fails(monkeypatch):
     with pytest.raises(AssertionError, match="depth_cap"):
         test_stated_argument_defaults_are_the_signature_defaults(cls)
     keras.backend.clear_session()
+
+
+def test_the_error_page_quotes_what_keras_and_tensorflow_raise(tmp_path):
+    """docs/errors.md's table of errors raised before keras-trees sees the input."""
+    import tensorflow as tf
+
+    with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "errors.md")) as f:
+        page = f.read()
+    model = keras.Sequential([keras.Input((4,)), layers.TreeEnsembleLayer(num_trees=1, max_depth=1, num_classes=2)])
+    model.compile("adam", "sparse_categorical_crossentropy")
+    x = np.ones((4, 4), "float32")
+    with pytest.raises(ValueError, match="Invalid dtype: str32") as string_labels:
+        model.fit(x, np.array(["a", "b", "a", "b"]), epochs=1, verbose=0)
+    model.export(str(tmp_path / "saved"), verbose=False)
+    (data,) = (tmp_path / "saved" / "variables").glob("variables.data-*")
+    with open(data, "r+b") as handle:
+        handle.truncate(data.stat().st_size // 2)
+    with pytest.raises(Exception, match="Read less bytes than requested") as truncated:
+        tf.saved_model.load(str(tmp_path / "saved"))
+    for error in (string_labels, truncated):
+        assert f"`{error.type.__name__}: {error.value}`" in page or f"{error.type.__name__}: {error.value}" in page, (
+            f"docs/errors.md does not quote {error.type.__name__}: {error.value}")
