@@ -162,8 +162,14 @@ bool SoftTreeEnsembleBackward(const SoftTreeDims& d, const T* grad_output, const
   // write dL/dx and keep dL/dt_i per internal record for phase 2.
   std::atomic<bool> bad{false};
   const int64_t mean_recs = batch * trees > 0 ? total / (batch * trees) + 1 : 1;
+  // Heap position q lies in the subtree of position a (q's ancestors by q = (q - 1) / 2).
+  auto in_subtree = [](int64_t q, int64_t a) {
+    while (q > a) q = (q - 1) / 2;
+    return q == a;
+  };
   parallel_for(batch, trees * mean_recs * (p + k) * 3, [&](int64_t begin, int64_t end) {
     T stack[kMaxDepth + 2];
+    int64_t position[kMaxDepth + 2];  // the heap position of each stack entry's record
     for (int64_t s = begin; s < end; ++s) {
       T* gxs = grad_x != nullptr ? grad_x + s * p : nullptr;
       if (gxs != nullptr) std::fill(gxs, gxs + p, T(0));
@@ -178,9 +184,18 @@ bool SoftTreeEnsembleBackward(const SoftTreeDims& d, const T* grad_output, const
             const int64_t leaf = -static_cast<int64_t>(idx) - 1;
             if (leaf >= num_leaves || top + 1 > kMaxDepth) { bad = true; return; }
             stack[++top] = Dot(gys, lm + leaf * k, k);
+            position[top] = num_internal + leaf;
             coeff[r] = vd[2 * r];
           } else {
             if (idx >= num_internal || top < 1) { bad = true; return; }
+            // A trace of trees of this depth: the two records below internal
+            // node idx lie under its left and its right child (a node that
+            // sends every sample one way is left out of the trace).
+            if (!in_subtree(position[top - 1], 2 * int64_t{idx} + 1) ||
+                !in_subtree(position[top], 2 * int64_t{idx} + 2)) {
+              bad = true;
+              return;
+            }
             const T hr = stack[top--];
             const T hl = stack[top];
             const T c = vd[2 * r] * (hl - hr);
@@ -188,6 +203,7 @@ bool SoftTreeEnsembleBackward(const SoftTreeDims& d, const T* grad_output, const
             coeff[r] = c;
             if (gxs != nullptr) Axpy(c, wm + idx * p, gxs, p);
             stack[top] = sv * hl + (T(1) - sv) * hr;
+            position[top] = idx;
           }
         }
         if (top != 0 && off[s * trees + m + 1] > off[s * trees + m]) { bad = true; return; }

@@ -142,7 +142,9 @@ class SoftTreeEnsembleGradOp : public OpKernel {
         index.flat<int32_t>().data(), value.flat<T>().data(), workspace.flat<T>().data(),
         gx->flat<T>().data(), gw->flat<T>().data(), gb->flat<T>().data(), go->flat<T>().data(),
         CpuParallelFor(ctx));
-    OP_REQUIRES(ctx, ok, InvalidArgument("trace_index/trace_value are not a valid trace"));
+    OP_REQUIRES(ctx, ok, InvalidArgument("trace_index is not a trace of trees of depth ", d.depth,
+                                         " (node_weights of shape ", w.shape().DebugString(),
+                                         "): pass the trace of the forward call with the same node_weights"));
   }
 };
 

@@ -222,3 +222,24 @@ def test_out_of_memory_raises_instead_of_aborting(tmp_path):
     # an address-space limit) raises ResourceExhaustedError, it does not abort.
     out = run_python(_OUT_OF_MEMORY, cwd=tmp_path)
     assert "RAISED ResourceExhaustedError" in out and "out of memory" in out, out
+
+
+def test_raw_backward_op_refuses_a_trace_of_other_node_weights(rng):
+    """The traced backward op reads the trace of a forward call: node weights
+    of another depth (same trees and features) do not fit it, and it says so."""
+    from keras_trees.ops import _library
+
+    lib = _library.module()
+    x = tf.constant(rng.normal(size=(6, 3)), tf.float64)
+    w3 = tf.constant(rng.normal(size=(2, 7, 3)), tf.float64)
+    o3 = tf.constant(rng.normal(size=(2, 8, 1)), tf.float64)
+    out, offsets, index, value = lib.keras_trees_soft_tree_ensemble(x, w3, tf.zeros((2, 7), tf.float64), o3,
+                                                                    tf.constant(4.0, tf.float64), with_trace=True)
+    grad = tf.ones_like(out)
+    gx, _, _, _ = lib.keras_trees_soft_tree_ensemble_grad(grad, x, w3, o3, offsets, index, value)
+    assert np.all(np.isfinite(gx.numpy()))
+    assert int(tf.reduce_sum(tf.cast(index >= 0, tf.int32))) > 0, "no fractional node: the check is not exercised"
+    w4 = tf.constant(rng.normal(size=(2, 15, 3)), tf.float64)
+    o4 = tf.constant(rng.normal(size=(2, 16, 1)), tf.float64)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"trace_index is not a trace of trees of depth 4"):
+        lib.keras_trees_soft_tree_ensemble_grad(grad, x, w4, o4, offsets, index, value)
