@@ -175,8 +175,12 @@ def loss_augmented_inference_reference(x, split_weights, split_bias, leaf_values
     searched = overflow > 0.0
     if fast:
         searched = ops.logical_and(searched, flips <= 1.0)
+    # Only with finite inputs and parameters (their own checks name them, and
+    # under jit the order in which two failed checks report is not fixed).
+    finite = ops.logical_and(ops.all(ops.isfinite(x)),
+                             ops.logical_and(ops.all(ops.isfinite(split_weights)), ops.all(ops.isfinite(split_bias))))
     with tensors.jit_gathered() as pending:
-        tensors.require(ops.logical_not(ops.any(searched)), SPLIT_VALUE_OVERFLOW)
+        tensors.require(ops.logical_not(ops.logical_and(finite, ops.any(searched))), SPLIT_VALUE_OVERFLOW)
     scores = batched.require_all(pending, output=margin + leaf_losses(leaf_values, labels, loss))
     h_leaf = ops.cast(ops.argmin(flips, axis=1), "int32")  # the only leaf with 0 disagreements
     if fast:
