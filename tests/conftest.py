@@ -55,7 +55,7 @@ def pytest_runtest_teardown(item, nextitem):
     tests, and each automatic full collection walks them all (about a second
     each, dozens per file late in a run); frozen, they are walked once per
     file. Nothing leaks: each file's end unfreezes and collects everything."""
-    if nextitem is None or nextitem.module is not item.module:
+    if nextitem is None or nextitem.path != item.path:
         gc.unfreeze()
         gc.collect()
         gc.freeze()
