@@ -50,11 +50,11 @@ def pytest_collection_modifyitems(config, items):
 def pytest_runtest_teardown(item, nextitem):
     """After the last test of a file (and its fixtures' teardown): one full
     garbage collection, then every surviving object is moved out of the
-    collector's sight (``gc.freeze``) until the next file's end. A pytest
-    worker holds about a million long-lived objects after a few hundred
-    tests, and each automatic full collection walks them all (about a second
-    each, dozens per file late in a run); frozen, they are walked once per
-    file. Nothing leaks: each file's end unfreezes and collects everything."""
+    collector's sight (``gc.freeze``) until the next file's end. A TensorFlow
+    pytest worker holds about a million live objects after a few files, and
+    each automatic full collection walks them all (benchmarks/NOTES.md);
+    frozen, they are walked once per file. A cycle outlives its file by at
+    most one file: each file's end unfreezes and collects everything."""
     if nextitem is None or nextitem.path != item.path:
         gc.unfreeze()
         gc.collect()
