@@ -150,6 +150,39 @@ def test_no_float_atomics_in_the_kernels():
     assert re.search(r"void AtomicMin\(unsigned long long\* address, unsigned long long value\)", portable)
 
 
+def _function_of(text, offset):
+    """The name of the C++ function whose body holds ``text[offset]``: the
+    last ``name(...) {`` opened before it at the same or lower indentation."""
+    heads = list(re.finditer(r"^\s*(?:[\w:<>*&,]+\s+)*(\w+)\([^;{]*\)\s*(?:const\s*)?\{", text[:offset], re.M))
+    return heads[-1].group(1) if heads else None
+
+
+def test_gpu_calls_wait_only_where_the_sync_mode_asks():
+    """The GPU pipelines do not wait for their kernels (core/gpu_checks.h):
+    stream synchronizations and device-to-host copies appear in custom_ops/
+    only in CopyToHost (the sync mode and the families not yet deferred),
+    the deferred checks' queue of pinned copies (asynchronous; DeviceChecks
+    waits only when asked or when a thousand calls are in flight) and the
+    layers' check handler under jax.jit."""
+    src = _build.source_dir()
+    found = set()
+    for path in _kernel_sources():
+        text = path.read_text()
+        rel = path.relative_to(src).as_posix()
+        for match in re.finditer(r"cudaStreamSynchronize|cudaDeviceSynchronize|cudaMemcpyDeviceToHost|"
+                                 r"cudaEventSynchronize|cudaMemcpy\(", text):
+            found.add((rel, _function_of(text, match.start()), match.group(0)))
+    assert found == {
+        ("cuda/launch.cuh", "CopyToHost", "cudaMemcpyDeviceToHost"),
+        ("cuda/launch.cuh", "CopyToHost", "cudaStreamSynchronize"),
+        ("cuda/launch.cuh", "Defer", "cudaMemcpyDeviceToHost"),
+        ("cuda/launch.cuh", "Read", "cudaEventSynchronize"),
+        ("cuda/launch.cuh", "ReadOldest", "cudaEventSynchronize"),
+        ("cuda/xla_handlers.cu", "Check", "cudaMemcpyDeviceToHost"),
+        ("cuda/xla_handlers.cu", "Check", "cudaStreamSynchronize"),
+    }, sorted(found)
+
+
 def test_cpu_builds_leave_out_the_cuda_sources():
     src = _build.source_dir()
     for framework in _build.FRAMEWORKS:

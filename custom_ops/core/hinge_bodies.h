@@ -14,6 +14,7 @@
 
 #include <cstdint>
 
+#include "core/pipeline.h"
 #include "core/portable.h"
 
 namespace keras_trees {
@@ -107,6 +108,7 @@ enum Status : int {
   kBadThreshold,    // ... of a non-finite threshold
   kBadLeafWeight,   // ... of a non-finite leaf weight
   kBadPath,         // backward: smallest pair index whose leaf or vertex is out of range
+  kBadMargin,       // backward: ... whose margin is not finite (its forward call had a bad input)
   kStatusWords
 };
 
@@ -145,6 +147,7 @@ struct Walk {
   int32_t* leaf;
   T* margin;
   int32_t* vertex;
+  const unsigned long long* status;  // the checks' words (an earlier launch): NaN margins when one is set
   KT_HOST_DEVICE void operator()(int64_t item) const {
     int64_t m, s;
     portable::DivMod(item, d.batch, &m, &s);
@@ -157,6 +160,9 @@ struct Walk {
     } else {
       TraverseHingeTree(xs, tm, fm, d.depth, leaf + i, margin + i, vertex + i);
     }
+    // A bad input: every margin, and so every output, NaN (the call's check
+    // may be raised only later, core/gpu_checks.h).
+    if (pipeline::AnySet(status, kStatusWords)) margin[i] = pipeline::QuietNaN<T>();
   }
 };
 
@@ -206,8 +212,10 @@ struct PairCoefficients {
     int32_t f = -1;
     if (l >= 0 && l < d.leaves && v >= 0 && v < d.vertices) f = feature_indices[m * d.vertices + v];
     pair[i] = static_cast<int32_t>(i);
-    if (f < 0 || f >= d.features) {
-      portable::AtomicMin(status, static_cast<unsigned long long>(i));
+    const bool finite = portable::IsFinite(margin[i]);
+    if (!finite) portable::AtomicMin(status + kBadMargin, static_cast<unsigned long long>(i));
+    if (f < 0 || f >= d.features || !finite) {
+      if (finite) portable::AtomicMin(status + kBadPath, static_cast<unsigned long long>(i));
       coeff[i] = T(0);
       feature[i] = -1;
       leaf_key[i] = static_cast<int32_t>(m * d.leaves);
@@ -230,7 +238,12 @@ struct GradX {
   const T* coeff;
   const int32_t* feature;
   T* grad_x;
+  const unsigned long long* status;  // PairCoefficients' words: NaN when one is set
   KT_HOST_DEVICE void operator()(int64_t e) const {
+    if (pipeline::AnySet(status, kStatusWords)) {
+      grad_x[e] = pipeline::QuietNaN<T>();
+      return;
+    }
     int64_t s, j;
     portable::DivMod(e, d.features, &s, &j);
     const T* cs = coeff + s * d.trees;

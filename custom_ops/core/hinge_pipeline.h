@@ -4,7 +4,8 @@
 // (core/checks.h), so every binding raises the same words.
 //
 // Forward: value checks (status words), the (sample, tree) walks, then one
-// writer per output element.
+// writer per output element. A bad input makes every float output NaN (the
+// walks' margins), and exec.Finish words its message (core/gpu_checks.h).
 // Backward (Eq. 11-12), with owner reductions instead of scatter-adds:
 //   1. per pair: dL/dr*, the deciding feature, the leaf and vertex keys;
 //   2. grad_x per (sample, feature): its trees' coefficients in tree order;
@@ -45,19 +46,24 @@ std::string HingeForestForwardPipeline(Exec& exec, const HingeDims& d, bool fern
   const pipeline::Together<Splits<T>, pipeline::FiniteChecks<T>> prepare{
       Splits<T>{feature_indices, thresholds, d.features, safe, status}, splits, checks, checks.Items()};
   exec.For(prepare.Items(), prepare);
-  exec.For(d.batch * d.trees, Walk<T>{d, fern, x, thresholds, feature_indices, safe, leaf, margin, vertex});
+  // The walks, and the bad feature id's value for the message beside them.
+  const pipeline::Together<Walk<T>, pipeline::Capture<int32_t>> walk{
+      Walk<T>{d, fern, x, thresholds, feature_indices, safe, leaf, margin, vertex, status}, d.batch * d.trees,
+      pipeline::Capture<int32_t>{status + kBadFeature, feature_indices,
+                                 pipeline::Values(status, kStatusWords) + kBadFeature},
+      1};
+  exec.For(walk.Items(), walk);
   exec.For(d.batch * d.trees * d.units, Output<T>{d, leaf_weights, leaf, margin, output});
-  unsigned long long words[kStatusWords];
-  exec.CopyToHost(words, status, sizeof(words));
-  if (words[kBadFeature] != portable::kNone) {
-    int32_t value = 0;
-    exec.CopyToHost(&value, feature_indices + words[kBadFeature], sizeof(value));
-    return HingeFeatureMessage(d, static_cast<int64_t>(words[kBadFeature]), value);
-  }
-  if (words[kBadX] != portable::kNone) return kHingeXMessage;
-  if (words[kBadThreshold] != portable::kNone) return kHingeThresholdsMessage;
-  if (words[kBadLeafWeight] != portable::kNone) return checks_internal::NonFinite("leaf_weights");
-  return "";
+  return exec.Finish(status, kStatusWords, [d](const unsigned long long* words, const double* values) {
+    if (words[kBadFeature] != portable::kNone) {
+      return HingeFeatureMessage(d, static_cast<int64_t>(words[kBadFeature]),
+                                 static_cast<int32_t>(values[kBadFeature]));
+    }
+    if (words[kBadX] != portable::kNone) return std::string(kHingeXMessage);
+    if (words[kBadThreshold] != portable::kNone) return std::string(kHingeThresholdsMessage);
+    if (words[kBadLeafWeight] != portable::kNone) return checks_internal::NonFinite("leaf_weights");
+    return std::string();
+  });
 }
 
 // The message of a backward call whose leaf, vertex or feature indices are out
@@ -65,6 +71,11 @@ std::string HingeForestForwardPipeline(Exec& exec, const HingeDims& d, bool fern
 constexpr const char* kHingeBadPathMessage =
     "leaf, vertex or feature_indices out of range: pass the leaf, margin and vertex outputs of "
     "the same forward call";
+
+// ... and of one whose margins are not finite (the outputs of a forward call
+// whose input was bad, which on a GPU may raise only later).
+constexpr const char* kHingeBadMarginMessage =
+    "margin contains NaN or Inf: pass the margin output of a forward call whose inputs were finite";
 
 template <typename T, class Exec>
 std::string HingeForestBackwardPipeline(Exec& exec, const HingeDims& d, const T* grad_output,
@@ -93,8 +104,8 @@ std::string HingeForestBackwardPipeline(Exec& exec, const HingeDims& d, const T*
 
   exec.For(pairs, PairCoefficients<T>{d, grad_output, grad_margin, feature_indices, leaf_weights, leaf,
                                       margin, vertex, coeff, feature, leaf_key, vertex_key, pair,
-                                      status + kBadPath});
-  exec.For(d.batch * d.features, GradX<T>{d, coeff, feature, grad_x});
+                                      status});
+  exec.For(d.batch * d.features, GradX<T>{d, coeff, feature, grad_x, status});
   exec.For(2 * (leaf_keys + vertex_keys), pipeline::Fill<int32_t>{bounds, 0});
   if (pairs > 0) {
     exec.SortPairs(leaf_key, sorted_leaf, pair, by_leaf, pairs, pipeline::KeyBits(leaf_keys));
@@ -102,13 +113,15 @@ std::string HingeForestBackwardPipeline(Exec& exec, const HingeDims& d, const T*
   }
   exec.For(2 * pairs, pipeline::RunBoundsPair{{sorted_leaf, pairs, leaf_start, leaf_end},
                                                {sorted_vertex, pairs, vertex_start, vertex_end}});
+  // A bad path: every gradient NaN (GradX, and the run totals here).
   pipeline::SumRuns(exec, sorted_leaf, pairs, leaf_start, leaf_end, leaf_keys, d.units,
-                    LeafTerm<T>{d.units, grad_output, margin, by_leaf}, grad_leaf_weights);
+                    LeafTerm<T>{d.units, grad_output, margin, by_leaf}, grad_leaf_weights, status, kStatusWords);
   pipeline::SumRuns(exec, sorted_vertex, pairs, vertex_start, vertex_end, vertex_keys, int64_t{1},
-                    ThresholdTerm<T>{coeff, by_vertex}, grad_thresholds);
-  unsigned long long words[kStatusWords];
-  exec.CopyToHost(words, status, sizeof(words));
-  return words[kBadPath] != portable::kNone ? kHingeBadPathMessage : "";
+                    ThresholdTerm<T>{coeff, by_vertex}, grad_thresholds, status, kStatusWords);
+  return exec.Finish(status, kStatusWords, [](const unsigned long long* words, const double*) {
+    if (words[kBadPath] != portable::kNone) return std::string(kHingeBadPathMessage);
+    return std::string(words[kBadMargin] != portable::kNone ? kHingeBadMarginMessage : "");
+  });
 }
 
 }  // namespace keras_trees

@@ -14,9 +14,12 @@
 #include <cstring>
 #include <memory>
 #include <numeric>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "core/common.h"
+#include "core/gpu_checks.h"
 #include "core/pipeline.h"
 
 namespace keras_trees {
@@ -78,6 +81,19 @@ class BasicCpuExecutor {
   }
 
   void CopyToHost(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
+
+  // The call's message now; the GPU's emulation, with
+  // KERAS_TREES_GPU_CHECKS=deferred, keeps it for the next call and returns
+  // the one an earlier call left (core/gpu_checks.h).
+  std::string Finish(const unsigned long long* status, int words, const gpu_checks::Message& message) {
+    std::vector<unsigned long long> host(status, status + 2 * words);
+    std::string own = message(host.data(), reinterpret_cast<const double*>(host.data() + words));
+    if (WideScratchBytes == 0 || !gpu_checks::EmulationDefers()) return own;
+    gpu_checks::Pending& pending = gpu_checks::EmulatedDevice();
+    std::string earlier = pending.Take();
+    pending.Set(std::move(own));
+    return earlier;
+  }
 
  private:
   ParallelFor parallel_for_;

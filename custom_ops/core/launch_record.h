@@ -10,8 +10,12 @@
 //   launches         one per For / ForGroups / ForBlocks with work (n > 0)
 //   sorts            SortPairs calls (each one CUB radix sort: several kernels,
 //                    memsets and its temporary storage, not counted here)
-//   host_copies      CopyToHost calls with bytes > 0 (cudaMemcpyAsync)
-//   syncs            CopyToHost calls (each waits for the stream)
+//   host_copies      CopyToHost calls with bytes > 0 (cudaMemcpyAsync), and
+//                    Finish in the sync mode (`sync`): copies the call waits for
+//   syncs            CopyToHost calls (each waits for the stream), and Finish
+//                    in the sync mode; a deferred Finish (the GPU's default,
+//                    core/gpu_checks.h) is neither: its asynchronous copy of
+//                    the status words to pinned memory is not waited for
 //   scratch_bytes    Scratch memory, carved at 256-byte boundaries as the
 //                    CUDA workspace does (without CUB's temporary storage)
 //   zero_fill_bytes  the elements a pipeline::Fill body sets to zero
@@ -33,6 +37,7 @@
 #include <typeinfo>
 #include <vector>
 
+#include "core/gpu_checks.h"
 #include "core/pipeline.h"
 
 namespace keras_trees {
@@ -109,6 +114,16 @@ class PlanRecorder {
     if (n > 0) ++plan.sorts;
   }
 
+  // The success path: every status word kNone; no message.
+  std::string Finish(const unsigned long long* /*status*/, int words, const gpu_checks::Message& message) {
+    if (sync) {
+      ++plan.host_copies;
+      ++plan.syncs;
+    }
+    std::vector<unsigned long long> host(2 * words, portable::kNone);
+    return message(host.data(), reinterpret_cast<const double*>(host.data() + words));
+  }
+
   // The success path: every status word kNone (all bits set).
   void CopyToHost(void* dst, const void* /*src*/, size_t bytes) {
     if (bytes > 0) ++plan.host_copies;
@@ -117,6 +132,8 @@ class PlanRecorder {
   }
 
   Plan plan;
+  // Record KERAS_TREES_GPU_CHECKS=sync's plan instead of the deferred default.
+  bool sync = false;
 
  private:
   static constexpr uintptr_t kBase = uintptr_t{1} << 20;

@@ -34,6 +34,12 @@
 //                              [0, 2**key_bits) carrying int32 values
 //   exec.CopyToHost(dst, src, bytes)  waits for the work launched so far and
 //                              copies device memory to the host
+//   exec.Finish(status, words, message)  the end of a call: "" or the message
+//                              of its status words (`NewStatus`) and the
+//                              values captured beside them (`Values`), now
+//                              or, where the executor defers its checks, a
+//                              message an earlier call left
+//                              (core/gpu_checks.h)
 //   Exec::kWideScratchBytes    scratch a pipeline may spend to give a
 //                              latency-bound walk more parallel items (0 on
 //                              the CPU); chunking by it never changes results
@@ -79,6 +85,38 @@ struct Fill {
   T* data;
   T value;
   KT_HOST_DEVICE void operator()(int64_t i) const { data[i] = value; }
+};
+
+// The value slots of `words` status words (see NewStatus).
+KT_HOST_DEVICE inline double* Values(unsigned long long* status, int64_t words) {
+  return reinterpret_cast<double*>(status + words);
+}
+
+// Whether any of the first `words` status words is set (a check failed).
+KT_HOST_DEVICE inline bool AnySet(const unsigned long long* status, int words) {
+  bool set = false;
+  for (int w = 0; w < words; ++w) set = set || status[w] != portable::kNone;
+  return set;
+}
+
+// A quiet NaN: what the float outputs of a call with a bad input hold.
+template <typename T>
+KT_HOST_DEVICE inline T QuietNaN() {
+  return sizeof(T) == 4 ? static_cast<T>(portable::BitCast<float>(uint32_t{0x7fc00000u}))
+                        : static_cast<T>(portable::BitCast<double>(uint64_t{0x7ff8000000000000ull}));
+}
+
+// One item, after the checks: the value at the index a status word holds,
+// into its value slot (the inputs are gone when a deferred check's message is
+// worded). Launched in the same kernel as a later body (`Together`).
+template <typename V>
+struct Capture {
+  const unsigned long long* word;
+  const V* source;
+  double* value;
+  KT_HOST_DEVICE void operator()(int64_t) const {
+    if (*word != portable::kNone) *value = static_cast<double>(source[*word]);
+  }
 };
 
 // Several value checks in one launch (one item per element of the longest
@@ -177,9 +215,15 @@ struct RunTotals {
   int64_t columns;
   const T* head;
   T* out;
+  const unsigned long long* status = nullptr;  // with status_words: NaN where a word is set
+  int status_words = 0;
   KT_HOST_DEVICE void operator()(int64_t item) const {
     int64_t k, j;
     portable::DivMod(item, columns, &k, &j);
+    if (status_words > 0 && AnySet(status, status_words)) {
+      out[item] = QuietNaN<T>();
+      return;
+    }
     if (start[k] == end[k]) {
       out[item] = T(0);
       return;
@@ -298,10 +342,12 @@ struct RunBoundsPair {
   }
 };
 
-// Status words, all set to portable::kNone.
+// Status words, all set to portable::kNone, followed by as many value slots
+// (`Values`, written only where a `Capture` finds its word set): what
+// exec.Finish reads.
 template <class Exec>
 unsigned long long* NewStatus(Exec& exec, int64_t words) {
-  unsigned long long* status = exec.template Scratch<unsigned long long>(words);
+  unsigned long long* status = exec.template Scratch<unsigned long long>(2 * words);
   exec.For(words, Fill<unsigned long long>{status, portable::kNone});
   return status;
 }
@@ -316,13 +362,16 @@ inline int KeyBits(int64_t n) {
 // out[k * columns + j] for every key in [0, keys): the sums over the runs of
 // `sorted_keys` (n positions; `start`/`end` from RunBounds), by RunPieces and
 // RunTotals.
+// Given `status` (and `status_words` > 0), every out element is NaN where a
+// status word is set.
 template <typename T, class Exec, class Value>
 void SumRuns(Exec& exec, const int32_t* sorted_keys, int64_t n, const int32_t* start, const int32_t* end,
-             int64_t keys, int64_t columns, const Value& value, T* out) {
+             int64_t keys, int64_t columns, const Value& value, T* out,
+             const unsigned long long* status = nullptr, int status_words = 0) {
   const int64_t blocks = (n + kSumBlock - 1) / kSumBlock;
   T* head = exec.template Scratch<T>(blocks * columns);
   exec.For(blocks * columns, RunPieces<T, Value>{sorted_keys, n, columns, value, head, out});
-  exec.For(keys * columns, RunTotals<T>{start, end, columns, head, out});
+  exec.For(keys * columns, RunTotals<T>{start, end, columns, head, out, status, status_words});
 }
 
 }  // namespace pipeline

@@ -2,7 +2,9 @@
 // per body on a stream (a block body: one CUDA block per block, a barrier
 // after each phase), scratch memory from the framework's allocator (XLA's
 // ffi::ScratchAllocator, TensorFlow's allocate_temp), CUB's stable radix sort,
-// and device-to-host copies that wait for the work launched so far. The CPU
+// device-to-host copies that wait for the work launched so far (CopyToHost,
+// and Finish in the sync mode), and deferred checks that never wait
+// (core/gpu_checks.h). The CPU
 // executor (core/launch_cpu.h) runs the same bodies as the exact emulation of
 // this one.
 //
@@ -25,6 +27,7 @@
 #include <climits>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <mutex>
 #include <new>
@@ -36,6 +39,7 @@
 
 #include <cub/device/device_radix_sort.cuh>
 
+#include "core/gpu_checks.h"
 #include "core/pipeline.h"
 
 namespace keras_trees {
@@ -107,23 +111,140 @@ inline void Check(cudaError_t status, const char* what) {
 
 }  // namespace cuda_launch
 
+// The current device's index (0 to 63: the tables below).
+inline int CurrentDevice() {
+  int device = 0;
+  cuda_launch::Check(cudaGetDevice(&device), "keras-trees CUDA device");
+  return device >= 0 && device < 64 ? device : 0;
+}
+
 // A device workspace per GPU, reused by every call of the JAX handlers:
 // a per-call device allocation (XLA's FFI scratch allocator ends in
 // cudaMalloc/cudaFree there) costs more than the kernels themselves. A call
-// holds its GPU's workspace for its whole duration (the mutex), and every
-// pipeline waits for its kernels before it returns, so the next call finds it
-// free. The workspace grows to the largest call's needs and stays.
+// holds its GPU's workspace while it launches (the mutex); its kernels use
+// it in stream order, so the next call on the same stream finds it free
+// without waiting, and a call on another stream first waits on the device
+// for `done`, the end of the last call's work. The workspace grows to the
+// largest call's needs and stays; growth frees and allocates in stream
+// order too (cudaFreeAsync, cudaMallocAsync).
 struct Workspace {
   std::mutex mu;
   char* base = nullptr;
   size_t capacity = 0;
+  cudaStream_t stream = nullptr;  // of the last call
+  cudaEvent_t done = nullptr;     // recorded on `stream` after the last call's work
+  bool used = false;
 
   static Workspace& OfCurrentDevice() {
     static Workspace workspaces[64];
-    int device = 0;
-    cuda_launch::Check(cudaGetDevice(&device), "keras-trees CUDA workspace");
-    return workspaces[device >= 0 && device < 64 ? device : 0];
+    return workspaces[CurrentDevice()];
   }
+};
+
+// The deferred checks of one GPU (core/gpu_checks.h): each call's status
+// words and values go to a slot of pinned host memory with an asynchronous
+// copy and an event; slots whose event has completed are read, in call
+// order, by every later call and by `Collect`.
+class DeviceChecks {
+ public:
+  static constexpr int kSlots = 1024;
+  static constexpr int kSlotWords = 2 * gpu_checks::kMaxWords;
+
+  static DeviceChecks& Of(int device) {
+    static DeviceChecks checks[64];
+    return checks[device >= 0 && device < 64 ? device : 0];
+  }
+  static DeviceChecks& OfCurrentDevice() { return Of(CurrentDevice()); }
+
+  // The first message of any GPU's deferred checks not raised yet ("" if
+  // none), every queued call's words read first (`wait`) or those arrived.
+  static std::string CollectAll(bool wait) {
+    std::string message;
+    for (int device = 0; device < 64 && message.empty(); ++device) message = Of(device).Collect(wait);
+    return message;
+  }
+
+  // Queues the copy of `status` (`words` words and their values) behind the
+  // work launched on `stream`, then returns the message an earlier call left.
+  std::string Defer(cudaStream_t stream, const unsigned long long* status, int words,
+                    gpu_checks::Message message) {
+    if (words > gpu_checks::kMaxWords) throw std::runtime_error("keras-trees GPU checks: too many status words");
+    std::lock_guard<std::mutex> lock(mu_);
+    Init();
+    Read(false);
+    // Every slot in flight (a thousand calls queued ahead of the GPU): wait
+    // for the oldest call's words, not for this call's.
+    if (free_.empty()) ReadOldest();
+    const int slot = free_.back();
+    free_.pop_back();
+    cuda_launch::Check(cudaMemcpyAsync(host_ + slot * kSlotWords, status, 2 * words * sizeof(unsigned long long),
+                                       cudaMemcpyDeviceToHost, stream),
+                       "keras-trees CUDA copy of the status words");
+    cuda_launch::Check(cudaEventRecord(events_[slot], stream), "keras-trees CUDA event");
+    queue_.push_back(Entry{slot, words, std::move(message)});
+    return pending_.Take();
+  }
+
+  // The message of a call on this device not raised yet ("" if none); with
+  // `wait`, after every queued call's words have arrived.
+  std::string Collect(bool wait) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (host_ != nullptr) Read(wait);
+    return pending_.Take();
+  }
+
+ private:
+  struct Entry {
+    int slot;
+    int words;
+    gpu_checks::Message message;
+  };
+
+  void Init() {
+    if (host_ != nullptr) return;
+    void* host = nullptr;
+    cuda_launch::Check(cudaMallocHost(&host, sizeof(unsigned long long) * kSlots * kSlotWords),
+                       "keras-trees CUDA pinned memory for the status words");
+    for (int i = 0; i < kSlots; ++i) {
+      cuda_launch::Check(cudaEventCreateWithFlags(&events_[i], cudaEventDisableTiming), "keras-trees CUDA event");
+      free_.push_back(i);
+    }
+    host_ = static_cast<unsigned long long*>(host);
+  }
+
+  // The queued calls whose words have arrived (all of them with `wait`), in order.
+  void Read(bool wait) {
+    while (!queue_.empty()) {
+      const cudaError_t state = wait ? cudaEventSynchronize(events_[queue_.front().slot])
+                                     : cudaEventQuery(events_[queue_.front().slot]);
+      if (state == cudaErrorNotReady) {
+        cudaGetLastError();
+        return;
+      }
+      cuda_launch::Check(state, "keras-trees CUDA kernels");
+      Pop();
+    }
+  }
+
+  void ReadOldest() {
+    cuda_launch::Check(cudaEventSynchronize(events_[queue_.front().slot]), "keras-trees CUDA kernels");
+    Pop();
+  }
+
+  void Pop() {
+    const Entry& e = queue_.front();
+    const unsigned long long* words = host_ + e.slot * kSlotWords;
+    pending_.Set(e.message(words, reinterpret_cast<const double*>(words + e.words)));
+    free_.push_back(e.slot);
+    queue_.pop_front();
+  }
+
+  std::mutex mu_;
+  unsigned long long* host_ = nullptr;
+  cudaEvent_t events_[kSlots] = {};
+  std::vector<int> free_;
+  std::deque<Entry> queue_;
+  gpu_checks::Pending pending_;
 };
 
 class CudaExecutor {
@@ -140,30 +261,40 @@ class CudaExecutor {
   CudaExecutor(cudaStream_t stream, Allocator allocate) : stream_(stream), allocate_(std::move(allocate)) {}
   // Scratch memory from the GPU's reusable workspace (the JAX handlers).
   explicit CudaExecutor(cudaStream_t stream)
-      : stream_(stream), workspace_(&Workspace::OfCurrentDevice()), lock_(workspace_->mu) {}
+      : stream_(stream), workspace_(&Workspace::OfCurrentDevice()), lock_(workspace_->mu) {
+    if (workspace_->done == nullptr) {
+      cuda_launch::Check(cudaEventCreateWithFlags(&workspace_->done, cudaEventDisableTiming),
+                         "keras-trees CUDA event");
+    }
+    if (workspace_->used && workspace_->stream != stream_) {
+      cuda_launch::Check(cudaStreamWaitEvent(stream_, workspace_->done, 0), "keras-trees CUDA stream order");
+    }
+  }
   CudaExecutor(const CudaExecutor&) = delete;
   CudaExecutor& operator=(const CudaExecutor&) = delete;
   CudaExecutor(CudaExecutor&&) = default;
 
   // Buffers that did not fit in the workspace go back, and the workspace
-  // grows to this call's needs (its kernels are done: the pipelines wait for
-  // them before they return).
+  // grows to this call's needs, both in stream order after this call's
+  // kernels (nothing waits for them).
   ~CudaExecutor() {
-    if (overflow_.empty()) return;
-    cudaStreamSynchronize(stream_);
-    for (void* p : overflow_) cudaFree(p);
-    if (workspace_ != nullptr && used_ > workspace_->capacity) {
-      cudaFree(workspace_->base);
+    for (void* p : overflow_) cudaFreeAsync(p, stream_);
+    if (workspace_ == nullptr) return;
+    if (used_ > workspace_->capacity) {
+      if (workspace_->base != nullptr) cudaFreeAsync(workspace_->base, stream_);
       workspace_->base = nullptr;
       workspace_->capacity = 0;
       const size_t capacity = used_ + used_ / 4;
-      if (cudaMalloc(reinterpret_cast<void**>(&workspace_->base), capacity) == cudaSuccess) {
+      if (cudaMallocAsync(reinterpret_cast<void**>(&workspace_->base), capacity, stream_) == cudaSuccess) {
         workspace_->capacity = capacity;
       } else {
         workspace_->base = nullptr;
-        cudaGetLastError();
       }
     }
+    cudaEventRecord(workspace_->done, stream_);
+    workspace_->stream = stream_;
+    workspace_->used = true;
+    cudaGetLastError();
   }
 
   template <class Body>
@@ -236,6 +367,20 @@ class CudaExecutor {
     cuda_launch::Check(cudaStreamSynchronize(stream_), "keras-trees CUDA kernels");
   }
 
+  // The end of a call (core/gpu_checks.h): with KERAS_TREES_GPU_CHECKS=sync
+  // (and always on TensorFlow) its own message, read back and waited for; by
+  // default (the JAX handlers) its words are
+  // queued without waiting and the message an earlier call left comes back.
+  std::string Finish(const unsigned long long* status, int words, const gpu_checks::Message& message) {
+    // TensorFlow's GPU kernels (scratch from its allocator) keep the sync mode.
+    if (!gpu_checks::DeviceDefers() || allocate_) {
+      std::vector<unsigned long long> host(2 * words);
+      CopyToHost(host.data(), status, host.size() * sizeof(unsigned long long));
+      return message(host.data(), reinterpret_cast<const double*>(host.data() + words));
+    }
+    return DeviceChecks::OfCurrentDevice().Defer(stream_, status, words, message);
+  }
+
   cudaStream_t stream() const { return stream_; }
 
  private:
@@ -252,7 +397,7 @@ class CudaExecutor {
     used_ = offset + bytes;
     if (used_ <= workspace_->capacity) return workspace_->base + offset;
     void* p = nullptr;
-    if (cudaMalloc(&p, bytes) != cudaSuccess || p == nullptr) {
+    if (cudaMallocAsync(&p, bytes, stream_) != cudaSuccess || p == nullptr) {
       cudaGetLastError();
       throw std::bad_alloc();
     }

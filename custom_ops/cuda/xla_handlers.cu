@@ -6,9 +6,10 @@
 // CPU handlers' (xla/hinge_ffi.cc, xla/hard_routing_ffi.cc, xla/check_ffi.cc)
 // with the stream in place of the thread pool.
 //
-// Every pipeline ends with a copy of its status words to the host, which waits
-// for its kernels: when a handler returns, its work is done and the GPU's
-// workspace (scratch memory, cuda/launch.cuh) is free for the next call.
+// A pipeline ends with exec.Finish (core/gpu_checks.h): by default its status
+// words are copied to the host without waiting, and a handler returns with
+// its kernels queued; the GPU's workspace (scratch memory, cuda/launch.cuh)
+// is reused by the next call in stream order.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -29,6 +30,19 @@ KT_EXPORT_FFI_HANDLER(KerasTreesHardRoutingExpertsCuda);
 KT_EXPORT_FFI_HANDLER(KerasTreesCheckCuda);
 KT_EXPORT_FFI_HANDLER(KerasTreesSoftTreeEnsembleCuda);
 KT_EXPORT_FFI_HANDLER(KerasTreesSoftTreeEnsembleGradCuda);
+
+// keras_trees.ops.check_gpu_errors(): the message a deferred check of this
+// library's GPU calls left (core/gpu_checks.h), after waiting for every
+// queued call's status words when `wait` is nonzero; its length (0: none),
+// the message itself into `buffer`. -1: CUDA failed, its error in `buffer`.
+extern "C" __attribute__((visibility("default"))) int KerasTreesGpuErrors(int wait, char* buffer, int size) {
+  try {
+    return keras_trees::gpu_checks::ToBuffer(keras_trees::DeviceChecks::CollectAll(wait != 0), buffer, size);
+  } catch (const std::exception& e) {
+    keras_trees::gpu_checks::ToBuffer(e.what(), buffer, size);
+    return -1;
+  }
+}
 
 namespace keras_trees {
 namespace {

@@ -601,6 +601,42 @@ def reference_only(enabled=True):
         yield
 
 
+@keras_trees_export("keras_trees.ops")
+def check_gpu_errors(*results):
+    """Raises the error of a keras-trees GPU call that has not been raised yet.
+
+    On a GPU, the JAX kernels of the hinge forest and fern do not wait for
+    their input checks (unless ``KERAS_TREES_GPU_CHECKS=sync``): a call with
+    a bad input (a feature index out of range, NaN or Inf in ``x`` or a
+    parameter) returns NaN outputs at once, and its ``ValueError`` is raised
+    by the next such call on that GPU, or here. This waits for ``results``
+    (arrays of the calls to check), then for the checks of every call the GPUs
+    have run, and raises ``ValueError`` with the first message not raised yet
+    (prefixed with "an earlier keras-trees call on this GPU failed"); it
+    returns None when there is none. On the CPU, on TensorFlow and on PyTorch
+    every call raises its own errors and this does nothing.
+    """
+    if keras.backend.backend() != "jax" or not load():
+        return None
+    import ctypes
+
+    import jax
+
+    jax.block_until_ready(results)
+    libraries = [_state.get("module"), _state.get("cuda_library")]
+    buffer = ctypes.create_string_buffer(4096)
+    for library in libraries:
+        check = getattr(library, "KerasTreesGpuErrors", None)
+        if check is None:
+            continue
+        length = check(ctypes.c_int(1), buffer, ctypes.c_int(len(buffer)))
+        if length < 0:
+            raise RuntimeError(f"keras-trees GPU checks: {buffer.value.decode(errors='replace')}")
+        if length > 0:
+            raise ValueError(buffer.value.decode(errors="replace"))
+    return None
+
+
 @contextlib.contextmanager
 def portable_export(format):
     """Within this context (per thread), keras-trees layers are traced for an

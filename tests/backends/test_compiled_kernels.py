@@ -795,3 +795,57 @@ def test_pruned_weight_gradients_when_the_input_is_data(experts):
 
                 flags = ffi_attributes(jax.make_jaxpr(jax.grad(loss))(args[1]).jaxpr, "x_grad")
                 assert flags == [False], flags
+
+
+@jax_only
+@pytest.mark.parametrize("engine", sweep_engines())
+def test_hinge_forest_deferred_checks(monkeypatch, engine):
+    """What a GPU does by default (KERAS_TREES_GPU_CHECKS unset; core/gpu_checks.h),
+    on a GPU's kernels, else emulated on the CPU with
+    KERAS_TREES_GPU_CHECKS=deferred: a call with a bad
+    input does not raise but gives NaN outputs and gradients, and its message
+    comes from the next call or from ``check_gpu_errors()``, once."""
+    import jax
+
+    rng = np.random.default_rng(0)
+    x, t, f, w = hinge_args(rng, 4, "float32", fern=False)
+    bad = f.copy()
+    bad[1, 2] = 7
+    earlier = "an earlier keras-trees call on this GPU failed"
+    loss = jax.jit(jax.grad(lambda x, t, w, f: tree_ops.hinge_forest(x, t, f, w).sum(), argnums=(0, 1, 2)))
+    monkeypatch.setenv("KERAS_TREES_GPU_CHECKS", "deferred")
+    with engine_scope(engine):
+        tree_ops.check_gpu_errors()  # nothing left by another test
+        assert tree_ops.check_gpu_errors() is None
+        for fn in (tree_ops.hinge_forest, compiled(tree_ops.hinge_forest)):
+            out = np.asarray(fn(x, t, bad, w))
+            assert out.shape == (4, 3, 2) and np.isnan(out).all()
+            with pytest.raises(Exception, match=earlier + r".*feature_indices\[1, 2\] = 7 is out of range"):
+                np.asarray(fn(x, t, f, w))
+            good = np.asarray(fn(x, t, f, w))  # raised once: the next call is clean
+            np.testing.assert_allclose(good, np.asarray(tree_ops.hinge_forest_reference(x, t, f, w)), rtol=2e-5,
+                                       atol=2e-5)
+        nan_x = x.copy()
+        nan_x[2, 1] = np.nan
+        assert np.isnan(np.asarray(compiled(tree_ops.hinge_forest)(nan_x, t, f, w))).all()
+        with pytest.raises(ValueError, match=earlier + r".*: x contains NaN or Inf"):
+            tree_ops.check_gpu_errors()
+        assert tree_ops.check_gpu_errors() is None
+        # In one jitted call, the backward raises what the forward found.
+        with pytest.raises(Exception, match=earlier + r".*feature_indices\[1, 2\] = 7"):
+            loss(x, t, w, bad)
+        with pytest.raises(ValueError, match=earlier + ".*margin contains NaN or Inf"):
+            tree_ops.check_gpu_errors()
+        # The gradients of a call with a bad feature id: NaN, the message deferred too.
+        _, vjp = jax.vjp(lambda x, t, w: tree_ops.hinge_forest(x, t, bad, w), x, t, w)
+        with pytest.raises(ValueError, match=earlier + r".*feature_indices\[1, 2\] = 7"):
+            tree_ops.check_gpu_errors()
+        grads = [np.asarray(g) for g in vjp(np.ones((4, 3, 2), "float32"))]
+        assert all(np.isnan(g).all() for g in grads)
+        with pytest.raises(ValueError, match=earlier + ".*margin contains NaN or Inf"):
+            tree_ops.check_gpu_errors()
+        # KERAS_TREES_GPU_CHECKS=sync: the call raises its own message.
+        monkeypatch.setenv("KERAS_TREES_GPU_CHECKS", "sync")
+        with pytest.raises(Exception, match=r"^(?!an earlier).*feature_indices\[1, 2\] = 7 is out of range"):
+            np.asarray(compiled(tree_ops.hinge_forest)(x, t, bad, w))
+        assert tree_ops.check_gpu_errors() is None
