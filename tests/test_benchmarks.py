@@ -459,7 +459,7 @@ def test_gpu_budget_records_every_pipelines_plan(tmp_path, capfd):
         ("pipeline::Together<hinge::Splits<float>, pipeline::FiniteChecks<float> >", "ForKernel32"),
         ("pipeline::Together<hinge::Walk<float>, pipeline::Capture<int> >", "ForKernel32"),
         ("hinge::Output<float>", "ForKernel32")]
-    # The hinge pipelines defer their checks (core/gpu_checks.h): no copy or
+    # The hinge pipelines defer their checks (core/check_modes.h): no copy or
     # wait on the success path; the other families still read their words back.
     assert all(r["host_copies"] == r["syncs"] == 0 for r in rows if r["call"].startswith("hinge_"))
     assert all(r["syncs"] >= 1 for r in rows if not r["call"].startswith("hinge_"))

@@ -158,7 +158,7 @@ def _function_of(text, offset):
 
 
 def test_gpu_calls_wait_only_where_the_sync_mode_asks():
-    """The GPU pipelines do not wait for their kernels (core/gpu_checks.h):
+    """The GPU pipelines do not wait for their kernels (core/check_modes.h):
     stream synchronizations and device-to-host copies appear in custom_ops/
     only in CopyToHost (the sync mode and the families not yet deferred),
     the deferred checks' queue of pinned copies (asynchronous; DeviceChecks

@@ -161,7 +161,7 @@ struct Walk {
       TraverseHingeTree(xs, tm, fm, d.depth, leaf + i, margin + i, vertex + i);
     }
     // A bad input: every margin, and so every output, NaN (the call's check
-    // may be raised only later, core/gpu_checks.h).
+    // may be raised only later, core/check_modes.h).
     if (pipeline::AnySet(status, kStatusWords)) margin[i] = pipeline::QuietNaN<T>();
   }
 };

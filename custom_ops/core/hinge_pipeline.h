@@ -5,7 +5,7 @@
 //
 // Forward: value checks (status words), the (sample, tree) walks, then one
 // writer per output element. A bad input makes every float output NaN (the
-// walks' margins), and exec.Finish words its message (core/gpu_checks.h).
+// walks' margins), and exec.Finish words its message (core/check_modes.h).
 // Backward (Eq. 11-12), with owner reductions instead of scatter-adds:
 //   1. per pair: dL/dr*, the deciding feature, the leaf and vertex keys;
 //   2. grad_x per (sample, feature): its trees' coefficients in tree order;

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "core/common.h"
-#include "core/gpu_checks.h"
+#include "core/check_modes.h"
 #include "core/pipeline.h"
 
 namespace keras_trees {
@@ -84,7 +84,7 @@ class BasicCpuExecutor {
 
   // The call's message now; the GPU's emulation, with
   // KERAS_TREES_GPU_CHECKS=deferred, keeps it for the next call and returns
-  // the one an earlier call left (core/gpu_checks.h).
+  // the one an earlier call left (core/check_modes.h).
   std::string Finish(const unsigned long long* status, int words, const gpu_checks::Message& message) {
     std::vector<unsigned long long> host(status, status + 2 * words);
     std::string own = message(host.data(), reinterpret_cast<const double*>(host.data() + words));

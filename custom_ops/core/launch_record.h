@@ -14,7 +14,7 @@
 //                    Finish in the sync mode (`sync`): copies the call waits for
 //   syncs            CopyToHost calls (each waits for the stream), and Finish
 //                    in the sync mode; a deferred Finish (the GPU's default,
-//                    core/gpu_checks.h) is neither: its asynchronous copy of
+//                    core/check_modes.h) is neither: its asynchronous copy of
 //                    the status words to pinned memory is not waited for
 //   scratch_bytes    Scratch memory, carved at 256-byte boundaries as the
 //                    CUDA workspace does (without CUB's temporary storage)
@@ -37,7 +37,7 @@
 #include <typeinfo>
 #include <vector>
 
-#include "core/gpu_checks.h"
+#include "core/check_modes.h"
 #include "core/pipeline.h"
 
 namespace keras_trees {

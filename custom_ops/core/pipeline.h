@@ -39,7 +39,7 @@
 //                              values captured beside them (`Values`), now
 //                              or, where the executor defers its checks, a
 //                              message an earlier call left
-//                              (core/gpu_checks.h)
+//                              (core/check_modes.h)
 //   Exec::kWideScratchBytes    scratch a pipeline may spend to give a
 //                              latency-bound walk more parallel items (0 on
 //                              the CPU); chunking by it never changes results

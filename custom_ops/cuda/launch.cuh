@@ -4,7 +4,7 @@
 // ffi::ScratchAllocator, TensorFlow's allocate_temp), CUB's stable radix sort,
 // device-to-host copies that wait for the work launched so far (CopyToHost,
 // and Finish in the sync mode), and deferred checks that never wait
-// (core/gpu_checks.h). The CPU
+// (core/check_modes.h). The CPU
 // executor (core/launch_cpu.h) runs the same bodies as the exact emulation of
 // this one.
 //
@@ -39,7 +39,7 @@
 
 #include <cub/device/device_radix_sort.cuh>
 
-#include "core/gpu_checks.h"
+#include "core/check_modes.h"
 #include "core/pipeline.h"
 
 namespace keras_trees {
@@ -141,7 +141,7 @@ struct Workspace {
   }
 };
 
-// The deferred checks of one GPU (core/gpu_checks.h): each call's status
+// The deferred checks of one GPU (core/check_modes.h): each call's status
 // words and values go to a slot of pinned host memory with an asynchronous
 // copy and an event; slots whose event has completed are read, in call
 // order, by every later call and by `Collect`.
@@ -367,7 +367,7 @@ class CudaExecutor {
     cuda_launch::Check(cudaStreamSynchronize(stream_), "keras-trees CUDA kernels");
   }
 
-  // The end of a call (core/gpu_checks.h): with KERAS_TREES_GPU_CHECKS=sync
+  // The end of a call (core/check_modes.h): with KERAS_TREES_GPU_CHECKS=sync
   // (and always on TensorFlow) its own message, read back and waited for; by
   // default (the JAX handlers) its words are
   // queued without waiting and the message an earlier call left comes back.

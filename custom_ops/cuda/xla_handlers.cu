@@ -6,7 +6,7 @@
 // CPU handlers' (xla/hinge_ffi.cc, xla/hard_routing_ffi.cc, xla/check_ffi.cc)
 // with the stream in place of the thread pool.
 //
-// A pipeline ends with exec.Finish (core/gpu_checks.h): by default its status
+// A pipeline ends with exec.Finish (core/check_modes.h): by default its status
 // words are copied to the host without waiting, and a handler returns with
 // its kernels queued; the GPU's workspace (scratch memory, cuda/launch.cuh)
 // is reused by the next call in stream order.
@@ -32,7 +32,7 @@ KT_EXPORT_FFI_HANDLER(KerasTreesSoftTreeEnsembleCuda);
 KT_EXPORT_FFI_HANDLER(KerasTreesSoftTreeEnsembleGradCuda);
 
 // keras_trees.ops.check_gpu_errors(): the message a deferred check of this
-// library's GPU calls left (core/gpu_checks.h), after waiting for every
+// library's GPU calls left (core/check_modes.h), after waiting for every
 // queued call's status words when `wait` is nonzero; its length (0: none),
 // the message itself into `buffer`. -1: CUDA failed, its error in `buffer`.
 extern "C" __attribute__((visibility("default"))) int KerasTreesGpuErrors(int wait, char* buffer, int size) {

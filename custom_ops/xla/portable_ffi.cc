@@ -16,7 +16,7 @@ KT_EXPORT_FFI_HANDLER(KerasTreesSoftTreeEnsemblePortable);
 KT_EXPORT_FFI_HANDLER(KerasTreesSoftTreeEnsembleGradPortable);
 
 // keras_trees.ops.check_gpu_errors() on the CPU emulation of the GPU's
-// deferred checks (KERAS_TREES_GPU_CHECKS=deferred, core/gpu_checks.h): the
+// deferred checks (KERAS_TREES_GPU_CHECKS=deferred, core/check_modes.h): the
 // message an emulated call left, its length (0: none), the message into `buffer`.
 extern "C" __attribute__((visibility("default"))) int KerasTreesGpuErrors(int /*wait*/, char* buffer, int size) {
   return keras_trees::gpu_checks::ToBuffer(keras_trees::gpu_checks::EmulatedDevice().Take(), buffer, size);

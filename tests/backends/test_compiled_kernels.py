@@ -800,7 +800,7 @@ def test_pruned_weight_gradients_when_the_input_is_data(experts):
 @jax_only
 @pytest.mark.parametrize("engine", sweep_engines())
 def test_hinge_forest_deferred_checks(monkeypatch, engine):
-    """What a GPU does by default (KERAS_TREES_GPU_CHECKS unset; core/gpu_checks.h),
+    """What a GPU does by default (KERAS_TREES_GPU_CHECKS unset; core/check_modes.h),
     on a GPU's kernels, else emulated on the CPU with
     KERAS_TREES_GPU_CHECKS=deferred: a call with a bad
     input does not raise but gives NaN outputs and gradients, and its message

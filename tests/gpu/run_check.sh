@@ -203,6 +203,9 @@ fi
 # The keras.ops reference computes float32 dot products exactly (on the GPU
 # XLA's default is TF32, ~1e-3 off: hard_route_reference's split values).
 # (The "portable" engine, the CPU emulation, is CI's: deselected on the GPU.)
+# KERAS_TREES_GPU_CHECKS=sync: the contract tests expect a bad input's error
+# at the call; test_hinge_forest_deferred_checks sets the GPU's default
+# (deferred) for itself.
 TESTS='tests/backends/test_compiled_kernels.py -k "(hinge or hard_route or soft_tree or gpu_kernels) and not portable"'
 # Pruned routing: its contract tests run the CUDA handlers on a GPU
 # (the CPU emulation in CI), against the CPU engine.
@@ -210,12 +213,12 @@ PRUNED_TESTS='tests/backends/test_pruned_routing_portable.py tests/backends/test
 # KT_GPU_CHECK_KERNEL_TESTS=pruned: only the pruned-routing and LAI files; tel-pruned: those and the
 # Tree Ensemble Layer's kernel tests (a rerun after a change there).
 if [ -n "$DRY" ]; then
-    CORE_RUN="JAX_DEFAULT_MATMUL_PRECISION=highest \$PY -m pytest -x -q -p no:cacheprovider -n 2 $TESTS"
-    PRUNED_RUN="JAX_DEFAULT_MATMUL_PRECISION=highest \$PY -m pytest -x -q -p no:cacheprovider -n 2 $PRUNED_TESTS"
+    CORE_RUN="KERAS_TREES_GPU_CHECKS=sync JAX_DEFAULT_MATMUL_PRECISION=highest \$PY -m pytest -x -q -p no:cacheprovider -n 2 $TESTS"
+    PRUNED_RUN="KERAS_TREES_GPU_CHECKS=sync JAX_DEFAULT_MATMUL_PRECISION=highest \$PY -m pytest -x -q -p no:cacheprovider -n 2 $PRUNED_TESTS"
     KERNEL_TESTS_LIMIT=600
 else
-    CORE_RUN="XLA_PYTHON_CLIENT_PREALLOCATE=false KERAS_TREES_ALL_DEPTHS=1 JAX_DEFAULT_MATMUL_PRECISION=highest \$PY -m pytest -x -q -p no:cacheprovider -n 8 $TESTS"
-    PRUNED_RUN="XLA_PYTHON_CLIENT_PREALLOCATE=false JAX_DEFAULT_MATMUL_PRECISION=highest \$PY -m pytest -x -q -p no:cacheprovider -n 8 $PRUNED_TESTS"
+    CORE_RUN="KERAS_TREES_GPU_CHECKS=sync XLA_PYTHON_CLIENT_PREALLOCATE=false KERAS_TREES_ALL_DEPTHS=1 JAX_DEFAULT_MATMUL_PRECISION=highest \$PY -m pytest -x -q -p no:cacheprovider -n 8 $TESTS"
+    PRUNED_RUN="KERAS_TREES_GPU_CHECKS=sync XLA_PYTHON_CLIENT_PREALLOCATE=false JAX_DEFAULT_MATMUL_PRECISION=highest \$PY -m pytest -x -q -p no:cacheprovider -n 8 $PRUNED_TESTS"
     KERNEL_TESTS_LIMIT=150
 fi
 case "${KT_GPU_CHECK_KERNEL_TESTS:-all}" in

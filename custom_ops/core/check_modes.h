@@ -19,8 +19,8 @@
 // the CPU kernels' contract (sync) unless KERAS_TREES_GPU_CHECKS=deferred
 // asks it to emulate the deferred mode (the tests of that mode on machines
 // without a GPU).
-#ifndef KERAS_TREES_CORE_GPU_CHECKS_H_
-#define KERAS_TREES_CORE_GPU_CHECKS_H_
+#ifndef KERAS_TREES_CORE_CHECK_MODES_H_
+#define KERAS_TREES_CORE_CHECK_MODES_H_
 
 #include <cstdlib>
 #include <cstring>
@@ -97,4 +97,4 @@ inline int ToBuffer(const std::string& message, char* buffer, int size) {
 }  // namespace gpu_checks
 }  // namespace keras_trees
 
-#endif  // KERAS_TREES_CORE_GPU_CHECKS_H_
+#endif  // KERAS_TREES_CORE_CHECK_MODES_H_
