@@ -86,8 +86,7 @@ class BasicCpuExecutor {
   // KERAS_TREES_GPU_CHECKS=deferred, keeps it for the next call and returns
   // the one an earlier call left (core/check_modes.h).
   std::string Finish(const unsigned long long* status, int words, const gpu_checks::Message& message) {
-    std::vector<unsigned long long> host(status, status + 2 * words);
-    std::string own = message(host.data(), reinterpret_cast<const double*>(host.data() + words));
+    std::string own = message(status, reinterpret_cast<const double*>(status + words));  // host memory
     if (WideScratchBytes == 0 || !gpu_checks::EmulationDefers()) return own;
     gpu_checks::Pending& pending = gpu_checks::EmulatedDevice();
     std::string earlier = pending.Take();

@@ -10,11 +10,10 @@
 //   launches         one per For / ForGroups / ForBlocks with work (n > 0)
 //   sorts            SortPairs calls (each one CUB radix sort: several kernels,
 //                    memsets and its temporary storage, not counted here)
-//   host_copies      CopyToHost calls with bytes > 0 (cudaMemcpyAsync), and
-//                    Finish in the sync mode (`sync`): copies the call waits for
-//   syncs            CopyToHost calls (each waits for the stream), and Finish
-//                    in the sync mode; a deferred Finish (the GPU's default,
-//                    core/check_modes.h) is neither: its asynchronous copy of
+//   host_copies      CopyToHost calls with bytes > 0 (cudaMemcpyAsync)
+//   syncs            CopyToHost calls (each waits for the stream); Finish is
+//                    recorded as the GPU's default, deferred
+//                    (core/check_modes.h): neither, its asynchronous copy of
 //                    the status words to pinned memory is not waited for
 //   scratch_bytes    Scratch memory, carved at 256-byte boundaries as the
 //                    CUDA workspace does (without CUB's temporary storage)
@@ -116,10 +115,6 @@ class PlanRecorder {
 
   // The success path: every status word kNone; no message.
   std::string Finish(const unsigned long long* /*status*/, int words, const gpu_checks::Message& message) {
-    if (sync) {
-      ++plan.host_copies;
-      ++plan.syncs;
-    }
     std::vector<unsigned long long> host(2 * words, portable::kNone);
     return message(host.data(), reinterpret_cast<const double*>(host.data() + words));
   }
@@ -132,8 +127,6 @@ class PlanRecorder {
   }
 
   Plan plan;
-  // Record KERAS_TREES_GPU_CHECKS=sync's plan instead of the deferred default.
-  bool sync = false;
 
  private:
   static constexpr uintptr_t kBase = uintptr_t{1} << 20;

@@ -258,7 +258,10 @@ class CudaExecutor {
   using Allocator = std::function<void*(size_t bytes)>;
 
   // Scratch memory from the framework's allocator (TensorFlow's allocate_temp).
-  CudaExecutor(cudaStream_t stream, Allocator allocate) : stream_(stream), allocate_(std::move(allocate)) {}
+  // Its calls check in the sync mode: TensorFlow's GPU kernels (never run on
+  // a GPU) keep the CPU kernels' contract.
+  CudaExecutor(cudaStream_t stream, Allocator allocate)
+      : stream_(stream), allocate_(std::move(allocate)), defers_(false) {}
   // Scratch memory from the GPU's reusable workspace (the JAX handlers).
   explicit CudaExecutor(cudaStream_t stream)
       : stream_(stream), workspace_(&Workspace::OfCurrentDevice()), lock_(workspace_->mu) {
@@ -372,8 +375,7 @@ class CudaExecutor {
   // default (the JAX handlers) its words are
   // queued without waiting and the message an earlier call left comes back.
   std::string Finish(const unsigned long long* status, int words, const gpu_checks::Message& message) {
-    // TensorFlow's GPU kernels (scratch from its allocator) keep the sync mode.
-    if (!gpu_checks::DeviceDefers() || allocate_) {
+    if (!defers_ || !gpu_checks::DeviceDefers()) {
       std::vector<unsigned long long> host(2 * words);
       CopyToHost(host.data(), status, host.size() * sizeof(unsigned long long));
       return message(host.data(), reinterpret_cast<const double*>(host.data() + words));
@@ -409,6 +411,7 @@ class CudaExecutor {
   Allocator allocate_;
   Workspace* workspace_ = nullptr;
   std::unique_lock<std::mutex> lock_;
+  bool defers_ = true;  // the JAX handlers' executor: deferred checks unless KERAS_TREES_GPU_CHECKS=sync
   size_t used_ = 0;
   std::vector<void*> overflow_;
 };
