@@ -29,6 +29,10 @@ With ``cuda=True`` (and nvcc, the CUDA compiler) the GPU kernels of
 Both link the CUDA runtime statically, so they load on machines without a GPU
 (or a CUDA toolkit) and need only the NVIDIA driver where they run.
 
+TensorFlow's adapters compile in unity batches (up to ``_UNITY_BATCH`` sources
+with the same flags in one translation unit): their time goes to TensorFlow's
+headers, which a batch parses once.
+
 Neither build needs the other framework installed. Each library goes into a
 cache directory keyed by the framework and its version, the compile flags, the
 Python ABI (not for the JAX CUDA library, which holds no Python), the nvcc
@@ -88,9 +92,15 @@ _CUDA_FOLDER = "cuda"
 _CUDA_PREFIX = {"tensorflow": "tf_", "jax": "xla_"}
 # Part of every cache key: bump it when the build rules change in a way the
 # other parts of the key do not see (e.g. per-unit flags).
-_RULES_VERSION = "keras-trees-build-3"
+_RULES_VERSION = "keras-trees-build-4"
 _DEFAULT_CUDA_ARCHS = ("90",)
 _GPU_ADAPTER_FLAGS = ["-DKERAS_TREES_CUDA=1"]
+# TensorFlow's adapters are compiled in unity batches (one translation unit
+# that includes up to this many of them, with the same flags): each of them
+# spends most of its compile time in TensorFlow's headers, which a batch
+# parses once.
+_UNITY_FOLDERS = ("tensorflow",)
+_UNITY_BATCH = 8
 # The folder, next to a TensorFlow CPU library, of its object files: the
 # TensorFlow CUDA build links them instead of compiling its CPU kernels again.
 _OBJECTS = "objects"
@@ -441,8 +451,8 @@ def _file_lock(path):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _compile_all(jobs_list, src):
-    """Runs the (unit, command) compile jobs, as many at a time as there are
+def _compile_all(jobs_list):
+    """Runs the (label, command) compile jobs, as many at a time as there are
     CPUs; raises BuildError with the output of the first that fails."""
     procs = []
     pending = list(jobs_list)
@@ -450,20 +460,46 @@ def _compile_all(jobs_list, src):
     try:
         while pending or procs:
             while pending and len(procs) < jobs:
-                unit, cmd = pending.pop(0)
+                label, cmd = pending.pop(0)
                 try:
                     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
                 except OSError as exc:
-                    raise BuildError(f"compiling {unit.relative_to(src)} failed: {exc}") from exc
-                procs.append((unit, proc))
-            unit, proc = procs.pop(0)
+                    raise BuildError(f"compiling {label} failed: {exc}") from exc
+                procs.append((label, proc))
+            label, proc = procs.pop(0)
             out, _ = proc.communicate()
             if proc.returncode != 0:
-                raise BuildError(f"compiling {unit.relative_to(src)} failed:\n{out.decode(errors='replace')}")
+                raise BuildError(f"compiling {label} failed:\n{out.decode(errors='replace')}")
     finally:
         for _, other in procs:
             other.kill()
             other.wait()
+
+
+def _batches(units, src):
+    """The compile jobs of ``units`` as (object name, label, sources, flags):
+    one per unit, but the C++ units of ``_UNITY_FOLDERS`` with the same flags
+    are taken together, up to ``_UNITY_BATCH`` at a time in name order, into
+    one unity unit (its object named after the units it holds)."""
+    single, grouped = [], {}
+    for unit in units:
+        rel = unit.relative_to(src)
+        if unit.suffix == ".cc" and rel.parts[0] in _UNITY_FOLDERS:
+            grouped.setdefault((rel.parts[0], tuple(_unit_flags(unit))), []).append(unit)
+        else:
+            single.append((_object_name(unit, src), rel.as_posix(), [unit], _unit_flags(unit)))
+    batches = []
+    for (folder, flags), members in sorted(grouped.items()):
+        members = sorted(members)
+        for start in range(0, len(members), _UNITY_BATCH):
+            part = members[start:start + _UNITY_BATCH]
+            if len(part) == 1:
+                batches.append((_object_name(part[0], src), part[0].relative_to(src).as_posix(), part, list(flags)))
+                continue
+            names = " ".join(u.relative_to(src).as_posix() for u in part)
+            tag = hashlib.sha256(f"{names}|{' '.join(flags)}".encode()).hexdigest()[:12]
+            batches.append((f"{folder}__unity-{tag}.o", f"{names} (one unity unit)", part, list(flags)))
+    return single + batches
 
 
 def _object_name(unit, src):
@@ -500,34 +536,39 @@ def build(force=False, verbose=True, framework=None, cuda=False):
         else:
             _, cflags, lflags = _flags(framework)
             nvcc, nvcc_flags = None, []
-        objects, jobs_list = [], []
+        objects, jobs_list, sources = [], [], 0
         with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
             object_dir = os.path.join(tmp, _OBJECTS)
             os.mkdir(object_dir)
-            # nvcc units first: they take longest.
-            for unit in sorted(units, key=lambda u: u.suffix != ".cu"):
-                name = _object_name(unit, src)
+            # nvcc units first, then the unity batches: they take longest.
+            batches = sorted(_batches(units, src), key=lambda b: (b[2][0].suffix != ".cu", -len(b[2])))
+            for name, label, members, flags in batches:
                 if name in reuse:
                     objects.append(reuse[name])
                     continue
                 obj = os.path.join(object_dir, name)
-                if unit.suffix == ".cu":
-                    cmd = [nvcc, "-I", str(src), *nvcc_flags, "-c", str(unit), "-o", obj]
+                if members[0].suffix == ".cu":
+                    cmd = [nvcc, "-I", str(src), *nvcc_flags, "-c", str(members[0]), "-o", obj]
                 else:
+                    unit = members[0]
+                    if len(members) > 1:
+                        unit = pathlib.Path(tmp) / (name[:-2] + ".cc")
+                        unit.write_text("".join(f'#include "{m}"\n' for m in members))
                     # custom_ops/ first: its "core/..." headers before the framework's.
-                    cmd = [cxx, "-I", str(src), *cflags, *_unit_flags(unit), "-c", str(unit), "-o", obj]
-                jobs_list.append((unit, cmd))
+                    cmd = [cxx, "-I", str(src), *cflags, *flags, "-c", str(unit), "-o", obj]
+                jobs_list.append((label, cmd))
+                sources += len(members)
                 objects.append(obj)
             if verbose:
                 if cuda:
                     what = (f"keras-trees: compiling CUDA kernels for {framework} (sm_"
-                            + ", sm_".join(_cuda_archs()) + f", {len(jobs_list)} sources) into "
+                            + ", sm_".join(_cuda_archs()) + f", {sources} sources) into "
                             f"{target.parent} (first use only, about a minute)...")
                 else:
-                    what = (f"keras-trees: compiling {len(jobs_list)} kernel sources against {framework} "
-                            f"into {target.parent} (first import only, about a minute)...")
+                    what = (f"keras-trees: compiling {sources} kernel sources against {framework} "
+                            f"into {target.parent} (first import only, under a minute)...")
                 print(what, file=sys.stderr, flush=True)
-            _compile_all(jobs_list, src)
+            _compile_all(jobs_list)
             tmp_lib = os.path.join(tmp, target.name)
             cmd = [cxx, "-shared", *objects, "-o", tmp_lib, *lflags]
             result = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

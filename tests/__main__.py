@@ -19,7 +19,8 @@ imported, and spreads its test files over ``KERAS_TREES_TEST_WORKERS``
 pytest-xdist workers (default: the number of CPUs, at most 4; 1 runs
 in-process). Exits non-zero when any run fails or runs no test (pytest's exit
 code 5). ``KERAS_TREES_TEST_BACKENDS=tensorflow,jax`` runs a subset. At the
-end it prints each run's time and the slowest tests of all runs.
+end it prints each run's time and the slowest tests of all runs;
+``KERAS_TREES_TEST_REPORTS=DIR`` keeps each run's JUnit file there.
 """
 
 import os
@@ -71,7 +72,11 @@ def main(argv):
     status = 0
     times = {}
     reports = {}
+    keep = os.environ.get("KERAS_TREES_TEST_REPORTS")  # a folder to keep the JUnit files in
+    if keep:
+        os.makedirs(keep, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="keras_trees_tests_") as scratch:
+        scratch = keep or scratch
         for backend in [b.strip() for b in wanted if b.strip()]:
             if backend not in RUNS:
                 print(f"unknown backend {backend!r}; choose from {sorted(RUNS)}", file=sys.stderr)

@@ -30,6 +30,36 @@ def test_sources_are_found_and_hashed_recursively():
     assert {p.relative_to(src).parts[0] for p in _build._units("jax")} == {"core", "xla"}
 
 
+def test_tensorflow_adapters_compile_in_unity_batches_the_cuda_build_reuses():
+    """TensorFlow's adapters, whose compile time goes to TensorFlow's headers,
+    are compiled in batches of at most ``_UNITY_BATCH`` with the same flags;
+    every other unit alone. Every unit is in exactly one job, and the CUDA
+    build's jobs for the CPU units are the CPU build's (same object names), so
+    it links the kept objects instead of compiling them again."""
+    src = _build.source_dir()
+
+    def jobs(cuda):
+        batches = _build._batches(_build._units("tensorflow", cuda=cuda), src)
+        members = [m for _, _, ms, _ in batches for m in ms]
+        assert sorted(members) == sorted(_build._units("tensorflow", cuda=cuda))
+        names = [name for name, _, _, _ in batches]
+        assert len(set(names)) == len(names)
+        for name, _, ms, flags in batches:
+            assert 1 <= len(ms) <= _build._UNITY_BATCH
+            assert all(_build._unit_flags(m) == flags for m in ms)
+            if len(ms) > 1:
+                assert {m.relative_to(src).parts[0] for m in ms} == {"tensorflow"} and "unity" in name
+        return {name: ms for name, _, ms, _ in batches}
+
+    cpu = jobs(False)
+    assert any(len(ms) > 1 for ms in cpu.values())
+    assert all(len(ms) == 1 for name, ms in cpu.items() if not name.startswith("tensorflow"))
+    cuda = jobs(True)
+    assert cpu.items() <= cuda.items()
+    gpu = [ms for name, ms in cuda.items() if name not in cpu and ms[0].suffix == ".cc"]
+    assert gpu and all("gpu" in m.name for ms in gpu for m in ms)
+
+
 def test_each_framework_has_its_own_library_and_cache_key():
     """The JAX (XLA FFI) library is keyed by JAX's version and hashes only the
     cores and the XLA adapters: a TensorFlow-only source change rebuilds
