@@ -4,12 +4,13 @@ CI runs this folder three times, with KERAS_BACKEND=tensorflow, jax and torch
 (see .ci/run); the rest of tests/ runs on TensorFlow only.
 """
 
+import os
 import textwrap
 
 import keras
 import pytest
 
-from tests.conftest import run_python
+from tests.conftest import add_xla_flags, run_python
 
 BACKEND = keras.backend.backend()
 
@@ -47,7 +48,7 @@ def run_replicated(code, tmp_path, timeout=600):
         pytest.skip(f"no multi-device CPU training for the {BACKEND} backend")
     env = {"KERAS_BACKEND": BACKEND, "TF_CPP_MIN_LOG_LEVEL": "2"}
     if BACKEND == "jax":
-        env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+        env["XLA_FLAGS"] = add_xla_flags(os.environ.get("XLA_FLAGS", ""), "--xla_force_host_platform_device_count=2")
     return run_python(_PRELUDE[BACKEND] + textwrap.dedent(code), cwd=tmp_path, env=env, timeout=timeout)
 
 

@@ -33,7 +33,9 @@ def main(argv=None):
     args = parser.parse_args(argv)
     # Set here, not at import: pytest imports this module (doctests) too.
     os.environ["KERAS_BACKEND"] = "jax"
-    os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "--xla_cpu_multi_thread_eigen" not in flags:
+        os.environ["XLA_FLAGS"] = f"{flags} --xla_cpu_multi_thread_eigen=false".strip()
     import jax
 
     if args.processes > 1:
