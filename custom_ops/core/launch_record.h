@@ -17,7 +17,7 @@
 //                    the status words to pinned memory is not waited for
 //   scratch_bytes    Scratch memory, carved at 256-byte boundaries as the
 //                    CUDA workspace does (without CUB's temporary storage)
-//   zero_fill_bytes  the elements a pipeline::Fill body sets to zero
+//   zero_fill_bytes  the elements a pipeline::Fill body sets to zero (alone or in a Together)
 //   kernels          each CUDA kernel launched (its body's type and the
 //                    template it runs in, ForKernel32 / ForKernel /
 //                    ForGroupsKernel / BlocksKernel as the CUDA executor picks
@@ -147,6 +147,11 @@ class PlanRecorder {
   template <typename T>
   static int64_t ZeroBytes(int64_t n, const pipeline::Fill<T>& fill) {
     return fill.value == T(0) ? n * static_cast<int64_t>(sizeof(T)) : 0;
+  }
+  // A fill launched together with another body is counted all the same.
+  template <class A, class B>
+  static int64_t ZeroBytes(int64_t, const pipeline::Together<A, B>& both) {
+    return ZeroBytes(both.a_items, both.a) + ZeroBytes(both.b_items, both.b);
   }
 };
 

@@ -80,13 +80,6 @@ struct WideIndex<Body, std::void_t<decltype(Body::kWideIndex)>> {
   static constexpr bool value = Body::kWideIndex;
 };
 
-template <typename T>
-struct Fill {
-  T* data;
-  T value;
-  KT_HOST_DEVICE void operator()(int64_t i) const { data[i] = value; }
-};
-
 // The value slots of `words` status words (see NewStatus).
 KT_HOST_DEVICE inline double* Values(unsigned long long* status, int64_t words) {
   return reinterpret_cast<double*>(status + words);
@@ -105,6 +98,17 @@ KT_HOST_DEVICE inline T QuietNaN() {
   return sizeof(T) == 4 ? static_cast<T>(portable::BitCast<float>(uint32_t{0x7fc00000u}))
                         : static_cast<T>(portable::BitCast<double>(uint64_t{0x7ff8000000000000ull}));
 }
+
+template <typename T>
+struct Fill {
+  T* data;
+  T value;
+  const unsigned long long* status = nullptr;  // with status_words: NaN where a word is set
+  int status_words = 0;
+  KT_HOST_DEVICE void operator()(int64_t i) const {
+    data[i] = status_words > 0 && AnySet(status, status_words) ? QuietNaN<T>() : value;
+  }
+};
 
 // One item, after the checks: the value at the index a status word holds,
 // into its value slot (the inputs are gone when a deferred check's message is
@@ -250,7 +254,13 @@ struct AddBlocks {
   bool first;
   const T* partial;  // [blocks, elements]
   T* out;            // [elements]
+  const unsigned long long* status = nullptr;  // with status_words: NaN where a word is set
+  int status_words = 0;
   KT_HOST_DEVICE void operator()(int64_t e) const {
+    if (status_words > 0 && AnySet(status, status_words)) {
+      out[e] = QuietNaN<T>();
+      return;
+    }
     T acc = first ? T(0) : out[e];
     for (int64_t b = 0; b < blocks; ++b) acc += partial[b * elements + e];
     out[e] = acc;
@@ -294,9 +304,10 @@ inline int64_t ChunkSamples(int64_t batch, int64_t trees, int64_t per_sample, in
 // body, `items` items writing partial[blocks, elements]), then AddBlocks.
 template <typename T, class Exec, class Partials>
 void ReduceInBlocks(Exec& exec, const Partials& partials, int64_t items, int64_t elements, int64_t blocks,
-                    bool first, const T* partial, T* out) {
+                    bool first, const T* partial, T* out, const unsigned long long* status = nullptr,
+                    int status_words = 0) {
   exec.For(items, partials);
-  exec.For(elements, AddBlocks<T>{elements, blocks, first, partial, out});
+  exec.For(elements, AddBlocks<T>{elements, blocks, first, partial, out, status, status_words});
 }
 
 // The run of each key in a sorted key array: for the position p that starts

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 
+#include "core/pipeline.h"
 #include "core/portable.h"
 
 namespace keras_trees {
@@ -134,7 +135,12 @@ struct SumTrees {
   int64_t columns;
   const T* partial;  // [rows, trees, columns]
   T* out;            // [rows, columns]
+  const unsigned long long* status = nullptr;  // NaN where a check failed
   KT_HOST_DEVICE void operator()(int64_t e) const {
+    if (status != nullptr && pipeline::AnySet(status, kStatusWords)) {
+      out[e] = pipeline::QuietNaN<T>();
+      return;
+    }
     int64_t r, j;
     portable::DivMod(e, columns, &r, &j);
     const T* row = partial + r * trees * columns + j;

@@ -87,22 +87,26 @@ unsigned long long* Checks(Exec& exec, const SoftTreeDims& d, const T* x, const 
 }
 
 // The CPU kernels' message of the first failed check (core/checks.h
-// CheckSoftTreeEnsembleValues), or "".
-template <typename T, class Exec>
-std::string Message(Exec& exec, unsigned long long* status, const T* gamma) {
+// CheckSoftTreeEnsembleValues), or "", from the status words and gamma's
+// value captured beside them (Capture).
+template <typename T>
+std::string Message(const unsigned long long* words, const double* values) {
   using namespace tel;
-  unsigned long long words[kStatusWords];
-  exec.CopyToHost(words, status, sizeof(words));
   if (words[kBadGamma] != portable::kNone) {
-    T value = T(0);
-    exec.CopyToHost(&value, gamma, sizeof(value));
-    return checks_internal::Message("gamma must be a finite number > 0, got ", value);
+    return checks_internal::Message("gamma must be a finite number > 0, got ", static_cast<T>(values[kBadGamma]));
   }
   if (words[kBadX] != portable::kNone) return "x contains NaN or Inf; the tree ensemble needs finite inputs";
   if (words[kBadWeights] != portable::kNone) return checks_internal::NonFinite("node_weights");
   if (words[kBadBias] != portable::kNone) return checks_internal::NonFinite("node_bias");
   if (words[kBadLeafWeight] != portable::kNone) return checks_internal::NonFinite("leaf_weights");
   return "";
+}
+
+// gamma's value into its word's value slot, after the checks (for the message).
+template <typename T>
+pipeline::Capture<T> CaptureGamma(unsigned long long* status, const T* gamma) {
+  return pipeline::Capture<T>{status + tel::kBadGamma, gamma,
+                              pipeline::Values(status, tel::kStatusWords) + tel::kBadGamma};
 }
 
 }  // namespace tel_internal
@@ -114,9 +118,14 @@ std::string SoftTreeEnsembleForwardPipeline(Exec& exec, const SoftTreeDims& d, c
   using namespace tel;
   unsigned long long* status = tel_internal::Checks(exec, d, x, node_weights, node_bias, leaf_weights, gamma);
   T* partial = exec.template Scratch<T>(d.batch * d.trees * d.units);
-  exec.For(d.batch * d.trees, Walk<T>{d, x, node_weights, node_bias, leaf_weights, gamma, partial});
-  exec.For(d.batch * d.units, SumTrees<T>{d.trees, d.units, partial, output});
-  return tel_internal::Message(exec, status, gamma);
+  // The walks, and gamma's value for the message beside them.
+  const pipeline::Together<Walk<T>, pipeline::Capture<T>> walk{
+      Walk<T>{d, x, node_weights, node_bias, leaf_weights, gamma, partial}, d.batch * d.trees,
+      tel_internal::CaptureGamma(status, gamma), 1};
+  exec.For(walk.Items(), walk);
+  // NaN outputs where a check failed: nothing finite and wrong leaves the call.
+  exec.For(d.batch * d.units, SumTrees<T>{d.trees, d.units, partial, output, status});
+  return exec.Finish(status, kStatusWords, tel_internal::Message<T>);
 }
 
 // grad_x may be null (no input gradient wanted).
@@ -129,11 +138,14 @@ std::string SoftTreeEnsembleBackwardPipeline(Exec& exec, const SoftTreeDims& d, 
   unsigned long long* status = tel_internal::Checks(exec, d, x, node_weights, node_bias, leaf_weights, gamma);
   const int64_t ni = d.num_internal, leaves = ni + 1, nodes = d.Nodes();
   const int64_t chunk = TelChunk(d, sizeof(T), chunk_bytes, Exec::kWideScratchBytes);
-  if (chunk == 0) {  // batch 0: every parameter gradient is 0
-    exec.For(d.trees * ni * d.input_dim, pipeline::Fill<T>{grad_node_weights, T(0)});
-    exec.For(d.trees * ni, pipeline::Fill<T>{grad_node_bias, T(0)});
-    exec.For(d.trees * leaves * d.units, pipeline::Fill<T>{grad_leaf_weights, T(0)});
-    return tel_internal::Message(exec, status, gamma);
+  if (chunk == 0) {  // batch 0: every parameter gradient is 0 (NaN where a check failed)
+    const pipeline::Together<pipeline::Fill<T>, pipeline::Capture<T>> weights{
+        pipeline::Fill<T>{grad_node_weights, T(0), status, kStatusWords}, d.trees * ni * d.input_dim,
+        tel_internal::CaptureGamma(status, gamma), 1};
+    exec.For(weights.Items(), weights);
+    exec.For(d.trees * ni, pipeline::Fill<T>{grad_node_bias, T(0), status, kStatusWords});
+    exec.For(d.trees * leaves * d.units, pipeline::Fill<T>{grad_leaf_weights, T(0), status, kStatusWords});
+    return exec.Finish(status, kStatusWords, tel_internal::Message<T>);
   }
   T* coeff = exec.template Scratch<T>(chunk * d.trees * nodes);
   T* gx = grad_x != nullptr ? exec.template Scratch<T>(chunk * d.trees * d.input_dim) : nullptr;
@@ -145,22 +157,29 @@ std::string SoftTreeEnsembleBackwardPipeline(Exec& exec, const SoftTreeDims& d, 
     const int64_t elements = d.trees * node_count * columns, blocks = (n + kTelBlock - 1) / kTelBlock;
     pipeline::ReduceInBlocks(exec, ChunkSum<T>{d.trees, nodes, node_base, node_count, columns, s0, n, kTelBlock,
                                                coeff, data, partial},
-                             blocks * elements, elements, blocks, first, partial, out);
+                             blocks * elements, elements, blocks, first, partial, out, status, kStatusWords);
   };
   for (int64_t s0 = 0; s0 < d.batch; s0 += chunk) {
     const int64_t n = d.batch - s0 < chunk ? d.batch - s0 : chunk;
     const bool first = s0 == 0;
-    exec.For(n * d.trees * nodes, pipeline::Fill<T>{coeff, T(0)});
+    const pipeline::Fill<T> zero{coeff, T(0)};
+    if (first) {  // with gamma's value for the message
+      const pipeline::Together<pipeline::Fill<T>, pipeline::Capture<T>> zero_and_capture{
+          zero, n * d.trees * nodes, tel_internal::CaptureGamma(status, gamma), 1};
+      exec.For(zero_and_capture.Items(), zero_and_capture);
+    } else {
+      exec.For(n * d.trees * nodes, zero);
+    }
     exec.For(n * d.trees, BackwardWalk<T>{d, s0, n, grad_output, x, node_weights, node_bias, leaf_weights, gamma,
                                           coeff, gx});
     if (grad_x != nullptr) {
-      exec.For(n * d.input_dim, SumTrees<T>{d.trees, d.input_dim, gx, grad_x + s0 * d.input_dim});
+      exec.For(n * d.input_dim, SumTrees<T>{d.trees, d.input_dim, gx, grad_x + s0 * d.input_dim, status});
     }
     reduce(s0, n, first, 0, ni, d.input_dim, x, grad_node_weights);
     reduce(s0, n, first, 0, ni, 1, nullptr, grad_node_bias);
     reduce(s0, n, first, ni, leaves, d.units, grad_output, grad_leaf_weights);
   }
-  return tel_internal::Message(exec, status, gamma);
+  return exec.Finish(status, kStatusWords, tel_internal::Message<T>);
 }
 
 }  // namespace keras_trees

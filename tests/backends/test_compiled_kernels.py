@@ -849,3 +849,50 @@ def test_hinge_forest_deferred_checks(monkeypatch, engine):
         with pytest.raises(Exception, match=r"^(?!an earlier).*feature_indices\[1, 2\] = 7 is out of range"):
             np.asarray(compiled(tree_ops.hinge_forest)(x, t, bad, w))
         assert tree_ops.check_gpu_errors() is None
+
+
+@jax_only
+@pytest.mark.parametrize("engine", sweep_engines())
+def test_tree_ensemble_deferred_checks(monkeypatch, engine):
+    """The Tree Ensemble Layer's GPU pipelines with deferred checks (as
+    test_hinge_forest_deferred_checks): NaN outputs and gradients for a bad
+    input, its message at the next call or from ``check_gpu_errors()``, once;
+    the sync mode raises at the call. (A bad gamma is refused before the
+    kernels run: by the ops' own check.)"""
+    import jax
+    import jax.numpy as jnp
+
+    rng = np.random.default_rng(0)
+    x, w, b, o = ensemble_args(rng, 5, "float32")
+    earlier = "an earlier keras-trees call on this GPU failed"
+    call = jax.jit(lambda x, w, b, o, gamma: tree_ops.soft_tree_ensemble(x, w, b, o, gamma))
+    grads = jax.jit(jax.grad(lambda x, w, b, o, gamma: tree_ops.soft_tree_ensemble(x, w, b, o, gamma).sum(),
+                             argnums=(0, 1, 2, 3)))
+    nan_o = o.copy()
+    nan_o[1, 2, 0] = np.nan
+    monkeypatch.setenv("KERAS_TREES_GPU_CHECKS", "deferred")
+    with engine_scope(engine):
+        tree_ops.check_gpu_errors()  # nothing left by another test
+        nan_x = x.copy()
+        nan_x[3, 1] = np.inf
+        out = np.asarray(call(nan_x, w, b, o, jnp.float32(1.0)))
+        assert out.shape == (5, 2) and np.isnan(out).all()
+        with pytest.raises(Exception, match=earlier + r".*x contains NaN or Inf; the tree ensemble needs finite"):
+            np.asarray(call(x, w, b, o, jnp.float32(1.0)))
+        good = np.asarray(call(x, w, b, o, jnp.float32(1.0)))  # raised once: the next call is clean
+        np.testing.assert_allclose(good, np.asarray(tree_ops.soft_tree_ensemble_reference(x, w, b, o, 1.0)),
+                                   rtol=2e-5, atol=2e-5)
+        got = [np.asarray(g) for g in grads(x, w, b, nan_o, jnp.float32(1.0))]
+        assert all(np.isnan(g).all() for g in got)
+        with pytest.raises(ValueError, match=earlier + ".*leaf_weights contains NaN or Inf"):
+            tree_ops.check_gpu_errors()
+        assert tree_ops.check_gpu_errors() is None
+        # Batch 0: the parameter gradients are NaN too.
+        empty = [np.asarray(g) for g in grads(x[:0], w, b, nan_o, jnp.float32(1.0))]
+        assert all(np.isnan(g).all() for g in empty[1:]) and empty[0].shape == (0, 4)
+        with pytest.raises(ValueError, match=earlier + ".*leaf_weights contains NaN or Inf"):
+            tree_ops.check_gpu_errors()
+        monkeypatch.setenv("KERAS_TREES_GPU_CHECKS", "sync")
+        with pytest.raises(Exception, match=r"^(?!an earlier).*leaf_weights contains NaN or Inf"):
+            np.asarray(call(x, w, b, nan_o, jnp.float32(1.0)))
+        assert tree_ops.check_gpu_errors() is None
