@@ -19,11 +19,16 @@ imported, and spreads its test files over ``KERAS_TREES_TEST_WORKERS``
 pytest-xdist workers (default: the number of CPUs, at most 4; 1 runs
 in-process). Exits non-zero when any run fails or runs no test (pytest's exit
 code 5). ``KERAS_TREES_TEST_BACKENDS=tensorflow,jax`` runs a subset. At the
-end it prints each run's time and the slowest tests of all runs;
-``KERAS_TREES_TEST_REPORTS=DIR`` keeps each run's JUnit file there.
+end it prints each run's time and CPU seconds, the slowest tests of all runs
+and the tests that cost the most CPU (their own and their child processes':
+on 2 cores the suite's time follows the CPU, not the wall times);
+``KERAS_TREES_TEST_REPORTS=DIR`` keeps each run's JUnit file (and the CPU
+logs, ``<backend>.<pid>.jsonl``) there.
 """
 
 import os
+import glob
+import json
 import re
 import subprocess
 import sys
@@ -62,6 +67,21 @@ def slowest(reports, count=SLOWEST):
     return sorted(cases, key=lambda c: -c[0])[:count]
 
 
+def cpu_costs(logs):
+    """``{backend: log prefix}`` -> (``{backend: CPU seconds}``, every test as
+    ``(CPU seconds, backend, test id)``, costliest first), read off the logs
+    tests/conftest.py writes (each test's own and child processes' CPU)."""
+    totals, cases = {}, []
+    for backend, prefix in logs.items():
+        for path in sorted(glob.glob(glob.escape(prefix) + ".*.jsonl")):
+            with open(path) as log:
+                for line in log:
+                    name, own, children = json.loads(line)
+                    totals[backend] = totals.get(backend, 0.0) + own + children
+                    cases.append((own + children, backend, name))
+    return totals, sorted(cases, key=lambda c: -c[0])
+
+
 def main(argv):
     fast = "--fast" in argv
     argv = [a for a in argv if a != "--fast"]
@@ -72,6 +92,7 @@ def main(argv):
     status = 0
     times = {}
     reports = {}
+    cpu_logs = {}
     keep = os.environ.get("KERAS_TREES_TEST_REPORTS")  # a folder to keep the JUnit files in
     if keep:
         os.makedirs(keep, exist_ok=True)
@@ -81,8 +102,12 @@ def main(argv):
             if backend not in RUNS:
                 print(f"unknown backend {backend!r}; choose from {sorted(RUNS)}", file=sys.stderr)
                 return 2
-            env = dict(os.environ, KERAS_BACKEND=backend, KERAS_TREES_TEST_TIER="fast" if fast else "full")
             reports[backend] = os.path.join(scratch, f"{backend}.xml")
+            cpu_logs[backend] = os.path.join(scratch, backend)
+            for old in glob.glob(glob.escape(cpu_logs[backend]) + ".*.jsonl"):  # a kept folder's last run
+                os.remove(old)
+            env = dict(os.environ, KERAS_BACKEND=backend, KERAS_TREES_TEST_TIER="fast" if fast else "full",
+                       KERAS_TREES_TEST_CPU=cpu_logs[backend])
             cmd = [sys.executable, "-m", "pytest", *parallel, *tier, *RUNS[backend],
                    f"--junitxml={reports[backend]}", *argv]
             print(f"\n=== KERAS_BACKEND={backend}: {' '.join(cmd[1:])}", flush=True)
@@ -103,8 +128,15 @@ def main(argv):
         print(f"\nslowest {SLOWEST} tests of all runs:")
         for seconds, backend, name in slowest(reports):
             print(f"  {seconds:7.1f} s  {backend:<10}  {name}")
+        cpu, costliest = cpu_costs(cpu_logs)
+        print(f"\ncostliest {SLOWEST} tests in CPU seconds (their own and their child processes'):")
+        for seconds, backend, name in costliest[:SLOWEST]:
+            print(f"  {seconds:7.1f} s  {backend:<10}  {name}")
     print(f"\n{'fast tier' if fast else 'full suite'}, time per run: "
           + ", ".join(f"{b} {t:.0f} s" for b, t in times.items()) + f"; all {sum(times.values()):.0f} s")
+    if cpu:
+        print("CPU seconds per run (tests only): " + ", ".join(f"{b} {t:.0f} s" for b, t in cpu.items())
+              + f"; all {sum(cpu.values()):.0f} s")
     failed = totals["failed"] + totals["error"]
     print(f"\ntotal: {totals['passed']} passed, {failed} failed, {totals['skipped']} skipped")
     return status

@@ -75,6 +75,34 @@ def pytest_runtest_teardown(item, nextitem):
         gc.freeze()
 
 
+def cpu_seconds():
+    """(this process's CPU seconds, its waited-for child processes' CPU seconds)."""
+    import resource
+
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """With ``KERAS_TREES_TEST_CPU=PREFIX`` (set by ``python -m tests``): each
+    test's CPU seconds, its own (set-up and teardown included) and its child
+    processes' (compilers, fresh interpreters), as a JSON line
+    ``[test id, own, children]`` appended to ``PREFIX.<pid>.jsonl``. On a
+    machine with fewer cores than busy processes the suite's time follows
+    this sum, not the tests' wall times."""
+    prefix = os.environ.get("KERAS_TREES_TEST_CPU")
+    before = cpu_seconds() if prefix else None
+    yield
+    if prefix:
+        import json
+
+        after = cpu_seconds()
+        with open(f"{prefix}.{os.getpid()}.jsonl", "a") as log:
+            log.write(json.dumps([item.nodeid, round(after[0] - before[0], 3), round(after[1] - before[1], 3)]) + "\n")
+
+
 @pytest.fixture(autouse=True)
 def _same_random_state_for_every_test():
     """Starts every test from the same random state, whatever ran before it.

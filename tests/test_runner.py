@@ -43,3 +43,43 @@ def test_fast_tier_leaves_out_the_slow_and_distributed_markers(monkeypatch):
 @pytest.mark.parametrize("marker", ["slow", "distributed"])
 def test_markers_are_registered(pytestconfig, marker):
     assert any(line.startswith(marker + ":") for line in pytestconfig.getini("markers"))
+
+
+def test_cpu_costs_sum_each_run_and_sort_its_tests(tmp_path):
+    logs = {b: str(tmp_path / b) for b in ("tensorflow", "jax", "torch")}  # torch: no log
+    (tmp_path / "tensorflow.11.jsonl").write_text('["a.py::x", 1.5, 2.0]\n["a.py::y", 0.25, 0]\n')
+    (tmp_path / "tensorflow.12.jsonl").write_text('["b.py::z", 4.0, 0.5]\n')
+    (tmp_path / "jax.13.jsonl").write_text('["c.py::w", 0.5, 0.0]\n')
+    totals, cases = runner.cpu_costs(logs)
+    assert totals == {"tensorflow": 8.25, "jax": 0.5}
+    assert cases == [(4.5, "tensorflow", "b.py::z"), (3.5, "tensorflow", "a.py::x"),
+                     (0.5, "jax", "c.py::w"), (0.25, "tensorflow", "a.py::y")]
+
+
+def test_each_test_logs_its_own_and_its_childrens_cpu(tmp_path, monkeypatch):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests import conftest
+
+    class Item:
+        nodeid = "tests/x.py::test_y"
+
+    monkeypatch.setenv("KERAS_TREES_TEST_CPU", str(tmp_path / "run"))
+    hook = conftest.pytest_runtest_protocol(Item(), None)
+    next(hook)
+    sum(i * i for i in range(300_000))  # own CPU
+    subprocess.run([sys.executable, "-c", "sum(i * i for i in range(3_000_000))"], check=True)
+    with pytest.raises(StopIteration):
+        next(hook)
+    [line] = (tmp_path / f"run.{os.getpid()}.jsonl").read_text().splitlines()
+    name, own, children = json.loads(line)
+    assert name == Item.nodeid and own > 0 and children > 0.05
+    monkeypatch.delenv("KERAS_TREES_TEST_CPU")
+    hook = conftest.pytest_runtest_protocol(Item(), None)
+    next(hook)
+    with pytest.raises(StopIteration):
+        next(hook)
+    assert len((tmp_path / f"run.{os.getpid()}.jsonl").read_text().splitlines()) == 1  # unset: nothing logged
