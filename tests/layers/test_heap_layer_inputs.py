@@ -3,7 +3,8 @@ accept, and what they reject with an error naming the culprit, on every path:
 
 - NaN/Inf in ``x`` on the probabilistic paths too (training calls, the soft
   posterior, EM statistics, leaf probabilities), eagerly, inside
-  ``tf.function`` (``model.fit``/``predict``) and inside ``jax.jit``;
+  ``tf.function`` (``model.fit``/``predict``) and inside ``jax.jit``
+  (tests/backends/test_checks_inside_jax_jit.py, in the JAX run);
 - NaN/Inf in a weight (assigned, or loaded from a ``.keras`` file or
   ``load_weights``), naming the layer and the variable;
 - ``node_state`` values outside the enum or a split on the last level, at
@@ -27,7 +28,6 @@ from keras_trees import topology
 from keras_trees.callbacks import GreedyLevelGrowth
 from keras_trees.layers import ConvexPolytopeTree, EndToEndForest, EndToEndTree
 from keras_trees.ops import _library
-from tests.conftest import run_python
 
 BACKEND = keras.backend.backend()
 DIM, CLASSES = 4, 3
@@ -381,70 +381,3 @@ def test_unknown_rank_or_feature_dimension_in_tf_function(family, built_first):
     if built_first:  # a known feature dimension with an unknown batch is fine
         fn = tf.function(lambda a: layer(a), input_signature=[tf.TensorSpec([None, DIM])])
         np.testing.assert_allclose(fn(x).numpy(), keras.ops.convert_to_numpy(layer(x)), rtol=1e-6)
-
-
-# ------------------------------------------------------------ jax.jit path
-JAX_CHECKS = """
-import numpy as np, keras
-from keras_trees import topology
-from keras_trees.layers import ConvexPolytopeTree, EndToEndForest
-rng = np.random.default_rng(0)
-x = rng.normal(size=(16, 4)).astype("float32"); y = rng.integers(0, 3, 16)
-bad = x.copy(); bad[2, 1] = np.nan
-def model_for(make):
-    layer = make()
-    model = keras.Sequential([keras.Input((4,)), layer])
-    if isinstance(layer, ConvexPolytopeTree):
-        # Grown, so the outputs read x: under jax.jit a check guards what reads
-        # the checked value (a root-leaf tree's output does not depend on x).
-        layer.node_state.assign(topology.perfect(1, layer.max_depth))
-    model.compile("adam", "sparse_categorical_crossentropy")
-    return layer, model
-def fit(data):
-    # JAX dispatches asynchronously: a failed check surfaces when the step's
-    # results are read (here the loss), as any XLA runtime error does.
-    return float(model.fit(data, y, epochs=1, verbose=0).history["loss"][-1])
-def expect(match, fn):
-    try:
-        fn()
-    except Exception as e:
-        assert match in str(e), str(e)[-1000:]
-        print("ok", type(e).__name__, match)
-        return
-    raise AssertionError("accepted: " + match)
-def state(model):
-    return model.trainable_variables + model.non_trainable_variables + model.optimizer.variables
-for make in (lambda: EndToEndForest(2, max_depth=2, num_classes=3, prune_threshold=0.0, seed=0),
-             lambda: ConvexPolytopeTree(max_depth=2, num_experts=2, num_classes=3, prune_threshold=0.0, seed=0)):
-    # One model per family: its jitted train and predict steps compile once and
-    # every check below runs inside them. A valid fit first builds the
-    # optimizer; every variable is restored after each failed step (a failed
-    # JAX fit leaves the variables without their values).
-    layer, model = model_for(make)
-    assert np.isfinite(fit(x))
-    saved = [np.array(v.numpy()) for v in state(model)]
-    def restore():
-        for v, value in zip(state(model), saved):
-            v.assign(value)
-    expect("x contains NaN or Inf", lambda: fit(bad))
-    restore()
-    kernel = layer.weights[0]
-    k = np.array(kernel.numpy()); k.reshape(-1)[0] = np.nan; kernel.assign(k)
-    expect("variable " + kernel.name + " contains NaN or Inf", lambda: fit(x))
-    restore()
-    s = np.array(layer.node_state.numpy()); s[0, 0] = 7; layer.node_state.assign(s)
-    expect("node_state is not a valid topology", lambda: model.predict(x, verbose=0))
-    restore()
-    assert model.predict(x, verbose=0).shape == (16, 3)
-    assert np.asarray(layer(x.reshape(2, 8, 4), training=True)).shape == (2, 8, 3)
-"""
-
-
-@pytest.mark.slow
-def test_checks_hold_inside_jax_jit(tmp_path):
-    """In a JAX process, the jitted fit and predict steps of a forest and a
-    polytope tree reject NaN in x, a NaN kernel and a node_state outside the
-    enum (XLA runtime errors carrying the message), and a sound model predicts."""
-    pytest.importorskip("jax")
-    out = run_python(JAX_CHECKS, cwd=tmp_path, env={"KERAS_BACKEND": "jax"})
-    assert out.count("ok JaxRuntimeError") == 6, out
